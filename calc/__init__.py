@@ -1,0 +1,39 @@
+"""Training-memory calculator: parameters, bytes per parameter, activations and a
+step-by-step walk whose maximum is the peak. Standard library only (CPython and Pyodide)."""
+
+from . import web
+from .activations import kept_bytes, layer_bytes, logits_bytes
+from .api import sizes, step, sweep, table
+from .inputs import InputError, parse_inputs
+from .presets import PRESETS
+from .recipes import RECIPES, RECOMPUTE, TABLE_ROWS, Recipe
+from .shape import Shape, param_counts
+from .units import GB, GIB, format_gb, format_gib
+from .walk import CATEGORIES
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CATEGORIES",
+    "GB",
+    "GIB",
+    "PRESETS",
+    "RECIPES",
+    "RECOMPUTE",
+    "TABLE_ROWS",
+    "InputError",
+    "Recipe",
+    "Shape",
+    "format_gb",
+    "format_gib",
+    "kept_bytes",
+    "layer_bytes",
+    "logits_bytes",
+    "param_counts",
+    "parse_inputs",
+    "sizes",
+    "step",
+    "sweep",
+    "table",
+    "web",
+]

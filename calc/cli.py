@@ -1,0 +1,95 @@
+"""Command line: parse flags, call the core, print. Bad input: one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .api import step, table
+from .inputs import BOOL_FIELDS, CHOICE_FIELDS, INT_FIELDS, InputError, parse_inputs
+from .presets import PRESETS
+from .recipes import RECIPES, RECOMPUTE
+from .units import format_gb, format_gib
+from .walk import CATEGORIES
+
+HEADERS = ("Recipe", "Weights", "Gradients", "Optimiser", "Master", "Activations", "Logits", "Peak")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="Memory needed to train a transformer on one device.")
+    p.add_argument("--preset", help=f"start from a published shape: {', '.join(PRESETS)} (default llama-7b)")
+    for field in INT_FIELDS:
+        p.add_argument(f"--{field}", metavar="N")
+    for field in BOOL_FIELDS:
+        p.add_argument(f"--{field}", action=argparse.BooleanOptionalAction, default=None)
+    for field, (_, choices) in CHOICE_FIELDS.items():
+        p.add_argument(f"--{field}", metavar="|".join(choices))
+    p.add_argument("--seq", metavar="N", help="sequence length s (default 4096)")
+    p.add_argument("--micro-batch", metavar="N", help="sequences per step b (default 1)")
+    p.add_argument("--recipe", metavar="|".join(RECIPES), help="precision/optimiser recipe (default mixed)")
+    p.add_argument("--recompute", metavar="|".join(RECOMPUTE), help="activation recomputation (default none)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
+    out.add_argument("--table", action="store_true", help="print the deck's four-recipe table in GB")
+    out.add_argument("--events", action="store_true", help="print the step event by event")
+    return p
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [" | ".join(HEADERS), " | ".join("---" for _ in HEADERS)]
+    for row in rows:
+        cells = [format_gb(row["bytes"][c]) + " GB" for c in CATEGORIES] + [format_gb(row["peak"]) + " GB"]
+        lines.append(" | ".join([row["label"], *cells]))
+    return "\n".join(lines)
+
+
+def format_events(result: dict) -> str:
+    lines = [f"{'#':>4}  {'phase':<9} {'category':<11} {'change (bytes)':>18} {'total (bytes)':>18}  event"]
+    for i, e in enumerate(result["events"]):
+        mark = "  <- peak" if i == result["peak_index"] else ""
+        lines.append(
+            f"{i:>4}  {e['phase']:<9} {e['category']:<11} {e['bytes']:>+18,} {e['total']:>18,}  {e['label']}{mark}"
+        )
+    return "\n".join(lines)
+
+
+def format_summary(result: dict) -> str:
+    cfg = result["config"]
+    lines = [
+        f"{cfg['shape']['name']}: {result['params']:,} parameters; seq {cfg['seq']:,}, "
+        f"micro-batch {cfg['micro_batch']}, {RECIPES[cfg['recipe']].label}, recompute {cfg['recompute']}"
+    ]
+    for c in CATEGORIES:
+        n = result["bytes"][c]
+        lines.append(f"  {c:<12} {n:>20,} bytes  {format_gb(n):>8} GB")
+    n = result["peak"]
+    lines.append(f"  {'peak':<12} {n:>20,} bytes  {format_gb(n):>8} GB  {format_gib(n)} GiB")
+    lines.append(f"  peak event:  {result['peak_event']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
+    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in ("json", "table", "events")}
+    try:
+        inputs = parse_inputs(raw)
+    except InputError as e:
+        print(f"error: --{e.field}: {e.message}", file=sys.stderr)
+        return 2
+    if args.table:
+        print(format_table(table(inputs["shape"], inputs["seq"], inputs["micro_batch"])))
+        return 0
+    result = step(inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["recipe"], inputs["recompute"])
+    if args.json:
+        print(json.dumps(result, indent=1))
+    elif args.events:
+        print(format_events(result))
+    else:
+        print(format_summary(result))
+    return 0

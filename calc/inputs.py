@@ -1,0 +1,130 @@
+"""Validation of user input (CLI flags, URL parameters, form fields), one message per field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .presets import PRESETS
+from .recipes import RECIPES, RECOMPUTE
+from .shape import NORMS, POSITIONS, Shape, param_counts
+
+DEFAULT_PRESET = "llama-7b"
+DEFAULT_SEQ = 4096
+# Results travel to the browser as JSON numbers: keep every byte count exact there (< 2^53).
+MAX_BYTES = 2**53 - 1
+
+# Field name (the CLI flag without dashes) -> Shape attribute, largest accepted value.
+INT_FIELDS = {
+    "layers": ("layers", 10_000),
+    "hidden": ("hidden", 1 << 20),
+    "heads": ("heads", 1 << 16),
+    "kv-heads": ("kv_heads", 1 << 16),
+    "ffn": ("ffn", 1 << 24),
+    "vocab": ("vocab", 1 << 24),
+    "context": ("context", 1 << 24),
+}
+BOOL_FIELDS = {"gated-ffn": "gated_ffn", "tied": "tied", "bias": "bias", "final-norm": "final_norm"}
+CHOICE_FIELDS = {"norm": ("norm", NORMS), "positions": ("positions", POSITIONS)}
+RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16}
+FIELDS = ("preset", *INT_FIELDS, *BOOL_FIELDS, *CHOICE_FIELDS, "seq", "micro-batch", "recipe", "recompute")
+
+
+class InputError(ValueError):
+    """Bad input, with the field it came from."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _int(field: str, raw: object, largest: int) -> int:
+    if isinstance(raw, bool):
+        raise InputError(field, f"must be a whole number, got {raw!r}")
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = str(raw).strip().replace(",", "").replace("_", "")
+        if not text.lstrip("+-").isdigit():
+            raise InputError(field, f"must be a whole number, got {str(raw)!r}")
+        value = int(text)
+    if value <= 0:
+        raise InputError(field, f"must be at least 1, got {value}")
+    if value > largest:
+        raise InputError(field, f"must be at most {largest:,}, got {value:,}")
+    return value
+
+
+def _bool(field: str, raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise InputError(field, f"must be true or false, got {str(raw)!r}")
+
+
+def _choice(field: str, raw: object, choices) -> str:
+    text = str(raw).strip().lower()
+    if text not in choices:
+        raise InputError(field, f"must be one of {', '.join(choices)}, got {str(raw)!r}")
+    return text
+
+
+def parse_inputs(raw: Mapping[str, object]) -> dict:
+    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute"}.
+
+    Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
+    default's) value. Raises InputError naming the first bad field."""
+    given = {k: v for k, v in raw.items() if v is not None and v != ""}
+    unknown = sorted(set(given) - set(FIELDS))
+    if unknown:
+        raise InputError(unknown[0], "is not a known field")
+    preset = _choice("preset", given.get("preset", DEFAULT_PRESET), tuple(PRESETS))
+    base = PRESETS[preset]
+    changes: dict[str, object] = {}
+    for field, (attr, largest) in INT_FIELDS.items():
+        if field in given:
+            changes[attr] = _int(field, given[field], largest)
+    for field, attr in BOOL_FIELDS.items():
+        if field in given:
+            changes[attr] = _bool(field, given[field])
+    for field, (attr, choices) in CHOICE_FIELDS.items():
+        if field in given:
+            changes[attr] = _choice(field, given[field], choices)
+    if "heads" in changes and "kv_heads" not in changes and base.kv_heads == base.heads:
+        changes["kv_heads"] = changes["heads"]  # keep multi-head attention multi-head
+    shape = base.replace(name=base.name if not changes else "custom", **changes)
+    check_shape(shape)
+
+    default_seq = min(DEFAULT_SEQ, shape.context) if shape.positions == "learned" else DEFAULT_SEQ
+    seq = _int("seq", given.get("seq", default_seq), RUN_LIMITS["seq"])
+    micro_batch = _int("micro-batch", given.get("micro-batch", 1), RUN_LIMITS["micro-batch"])
+    if shape.positions == "learned" and seq > shape.context:
+        raise InputError("seq", f"must be at most the context of {shape.context:,} (learned positions)")
+    recipe = _choice("recipe", given.get("recipe", "mixed"), tuple(RECIPES))
+    recompute = _choice("recompute", given.get("recompute", "none"), RECOMPUTE)
+    check_size(shape, seq, micro_batch)
+    return {"shape": shape, "seq": seq, "micro_batch": micro_batch, "recipe": recipe, "recompute": recompute}
+
+
+def check_shape(shape: Shape) -> None:
+    """Structural checks that the field ranges alone cannot make."""
+    if shape.hidden % shape.heads:
+        raise InputError("heads", f"{shape.heads} heads do not divide the width {shape.hidden}")
+    if shape.heads % shape.kv_heads:
+        raise InputError("kv-heads", f"{shape.kv_heads} key/value heads do not divide {shape.heads} heads")
+
+
+def check_size(shape: Shape, seq: int, micro_batch: int) -> None:
+    """Refuse configurations whose byte counts would not stay exact in a browser."""
+    state = 16 * param_counts(shape)["total"]
+    activations = 8 * shape.layers * (34 * seq * micro_batch * shape.hidden + 5 * shape.heads * seq * seq * micro_batch)
+    logits = 12 * seq * micro_batch * shape.vocab
+    if state + activations + logits <= MAX_BYTES:
+        return
+    if state >= activations + logits:
+        raise InputError("layers" if shape.layers > 1000 else "hidden", "makes the model absurdly large (over 9 PB)")
+    raise InputError("seq" if seq >= micro_batch else "micro-batch", "makes the activations absurdly large (over 9 PB)")

@@ -1,0 +1,18 @@
+"""Published model shapes, as plain data."""
+
+from .shape import Shape
+
+PRESETS: dict[str, Shape] = {
+    # Touvron et al. 2023 (LLaMA), Table 2: 6.7B; SwiGLU FFN 11,008, RMSNorm, rotary, untied head.
+    "llama-7b": Shape("llama-7b", 32, 4096, 32, 32, 11008, 32000, True, False, "rms", False, "rope", 2048),
+    # The course's Decoder (chapter 3): width 16, 2 heads, 2 blocks, GELU FFN twice the width,
+    # vocabulary 64, context 8, learned positions, pre-norm LayerNorm, no linear biases,
+    # head tied to the embedding and no final norm: 5,376 parameters.
+    "decoder": Shape("decoder", 2, 16, 2, 2, 32, 64, False, True, "layer", False, "learned", 8, False),
+    # Radford et al. 2019, the 124M GPT-2: LayerNorm, biases, learned positions, tied head.
+    "gpt2": Shape("gpt2", 12, 768, 12, 12, 3072, 50257, False, True, "layer", True, "learned", 1024),
+    # Touvron et al. 2023 (Llama 2), Table 1 / the released configs.
+    "llama-2-13b": Shape("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, True, False, "rms", False, "rope", 4096),
+    # Llama 2 70B uses grouped-query attention with 8 key/value heads.
+    "llama-2-70b": Shape("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, True, False, "rms", False, "rope", 4096),
+}

@@ -1,0 +1,55 @@
+"""The browser's entry point: JSON in, JSON out, never an exception."""
+
+from __future__ import annotations
+
+import json
+
+from .api import step, sweep, table
+from .inputs import InputError, parse_inputs
+from .units import format_gb, format_gib
+
+SWEEP_POINTS = 200
+
+
+def _display(n: int) -> dict[str, str]:
+    return {"gb": format_gb(n), "gib": format_gib(n)}
+
+
+def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
+    """Sequence lengths from 1/8 to 2x the chosen one (and the chosen one), for the peak-versus-sequence chart."""
+    lo, hi = max(1, seq // 8), seq * 2
+    return sorted({seq} | {lo + (hi - lo) * i // (points - 1) for i in range(points)})
+
+
+def compute(inputs: dict, want_sweep: bool = True) -> dict:
+    """Everything the page draws for one set of validated inputs."""
+    shape, seq, b = inputs["shape"], inputs["seq"], inputs["micro_batch"]
+    rows = table(shape, seq, b)
+    for row in rows:
+        row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
+    result = {
+        "ok": True,
+        "step": step(shape, seq, b, inputs["recipe"], inputs["recompute"]),
+        "table": rows,
+    }
+    if want_sweep:
+        seqs = seq_grid(seq)
+        if shape.positions == "learned":
+            seqs = [s for s in seqs if s <= shape.context]
+        result["sweep"] = {
+            "seq": seqs,
+            "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"]) for row in rows},
+        }
+    return result
+
+
+def handle(request: str) -> str:
+    """{"inputs": {field: value}, "sweep": bool} -> {"ok": true, ...} or {"ok": false, "field", "message"}."""
+    try:
+        payload = json.loads(request)
+        inputs = parse_inputs(payload.get("inputs", {}))
+        return json.dumps(compute(inputs, payload.get("sweep", True)))
+    except InputError as e:
+        return json.dumps({"ok": False, "field": e.field, "message": e.message})
+    except Exception as e:  # the page must keep working whatever arrives
+        return json.dumps({"ok": False, "field": None, "message": f"{type(e).__name__}: {e}"})

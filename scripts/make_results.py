@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Write docs/results.md from `calc` (and docs/data/measurements.json). `--check`: fail if it differs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import calc  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results.md"
+MEASUREMENTS = ROOT / "docs" / "data" / "measurements.json"
+SEQ, MICRO_BATCH = 4096, 1
+DECODER_SEQ, DECODER_BATCH = 8, 16
+# The deck's published peaks (GB, one decimal), shown beside ours.
+DECK_PEAKS = {"mixed-none": "199.5", "mixed-selective": "116.1", "mixed-full": "110.7", "fp32-none": "186.3"}
+WHY_DIFFERENT = {
+    "mixed-selective": (
+        "the deck re-creates a layer's whole $sbh(34 + 5as/h)$ on top of its $34\\,sbh$ checkpoint, so the kept "
+        "$34\\,sbh$ is counted twice; a real backward pass recomputes only the dropped attention term "
+        "($5as^2b$), while the training loop still holds the 16-bit logits"
+    ),
+}
+
+
+def gb(n: int) -> str:
+    return f"{calc.format_gb(n)} GB"
+
+
+def recipe_table(rows: list[dict]) -> list[str]:
+    head = "| Recipe | Weights | Gradients | Optimiser | Master | Activations | Logits | Peak | Peak (GiB) | Deck |"
+    out = [head, "|---|" + "---:|" * 9]
+    for row in rows:
+        cells = [gb(row["bytes"][c]) for c in calc.CATEGORIES]
+        ours, deck = calc.format_gb(row["peak"]), DECK_PEAKS[row["id"]]
+        mark = "same" if ours == deck else f"{deck} GB (see below)"
+        out.append(
+            f"| {row['label']} | "
+            + " | ".join(cells)
+            + f" | **{gb(row['peak'])}** | {calc.format_gib(row['peak'])} GiB | {mark} |"
+        )
+    return out
+
+
+def exact_table(rows: list[dict]) -> list[str]:
+    out = ["| Recipe | Peak (bytes) | Set by the event |", "|---|---:|---|"]
+    out += [f"| `{row['id']}` | {row['peak']:,} | {row['peak_event']} |" for row in rows]
+    return out
+
+
+def measured_section() -> list[str]:
+    out = ["### 10.6 Checked against a real training step", ""]
+    if not MEASUREMENTS.exists():
+        return [*out, "Pending: run `python scripts/training/measure.py --write`.", ""]
+    data = json.loads(MEASUREMENTS.read_text())
+    env = data.get("environment", {})
+    if env:
+        out += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".", ""]
+    sv = data.get("saved_values")
+    if sv:
+        out += [
+            f"Values saved for backward by one Decoder block, per sequence: **{sv['per_sequence_per_block']:,}** "
+            f"measured in a real backward pass; Korthikanti et al.'s formula gives {sv['formula']:,}.",
+            "",
+        ]
+    out += [
+        "| Run | Device | Recomputation | Measured peak (bytes) | Predicted peak (bytes) | Predicted / measured |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for run in data.get("runs", []):
+        if run.get("measured_peak") is None:
+            out.append(
+                f"| {run['name']} | {run['device']} | {run['recompute']} | pending | "
+                f"{run['predicted_peak']:,} | `{run.get('command', '')}` |"
+            )
+        else:
+            ratio = run["predicted_peak"] / run["measured_peak"]
+            out.append(
+                f"| {run['name']} | {run['device']} | {run['recompute']} | {run['measured_peak']:,} | "
+                f"{run['predicted_peak']:,} | {ratio:.3f} |"
+            )
+    out += ["", *data.get("notes", [])]
+    return [*out, ""]
+
+
+def render() -> str:
+    llama = calc.PRESETS["llama-7b"]
+    rows = calc.table(llama, SEQ, MICRO_BATCH)
+    n = calc.param_counts(llama)["total"]
+    mixed = calc.step(llama, SEQ, MICRO_BATCH, "mixed", "none")
+    dec = calc.PRESETS["decoder"]
+    dec_step = calc.step(dec, DECODER_SEQ, DECODER_BATCH, "mixed", "none")
+    dec_n = dec_step["params"]
+    per_seq_block = calc.layer_bytes(dec, DECODER_SEQ, 1) // 2  # 16-bit bytes -> values
+    lines = [
+        "# Results",
+        "",
+        "Every number on this page is computed by `calc` and written by `python scripts/make_results.py`;",
+        "a test fails when this file differs from what that command produces. GB is $10^9$ bytes, GiB $2^{30}$.",
+        "",
+        "## 10. Memory",
+        "",
+        f"### 10.1 The four recipes: LLaMA 7B, sequence {SEQ:,}, micro-batch {MICRO_BATCH}",
+        "",
+        f"LLaMA 7B has {n:,} parameters (embedding, 32 layers, final RMSNorm and an untied head).",
+        "",
+        *recipe_table(rows),
+        "",
+        *exact_table(rows),
+        "",
+    ]
+    for row in rows:
+        if row["id"] in WHY_DIFFERENT:
+            lines += [
+                f"**Why {row['id']} differs from the deck** ({DECK_PEAKS[row['id']]} GB there, "
+                f"{calc.format_gb(row['peak'])} GB here): {WHY_DIFFERENT[row['id']]}.",
+                "",
+            ]
+    lines += [
+        "### 10.2 State: 16 bytes per parameter",
+        "",
+        f"Mixed-precision Adam: weights {gb(mixed['bytes']['weights'])}, gradients {gb(mixed['bytes']['gradients'])}, "
+        f"Adam moments {gb(mixed['bytes']['optimizer'])}, master copy {gb(mixed['bytes']['master'])}: "
+        f"$16N$ = {16 * n:,} bytes = **{gb(16 * n)}** ({calc.format_gib(16 * n)} GiB).",
+        "",
+        "### 10.3 Activations",
+        "",
+        f"Per layer, no recomputation: {mixed['activations_per_layer']:,} bytes; over 32 layers "
+        f"**{gb(mixed['bytes']['activations'])}**. Logits ($6sbV$): {mixed['bytes']['logits']:,} bytes.",
+        "",
+        "### 10.4 The Decoder",
+        "",
+        f"{dec_n:,} parameters; $16N$ = **{16 * dec_n:,} bytes** of state. Korthikanti et al.'s formula: "
+        f"**{per_seq_block:,} values** per sequence per block. Peak at {DECODER_BATCH} sequences of "
+        f"{DECODER_SEQ}, mixed precision, no recomputation: **{dec_step['peak']:,} bytes**, set by: "
+        f"{dec_step['peak_event']}.",
+        "",
+        "### 10.5 Parameter counts of the presets",
+        "",
+        "| Preset | Parameters |",
+        "|---|---:|",
+        *[f"| `{name}` | {calc.param_counts(s)['total']:,} |" for name, s in calc.PRESETS.items()],
+        "",
+        *measured_section(),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--check", action="store_true", help="exit 1 if docs/results.md is not up to date")
+    args = p.parse_args()
+    text = render()
+    if args.check:
+        if RESULTS.read_text() != text:
+            print("docs/results.md is out of date: run python scripts/make_results.py", file=sys.stderr)
+            return 1
+        return 0
+    RESULTS.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Hypothesis strategies shared by the tests: valid model shapes and runs."""
+
+from hypothesis import strategies as st
+
+import calc
+
+
+@st.composite
+def shapes(draw) -> calc.Shape:
+    """Any valid shape: heads divide the width, key/value heads divide the heads."""
+    head_dim = draw(st.sampled_from([1, 2, 4, 8, 16, 64, 128]))
+    heads = draw(st.integers(1, 64))
+    kv_heads = draw(st.sampled_from([d for d in range(1, heads + 1) if heads % d == 0]))
+    positions = draw(st.sampled_from(calc.shape.POSITIONS))
+    return calc.Shape(
+        name="drawn",
+        layers=draw(st.integers(1, 96)),
+        hidden=heads * head_dim,
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn=draw(st.integers(1, 65536)),
+        vocab=draw(st.integers(1, 256_000)),
+        gated_ffn=draw(st.booleans()),
+        tied=draw(st.booleans()),
+        norm=draw(st.sampled_from(calc.shape.NORMS)),
+        bias=draw(st.booleans()),
+        positions=positions,
+        context=draw(st.integers(1, 1 << 16)),
+        final_norm=draw(st.booleans()),
+    )
+
+
+seqs = st.integers(1, 1 << 15)
+micro_batches = st.integers(1, 64)
+recipes = st.sampled_from(list(calc.RECIPES))
+recomputes = st.sampled_from(calc.RECOMPUTE)

@@ -1,0 +1,100 @@
+"""The command line: outputs, and one-line errors with exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import calc
+from calc.cli import main
+from conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "training" / "memory.py"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_json_is_the_core_result():
+    """--json prints step() for the chosen inputs, with stable field names."""
+    out = run("--preset", "decoder", "--seq", "8", "--micro-batch", "16", "--json")
+    assert out.returncode == 0
+    data = json.loads(out.stdout)
+    assert data == json.loads(json.dumps(calc.step(calc.PRESETS["decoder"], 8, 16)))
+    assert {"params", "bytes", "activations_per_layer", "peak", "peak_event", "events"} <= set(data)
+    assert set(data["bytes"]) == set(calc.CATEGORIES)
+    assert all(isinstance(v, int) for v in data["bytes"].values())
+
+
+def test_table_prints_the_four_recipes(capsys):
+    """--table: the deck's table for LLaMA 7B."""
+    assert main(["--table"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6
+    assert lines[2].endswith("| 104.2 GB | 0.8 GB | 199.5 GB")
+    assert lines[5].startswith("FP32 Adam") and lines[5].endswith("186.3 GB")
+
+
+def test_events_marks_the_peak(capsys):
+    """--events lists every event and marks the peak once."""
+    assert main(["--recompute", "full", "--events"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("<- peak") == 1
+    assert len(out.splitlines()) == 1 + len(calc.step(calc.PRESETS["llama-7b"], recompute="full")["events"])
+
+
+def test_shape_flags_override_the_preset(capsys):
+    """Shape flags start from the preset; changing heads keeps attention multi-head."""
+    assert main(["--preset", "gpt2", "--layers", "24", "--heads", "16", "--seq", "1024", "--json"]) == 0
+    cfg = json.loads(capsys.readouterr().out)["config"]["shape"]
+    assert (cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["hidden"]) == (24, 16, 16, 768)
+
+
+def test_learned_positions_default_to_the_context(capsys):
+    """A learned-position preset defaults its sequence to its context."""
+    assert main(["--preset", "gpt2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["seq"] == 1024
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--seq", "0"], "seq"),
+        (["--seq", "-5"], "seq"),
+        (["--micro-batch", "abc"], "micro-batch"),
+        (["--hidden", "1.5"], "hidden"),
+        (["--heads", "0"], "heads"),
+        (["--hidden", "4100"], "heads"),  # 32 heads do not divide 4100
+        (["--kv-heads", "5"], "kv-heads"),
+        (["--layers", "100000"], "layers"),
+        (["--seq", "10000000", "--micro-batch", "60000"], "seq"),
+        (["--preset", "nope"], "preset"),
+        (["--recipe", "bf16"], "recipe"),
+        (["--recompute", "some"], "recompute"),
+        (["--norm", "batch"], "norm"),
+        (["--preset", "gpt2", "--seq", "2048"], "seq"),  # beyond the learned position table
+    ],
+)
+def test_bad_input_one_line_exit_2(args, field):
+    """Bad input: exit 2, one line on stderr naming the field, no traceback."""
+    out = run(*args)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert f"--{field}" in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_unknown_flag_is_one_line():
+    """argparse's own errors are one line too."""
+    out = run("--bogus")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_python_m_calc():
+    """python -m calc is the same CLI."""
+    out = subprocess.run([sys.executable, "-m", "calc", "--table"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout == run("--table").stdout

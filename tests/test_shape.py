@@ -1,0 +1,59 @@
+"""Parameter counts from a model's shape."""
+
+import pytest
+from hypothesis import given
+
+import calc
+from strategies import shapes
+
+# Published parameter counts (the released checkpoints' totals).
+PUBLISHED = {
+    "llama-7b": 6_738_415_616,  # Touvron et al. 2023; "6.7B" in Table 2
+    "llama-2-13b": 13_015_864_320,  # Touvron et al. 2023 (Llama 2); "13B"
+    "llama-2-70b": 68_976_648_192,  # Llama 2 70B with GQA (8 key/value heads); "70B"
+    "gpt2": 124_439_808,  # Radford et al. 2019, the "117M"/124M model
+    "decoder": 5_376,  # the course's Decoder (chapter 3)
+}
+
+
+@pytest.mark.parametrize("name", sorted(calc.PRESETS))
+def test_preset_matches_published_count(name):
+    """Every preset's exact count equals the published one."""
+    assert calc.param_counts(calc.PRESETS[name])["total"] == PUBLISHED[name]
+
+
+def test_every_preset_has_a_published_count():
+    """No preset goes unchecked."""
+    assert set(calc.PRESETS) == set(PUBLISHED)
+
+
+def test_llama_7b_breakdown():
+    """LLaMA 7B: 32 layers of 202,383,360, an embedding and an untied head of 131,072,000."""
+    counts = calc.param_counts(calc.PRESETS["llama-7b"])
+    assert counts["per_layer"] == 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    assert counts["embedding"] == counts["head"] == 32000 * 4096
+    assert counts["final_norm"] == 4096 and counts["positions"] == 0
+
+
+def test_gqa_shrinks_key_and_value():
+    """Fewer key/value heads remove 2h(h - kv_width) parameters per layer."""
+    mha = calc.PRESETS["llama-2-70b"].replace(kv_heads=64)
+    gqa = calc.PRESETS["llama-2-70b"]
+    h = 8192
+    assert calc.param_counts(mha)["per_layer"] - calc.param_counts(gqa)["per_layer"] == 2 * h * (h - 8 * 128)
+
+
+@given(shapes())
+def test_breakdown_adds_up(shape):
+    """The total is the sum of its parts, and layers are L times one layer."""
+    c = calc.param_counts(shape)
+    assert c["layers"] == shape.layers * c["per_layer"]
+    assert c["total"] == c["embedding"] + c["positions"] + c["layers"] + c["final_norm"] + c["head"]
+
+
+@given(shapes())
+def test_tying_removes_exactly_the_head(shape):
+    """An untied head adds V x h (plus V biases) and nothing else."""
+    untied, tied = shape.replace(tied=False), shape.replace(tied=True)
+    extra = shape.vocab * shape.hidden + (shape.vocab if shape.bias else 0)
+    assert calc.param_counts(untied)["total"] - calc.param_counts(tied)["total"] == extra

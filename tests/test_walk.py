@@ -1,0 +1,151 @@
+"""The deck's numbers and the walk's invariants."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import calc
+from calc.walk import events, peak, segments
+from strategies import micro_batches, recipes, recomputes, seqs, shapes
+
+LLAMA = calc.PRESETS["llama-7b"]
+DECODER = calc.PRESETS["decoder"]
+
+# The deck's table (GB, one decimal): weights, gradients, optimizer, master, activations, logits.
+DECK_CELLS = {
+    "mixed-none": ("13.5", "13.5", "53.9", "27.0", "104.2", "0.8"),
+    "mixed-selective": ("13.5", "13.5", "53.9", "27.0", "18.3", "0.8"),
+    "mixed-full": ("13.5", "13.5", "53.9", "27.0", "1.1", "0.8"),
+    "fp32-none": ("27.0", "27.0", "53.9", "0.0", "104.2", "0.8"),
+}
+DECK_PEAKS = {"mixed-none": "199.5", "mixed-selective": "116.1", "mixed-full": "110.7", "fp32-none": "186.3"}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {row["id"]: row for row in calc.table(LLAMA, 4096, 1)}
+
+
+@pytest.mark.parametrize("row_id", DECK_CELLS)
+def test_deck_table_cells(rows, row_id):
+    """Every category cell of the deck's table, at its rounding."""
+    assert tuple(calc.format_gb(rows[row_id]["bytes"][c]) for c in calc.CATEGORIES) == DECK_CELLS[row_id]
+
+
+@pytest.mark.parametrize("row_id", ["mixed-none", "mixed-full", "fp32-none"])
+def test_deck_peaks_reproduced(rows, row_id):
+    """The honest walk reproduces three of the deck's four peaks exactly."""
+    assert calc.format_gb(rows[row_id]["peak"]) == DECK_PEAKS[row_id]
+
+
+def test_selective_peak_differs_from_deck_by_the_double_counted_checkpoint(rows):
+    """Selective: 115.8 GB, not the deck's 116.1; the deck's rule adds 34sbh and drops the 16-bit logits."""
+    ours = rows["mixed-selective"]["peak"]
+    assert calc.format_gb(ours) == "115.8"
+    sbh = 4096 * 4096
+    deck_rule = ours + 34 * sbh - 2 * 4096 * 32000  # re-create 194sbh on top of 34sbh; logits already freed
+    assert calc.format_gb(deck_rule) == DECK_PEAKS["mixed-selective"]
+
+
+def test_peak_events(rows):
+    """Where each peak is set: head gradient (no recomputation), first or last layer's recomputation."""
+    assert rows["mixed-none"]["peak_event"].startswith("loss backward")
+    assert rows["fp32-none"]["peak_event"].startswith("loss backward")
+    assert rows["mixed-selective"]["peak_event"] == "backward layer 32: recompute dropped activations"
+    assert rows["mixed-full"]["peak_event"] == "backward layer 1: recompute dropped activations"
+
+
+def test_sixteen_n():
+    """16N = 107.8 GB for LLaMA 7B; the activations are 104.2 GB."""
+    s = calc.step(LLAMA)
+    assert sum(s["bytes"][c] for c in ("weights", "gradients", "optimizer", "master")) == 16 * s["params"]
+    assert calc.format_gb(16 * s["params"]) == "107.8"
+    assert s["activations_per_layer"] == 4096 * 4096 * (34 + 5 * 32 * 4096 // 4096)
+
+
+def test_decoder_figures():
+    """The Decoder: 86,016 bytes of state, 2,496 values per sequence per block, peak 286,208 bytes."""
+    s = calc.step(DECODER, seq=8, micro_batch=16)
+    assert 16 * s["params"] == 86_016
+    assert calc.layer_bytes(DECODER, 8, 1) // 2 == 2_496
+    assert s["peak"] == 286_208
+
+
+@settings(max_examples=200, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes, recomputes)
+def test_walk_invariants(shape, seq, b, recipe, recompute):
+    """Peak >= static state and every running total; allocations minus frees = what remains; totals add up."""
+    s = calc.step(shape, seq, b, recipe, recompute)
+    walk = s["events"]
+    assert s["peak"] == max(e["total"] for e in walk) == walk[s["peak_index"]]["total"]
+    assert s["peak"] >= s["static"]
+    assert walk[s["peak_index"]]["label"] == s["peak_event"]
+    running = dict.fromkeys(calc.CATEGORIES, 0)
+    for e in walk:
+        running[e["category"]] += e["bytes"]
+        assert e["totals"] == running and e["total"] == sum(running.values())
+        assert all(v >= 0 for v in running.values())
+    # After the step only the state that persists across steps remains.
+    assert running == {
+        **dict.fromkeys(calc.CATEGORIES, 0),
+        "weights": s["bytes"]["weights"],
+        "optimizer": s["bytes"]["optimizer"],
+        "master": s["bytes"]["master"],
+    }
+    assert sum(e["bytes"] for e in walk) == s["static"]
+    # Each category's high-water mark never exceeds its full size.
+    for c in ("weights", "gradients", "optimizer", "master", "logits"):
+        assert max(e["totals"][c] for e in walk) == s["bytes"][c]
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes, recomputes)
+def test_fast_peak_equals_expanded_walk(shape, seq, b, recipe, recompute):
+    """The segment-wise peak equals the maximum over the expanded event list, at the same event."""
+    segs = segments(shape, seq, b, recipe, recompute)
+    walk = events(segs)
+    totals = [e["total"] for e in walk]
+    assert peak(segs) == (max(totals), totals.index(max(totals)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes)
+def test_recomputation_order(shape, seq, b, recipe):
+    """Activations fall from none to selective to full; so does the peak, never below the state."""
+    steps = [calc.step(shape, seq, b, recipe, r) for r in calc.RECOMPUTE]
+    acts = [s["bytes"]["activations"] for s in steps]
+    assert acts[0] >= acts[1] >= acts[2]
+    assert steps[0]["peak"] >= steps[2]["peak"] >= steps[0]["static"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes, recomputes, st.integers(1, 8))
+def test_peak_grows_with_sequence_and_batch(shape, seq, b, recipe, recompute, k):
+    """More tokens never need less memory."""
+    base = calc.step(shape, seq, b, recipe, recompute)["peak"]
+    assert calc.step(shape, seq + k, b, recipe, recompute)["peak"] >= base
+    assert calc.step(shape, seq, b + k, recipe, recompute)["peak"] >= base
+
+
+@given(shapes(), st.lists(seqs, min_size=1, max_size=20), micro_batches, recipes, recomputes)
+def test_sweep_matches_step(shape, seq_list, b, recipe, recompute):
+    """The sweep's peaks are the step's peaks."""
+    assert calc.sweep(shape, seq_list, b, recipe, recompute) == [
+        calc.step(shape, s, b, recipe, recompute)["peak"] for s in seq_list
+    ]
+
+
+def test_every_event_has_a_source_and_a_known_category():
+    """Each event names a category and where its size comes from."""
+    for recompute in calc.RECOMPUTE:
+        for e in calc.step(LLAMA, recompute=recompute)["events"]:
+            assert e["category"] in calc.CATEGORIES
+            assert e["phase"] in ("start", "forward", "backward", "optimizer")
+            assert e["source"]
+
+
+def test_fp32_activations_double():
+    """Counting activations at 4 bytes doubles the 16-bit formula."""
+    two = calc.step(DECODER, 8, 4, "fp32", "none")
+    four = calc.step(DECODER, 8, 4, "fp32", "none", activation_bytes=4)
+    assert four["bytes"]["activations"] == 2 * two["bytes"]["activations"]

@@ -1,0 +1,53 @@
+"""The browser entry point: JSON in, JSON out, errors as data."""
+
+import json
+
+import calc
+from calc import web
+
+
+def call(**payload):
+    return json.loads(web.handle(json.dumps(payload)))
+
+
+def test_default_is_the_deck_configuration():
+    """No inputs: LLaMA 7B at 4,096, the four recipes, a 200-point sweep."""
+    out = call()
+    assert out["ok"]
+    assert [r["id"] for r in out["table"]] == ["mixed-none", "mixed-selective", "mixed-full", "fp32-none"]
+    assert out["table"] == json.loads(
+        json.dumps(
+            [{**r, "display": out["table"][i]["display"]} for i, r in enumerate(calc.table(calc.PRESETS["llama-7b"]))]
+        )
+    )
+    assert out["table"][0]["display"]["peak"]["gb"] == "199.5"
+    assert len(out["sweep"]["seq"]) >= 200
+    assert 4096 in out["sweep"]["seq"]
+    i = out["sweep"]["seq"].index(4096)
+    assert {k: v[i] for k, v in out["sweep"]["peaks"].items()} == {r["id"]: r["peak"] for r in out["table"]}
+
+
+def test_inputs_use_the_cli_names():
+    """Field names are the CLI's flags."""
+    out = call(inputs={"preset": "decoder", "seq": "8", "micro-batch": "16", "recompute": "full"})
+    assert out["step"]["config"]["recompute"] == "full"
+    assert out["table"][0]["peak"] == 286_208
+
+
+def test_errors_name_the_field():
+    """Bad input comes back as data naming the field."""
+    assert call(inputs={"seq": "-1"}) == {"ok": False, "field": "seq", "message": "must be at least 1, got -1"}
+    assert call(inputs={"heads": "3"})["field"] == "heads"
+    assert call(inputs={"wat": "1"})["field"] == "wat"
+
+
+def test_garbage_never_raises():
+    """Whatever arrives, handle answers with JSON."""
+    for request in ["", "null", "[1]", '{"inputs": 5}', "{"]:
+        assert json.loads(web.handle(request))["ok"] is False
+
+
+def test_sweep_respects_learned_positions():
+    """GPT-2's sweep stops at its context."""
+    out = call(inputs={"preset": "gpt2"})
+    assert max(out["sweep"]["seq"]) <= 1024
