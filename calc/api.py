@@ -2,27 +2,68 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from . import activations as act
+from .parallel import SINGLE, Parallel, device_params, stage_layers, zero_shard
 from .recipes import RECIPES, TABLE_ROWS
 from .shape import Shape, param_counts
-from .walk import events, peak, segments
+from .walk import events, peak, segments, seq_sizes, template
 
 
 def sizes(
-    shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int = 2
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    activation_bytes: int = 2,
+    par: Parallel = SINGLE,
+    stage: int = 0,
 ) -> dict[str, int]:
-    """The full size of each category: what the deck's table shows."""
-    r, n = RECIPES[recipe], param_counts(shape)["total"]
+    """The full size of each category on one device of `stage`: what the deck's table shows."""
+    r, n = RECIPES[recipe], device_params(shape, par, stage)["total"]
     scale = activation_bytes // 2
+    in_flight = par.pp - stage
+    last = stage == par.pp - 1
     return {
-        "weights": r.weights * n,
-        "gradients": r.gradients * n,
-        "optimizer": r.optimizer * n,
-        "master": r.master * n,
-        "activations": shape.layers * act.kept_bytes(shape, seq, micro_batch, recompute) * scale,
-        "logits": act.logits_16bit_bytes(shape, seq, micro_batch) * scale
-        + act.logits_fp32_bytes(shape, seq, micro_batch),
+        "weights": r.weights * zero_shard(n, par, 3),
+        "gradients": r.gradients * zero_shard(n, par, 2),
+        "optimizer": r.optimizer * zero_shard(n, par, 1),
+        "master": r.master * zero_shard(n, par, 1),
+        "activations": in_flight
+        * len(stage_layers(shape, par.pp, stage))
+        * act.kept_bytes(shape, seq, micro_batch, recompute, par)
+        * scale,
+        "logits": (
+            act.logits_16bit_bytes(shape, seq, micro_batch, par) * scale
+            + act.logits_fp32_bytes(shape, seq, micro_batch, par)
+        )
+        if last
+        else 0,
     }
+
+
+def worst_stage(
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    activation_bytes: int = 2,
+    par: Parallel = SINGLE,
+) -> tuple[int, list, tuple[int, int]]:
+    """(stage, segments, (peak, index)) of the pipeline stage whose device peaks highest.
+
+    The first stage holds the most micro-batches in flight, the last the logits; stages in
+    between hold no more than the first."""
+    best = None
+    for stage in sorted({0, par.pp - 1}):
+        segs = segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage)
+        top = peak(segs)
+        if best is None or top[0] > best[2][0]:
+            best = (stage, segs, top)
+    return best
 
 
 def step(
@@ -32,25 +73,28 @@ def step(
     recipe: str = "mixed",
     recompute: str = "none",
     activation_bytes: int = 2,
+    par: Parallel = SINGLE,
 ) -> dict:
-    """One training step: sizes, the event walk and its peak (the CLI's --json object)."""
-    segs = segments(shape, seq, micro_batch, recipe, recompute, activation_bytes)
+    """One training step on one device: sizes, the event walk and its peak (the CLI's --json object)."""
+    stage, segs, (top, at) = worst_stage(shape, seq, micro_batch, recipe, recompute, activation_bytes, par)
     walk = events(segs)
-    top, at = peak(segs)
-    counts = param_counts(shape)
     return {
         "config": {
-            "shape": shape.__dict__.copy(),
+            "shape": asdict(shape),
             "seq": seq,
             "micro_batch": micro_batch,
             "recipe": recipe,
             "recompute": recompute,
             "activation_bytes": activation_bytes,
+            "parallel": asdict(par),
         },
-        "params": counts["total"],
-        "param_counts": counts,
-        "bytes": sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes),
-        "activations_per_layer": act.kept_bytes(shape, seq, micro_batch, recompute) * (activation_bytes // 2),
+        "params": param_counts(shape)["total"],
+        "param_counts": param_counts(shape),
+        "device_params": device_params(shape, par, stage)["total"],
+        "stage": stage,
+        "devices": par.devices,
+        "bytes": sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage),
+        "activations_per_layer": act.kept_bytes(shape, seq, micro_batch, recompute, par) * (activation_bytes // 2),
         "static": walk[len(segs[0].events) - 1]["total"],
         "peak": top,
         "peak_event": walk[at]["label"],
@@ -59,11 +103,11 @@ def step(
     }
 
 
-def table(shape: Shape, seq: int = 4096, micro_batch: int = 1) -> list[dict]:
-    """The deck's four recipes for one shape."""
+def table(shape: Shape, seq: int = 4096, micro_batch: int = 1, par: Parallel = SINGLE) -> list[dict]:
+    """The deck's four recipes for one shape (per device)."""
     rows = []
     for recipe, recompute in TABLE_ROWS:
-        s = step(shape, seq, micro_batch, recipe, recompute)
+        s = step(shape, seq, micro_batch, recipe, recompute, par=par)
         label = f"{RECIPES[recipe].label}, {'no' if recompute == 'none' else recompute} recomputation"
         rows.append(
             {
@@ -80,7 +124,13 @@ def table(shape: Shape, seq: int = 4096, micro_batch: int = 1) -> list[dict]:
 
 
 def sweep(
-    shape: Shape, seqs: list[int], micro_batch: int = 1, recipe: str = "mixed", recompute: str = "none"
+    shape: Shape,
+    seqs: list[int],
+    micro_batch: int = 1,
+    recipe: str = "mixed",
+    recompute: str = "none",
+    par: Parallel = SINGLE,
 ) -> list[int]:
-    """Peak bytes for each sequence length (the same walk, without expanding its events)."""
-    return [peak(segments(shape, s, micro_batch, recipe, recompute))[0] for s in seqs]
+    """Peak bytes per device for each sequence length (the same walk, without expanding its events)."""
+    stages = [template(shape, recipe, recompute, par, stage) for stage in sorted({0, par.pp - 1})]
+    return [max(peak(t, seq_sizes(shape, s, micro_batch, recompute, 2, par))[0] for t in stages) for s in seqs]

@@ -49,8 +49,8 @@ def test_selective_peak_differs_from_deck_by_the_double_counted_checkpoint(rows)
 
 def test_peak_events(rows):
     """Where each peak is set: head gradient (no recomputation), first or last layer's recomputation."""
-    assert rows["mixed-none"]["peak_event"].startswith("loss backward")
-    assert rows["fp32-none"]["peak_event"].startswith("loss backward")
+    assert rows["mixed-none"]["peak_event"].startswith("loss and head backward")
+    assert rows["fp32-none"]["peak_event"].startswith("loss and head backward")
     assert rows["mixed-selective"]["peak_event"] == "backward layer 32: recompute dropped activations"
     assert rows["mixed-full"]["peak_event"] == "backward layer 1: recompute dropped activations"
 
