@@ -5,6 +5,8 @@ from . import web
 from .activations import kept_bytes, layer_bytes, logits_bytes
 from .api import sizes, step, sweep, table
 from .inputs import InputError, parse_inputs
+from .parallel import SINGLE, Parallel, device_params
+from .plan import plan, recompute_overhead
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE, TABLE_ROWS, Recipe
 from .shape import Shape, param_counts
@@ -20,10 +22,13 @@ __all__ = [
     "PRESETS",
     "RECIPES",
     "RECOMPUTE",
+    "SINGLE",
     "TABLE_ROWS",
     "InputError",
+    "Parallel",
     "Recipe",
     "Shape",
+    "device_params",
     "format_gb",
     "format_gib",
     "kept_bytes",
@@ -31,6 +36,8 @@ __all__ = [
     "logits_bytes",
     "param_counts",
     "parse_inputs",
+    "plan",
+    "recompute_overhead",
     "sizes",
     "step",
     "sweep",

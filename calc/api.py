@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from . import activations as act
-from .parallel import SINGLE, Parallel, device_params, stage_layers, zero_shard
-from .recipes import RECIPES, TABLE_ROWS
+from .parallel import SINGLE, Parallel, device_params, stage_layers
+from .recipes import RECIPES, TABLE_ROWS, state_bytes
 from .shape import Shape, param_counts
 from .walk import events, peak, segments, seq_sizes, template
 
@@ -22,15 +22,11 @@ def sizes(
     stage: int = 0,
 ) -> dict[str, int]:
     """The full size of each category on one device of `stage`: what the deck's table shows."""
-    r, n = RECIPES[recipe], device_params(shape, par, stage)["total"]
     scale = activation_bytes // 2
     in_flight = par.pp - stage
     last = stage == par.pp - 1
     return {
-        "weights": r.weights * zero_shard(n, par, 3),
-        "gradients": r.gradients * zero_shard(n, par, 2),
-        "optimizer": r.optimizer * zero_shard(n, par, 1),
-        "master": r.master * zero_shard(n, par, 1),
+        **state_bytes(device_params(shape, par, stage)["total"], recipe, par),
         "activations": in_flight
         * len(stage_layers(shape, par.pp, stage))
         * act.kept_bytes(shape, seq, micro_batch, recompute, par)

@@ -8,6 +8,7 @@ import sys
 
 from .api import step, table
 from .inputs import BOOL_FIELDS, CHOICE_FIELDS, INT_FIELDS, InputError, parse_inputs
+from .plan import plan
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
 from .units import format_gb, format_gib
@@ -34,10 +35,22 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", metavar="N", help="sequences per step b (default 1)")
     p.add_argument("--recipe", metavar="|".join(RECIPES), help="precision/optimiser recipe (default mixed)")
     p.add_argument("--recompute", metavar="|".join(RECOMPUTE), help="activation recomputation (default none)")
+    par = p.add_argument_group("several devices (bytes and peak become per device)")
+    par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
+    par.add_argument("--tp", metavar="N", help="tensor-parallel ranks (default 1)")
+    par.add_argument("--pp", metavar="N", help="pipeline stages (default 1)")
+    par.add_argument("--zero", metavar="0|1|2|3", help="ZeRO stage over the dp workers (default 0)")
+    par.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
+    par.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention")
+    par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
+    par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan (default 80)")
+    p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     out.add_argument("--table", action="store_true", help="print the deck's four-recipe table in GB")
     out.add_argument("--events", action="store_true", help="print the step event by event")
+    out.add_argument(
+        "--plan", action="store_true", help="list the layouts that fit --capacity-gb, fewest devices first"
+    )
     return p
 
 
@@ -74,18 +87,40 @@ def format_summary(result: dict) -> str:
     return "\n".join(lines)
 
 
+def format_plan(rows: list[dict], capacity: int) -> str:
+    if not rows:
+        return f"nothing fits in {format_gb(capacity)} GB"
+    lines = [
+        "devices | dp | tp | pp | ZeRO | recompute | micro-batch | peak GB | extra compute",
+        "---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---:",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | {r['zero']} | {r['recompute']} | "
+            f"{r['micro_batch']} | {format_gb(r['peak'])} | {r['extra_compute']:.1%}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
-    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in ("json", "table", "events")}
+    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in ("json", "table", "events", "plan")}
     try:
         inputs = parse_inputs(raw)
     except InputError as e:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)
         return 2
-    if args.table:
-        print(format_table(table(inputs["shape"], inputs["seq"], inputs["micro_batch"])))
+    shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
+    if args.plan:
+        rows = plan(
+            shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
+        )
+        print(json.dumps(rows, indent=1) if args.json else format_plan(rows, inputs["capacity"]))
         return 0
-    result = step(inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["recipe"], inputs["recompute"])
+    if args.table:
+        print(format_table(table(shape, seq, inputs["micro_batch"], par)))
+        return 0
+    result = step(shape, seq, inputs["micro_batch"], inputs["recipe"], inputs["recompute"], par=par)
     if args.json:
         print(json.dumps(result, indent=1))
     elif args.events:

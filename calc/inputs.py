@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .parallel import Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
 from .shape import NORMS, POSITIONS, Shape, param_counts
+from .units import GB
 
 DEFAULT_PRESET = "llama-7b"
 DEFAULT_SEQ = 4096
@@ -25,8 +27,25 @@ INT_FIELDS = {
 }
 BOOL_FIELDS = {"gated-ffn": "gated_ffn", "tied": "tied", "bias": "bias", "final-norm": "final_norm"}
 CHOICE_FIELDS = {"norm": ("norm", NORMS), "positions": ("positions", POSITIONS)}
-RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16}
-FIELDS = ("preset", *INT_FIELDS, *BOOL_FIELDS, *CHOICE_FIELDS, "seq", "micro-batch", "recipe", "recompute")
+RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "global-batch": 1 << 20}
+PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000}
+PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
+DEFAULT_CAPACITY_GB = 80
+FIELDS = (
+    "preset",
+    *INT_FIELDS,
+    *BOOL_FIELDS,
+    *CHOICE_FIELDS,
+    "seq",
+    "micro-batch",
+    "recipe",
+    "recompute",
+    *PARALLEL_LIMITS,
+    "zero",
+    *PARALLEL_BOOLS,
+    "global-batch",
+    "capacity-gb",
+)
 
 
 class InputError(ValueError):
@@ -73,8 +92,21 @@ def _choice(field: str, raw: object, choices) -> str:
     return text
 
 
+def _capacity(raw: object) -> int:
+    """Device capacity in GB (10^9 bytes), up to three decimals, as exact bytes."""
+    text = str(raw).strip()
+    whole, _, frac = text.partition(".")
+    if not whole.isdigit() or not (frac == "" or (frac.isdigit() and len(frac) <= 3)):
+        raise InputError("capacity-gb", f"must be a number of GB like 80 or 94.5, got {text!r}")
+    capacity = int(whole) * GB + int(frac.ljust(3, "0") or 0) * GB // 1000
+    if not 0 < capacity <= 100_000 * GB:
+        raise InputError("capacity-gb", f"must be more than 0 and at most 100,000 GB, got {text}")
+    return capacity
+
+
 def parse_inputs(raw: Mapping[str, object]) -> dict:
-    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute"}.
+    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "par",
+    "global_batch", "capacity"}.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
     default's) value. Raises InputError naming the first bad field."""
@@ -107,7 +139,27 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     recipe = _choice("recipe", given.get("recipe", "mixed"), tuple(RECIPES))
     recompute = _choice("recompute", given.get("recompute", "none"), RECOMPUTE)
     check_size(shape, seq, micro_batch)
-    return {"shape": shape, "seq": seq, "micro_batch": micro_batch, "recipe": recipe, "recompute": recompute}
+    degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
+    zero = given.get("zero", 0)
+    if str(zero).strip() not in ("0", "1", "2", "3"):
+        raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {str(zero)!r}")
+    flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
+    par = Parallel(degrees["dp"], degrees["tp"], degrees["pp"], int(str(zero).strip()), **flags)
+    problem = check(shape, par)
+    if problem:
+        raise InputError(*problem)
+    global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
+    capacity = _capacity(given.get("capacity-gb", DEFAULT_CAPACITY_GB))
+    return {
+        "shape": shape,
+        "seq": seq,
+        "micro_batch": micro_batch,
+        "recipe": recipe,
+        "recompute": recompute,
+        "par": par,
+        "global_batch": global_batch,
+        "capacity": capacity,
+    }
 
 
 def check_shape(shape: Shape) -> None:

@@ -33,9 +33,9 @@ def split(n: int, parts: int, rank: int = 0) -> int:
     return n // parts + (1 if rank < n % parts else 0)
 
 
-def zero_shard(count: int, par: Parallel, from_stage: int) -> int:
-    """What one worker keeps of `count` values that ZeRO shards from stage `from_stage` on."""
-    return split(count, par.dp) if par.zero >= from_stage else count
+def zero_shard(count: int, par: Parallel, from_stage: int, rank: int = 0) -> int:
+    """What worker `rank` keeps of `count` values that ZeRO shards from stage `from_stage` on."""
+    return split(count, par.dp, rank) if par.zero >= from_stage else count
 
 
 def stage_layers(shape: Shape, pp: int, stage: int) -> range:
@@ -79,9 +79,11 @@ def _device_params(shape: Shape, par: Parallel, stage: int, tp_rank: int) -> tup
         "replicated_per_layer": replicated_per_layer,
         "layers": layers * per_layer,
         "final_norm": n["final_norm"] if last else 0,
-        "head": vocab_rows * (shape.hidden + (1 if shape.bias else 0)) if has_head else 0,
+        "head": vocab_rows * (shape.hidden + (1 if shape.bias and not shape.tied else 0)) if has_head else 0,
     }
     out["total"] = out["embedding"] + out["positions"] + out["layers"] + out["final_norm"] + out["head"]
+    # Held whole by every tensor-parallel rank of the stage.
+    out["replicated"] = out["positions"] + out["final_norm"] + layers * replicated_per_layer
     return tuple(out.items())
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .parallel import SINGLE, Parallel, zero_shard
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -28,6 +30,21 @@ RECIPES: dict[str, Recipe] = {
     # Kingma & Ba 2015 in fp32: weights, gradients and both moments at 4 bytes; no master copy.
     "fp32": Recipe("fp32", "FP32 Adam", 4, 4, 8, 0, "Adam in fp32 (4 + 4 + 8)"),
 }
+
+
+def state_bytes(params: int, recipe: str, par: Parallel = SINGLE, rank: int = 0) -> dict[str, int]:
+    """Weights, gradients, Adam moments and master copy on data-parallel worker `rank`.
+
+    ZeRO (Rajbhandari et al. 2020, §5) partitions Adam's state and the master copy from stage 1,
+    the gradients from stage 2 and the weights themselves at stage 3."""
+    r = RECIPES[recipe]
+    return {
+        "weights": r.weights * zero_shard(params, par, 3, rank),
+        "gradients": r.gradients * zero_shard(params, par, 2, rank),
+        "optimizer": r.optimizer * zero_shard(params, par, 1, rank),
+        "master": r.master * zero_shard(params, par, 1, rank),
+    }
+
 
 RECOMPUTE = ("none", "selective", "full")
 

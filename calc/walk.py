@@ -6,8 +6,8 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from . import activations as act
-from .parallel import SINGLE, Parallel, device_params, split, stage_layers, zero_shard
-from .recipes import RECIPES
+from .parallel import SINGLE, Parallel, device_params, split, stage_layers
+from .recipes import RECIPES, state_bytes
 from .shape import Shape
 
 CATEGORIES = ("weights", "gradients", "optimizer", "master", "activations", "logits")
@@ -108,17 +108,12 @@ def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, 
     grads_of = f"parameters x {g} bytes ({r.source})"
     zero = "Rajbhandari et al. 2020 (ZeRO)"
 
-    start = [Event("start", "weights resident", "weights", w * zero_shard(n["total"], par, 3), r.source)]
+    state = state_bytes(n["total"], recipe, par)
+    start = [Event("start", "weights resident", "weights", state["weights"], r.source)]
     if r.optimizer:
-        start.append(
-            Event("start", "Adam moments resident", "optimizer", r.optimizer * zero_shard(n["total"], par, 1), r.source)
-        )
+        start.append(Event("start", "Adam moments resident", "optimizer", state["optimizer"], r.source))
     if r.master:
-        start.append(
-            Event(
-                "start", "fp32 master weights resident", "master", r.master * zero_shard(n["total"], par, 1), r.source
-            )
-        )
+        start.append(Event("start", "fp32 master weights resident", "master", state["master"], r.source))
 
     def gathered(label: str, params: int, body: list[Event]) -> list[Event]:
         """ZeRO-3 all-gathers a module's weights before it runs and drops them after (§5.3)."""

@@ -6,6 +6,7 @@ import json
 
 from .api import step, sweep, table
 from .inputs import InputError, parse_inputs
+from .plan import plan
 from .units import format_gb, format_gib
 
 SWEEP_POINTS = 200
@@ -21,34 +22,40 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
     return sorted({seq} | {lo + (hi - lo) * i // (points - 1) for i in range(points)})
 
 
-def compute(inputs: dict, want_sweep: bool = True) -> dict:
+def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> dict:
     """Everything the page draws for one set of validated inputs."""
-    shape, seq, b = inputs["shape"], inputs["seq"], inputs["micro_batch"]
-    rows = table(shape, seq, b)
+    shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
+    rows = table(shape, seq, b, par)
     for row in rows:
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
     result = {
         "ok": True,
-        "step": step(shape, seq, b, inputs["recipe"], inputs["recompute"]),
+        "step": step(shape, seq, b, inputs["recipe"], inputs["recompute"], par=par),
         "table": rows,
+        "capacity": inputs["capacity"],
     }
+    if want_plan:
+        result["plan"] = plan(
+            shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
+        )
     if want_sweep:
         seqs = seq_grid(seq)
         if shape.positions == "learned":
             seqs = [s for s in seqs if s <= shape.context]
         result["sweep"] = {
             "seq": seqs,
-            "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"]) for row in rows},
+            "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"], par) for row in rows},
         }
     return result
 
 
 def handle(request: str) -> str:
-    """{"inputs": {field: value}, "sweep": bool} -> {"ok": true, ...} or {"ok": false, "field", "message"}."""
+    """{"inputs": {field: value}, "sweep": bool, "plan": bool} -> {"ok": true, ...} or
+    {"ok": false, "field", "message"}."""
     try:
         payload = json.loads(request)
         inputs = parse_inputs(payload.get("inputs", {}))
-        return json.dumps(compute(inputs, payload.get("sweep", True)))
+        return json.dumps(compute(inputs, payload.get("sweep", True), payload.get("plan", False)))
     except InputError as e:
         return json.dumps({"ok": False, "field": e.field, "message": e.message})
     except Exception as e:  # the page must keep working whatever arrives

@@ -51,3 +51,17 @@ def test_sweep_respects_learned_positions():
     """GPT-2's sweep stops at its context."""
     out = call(inputs={"preset": "gpt2"})
     assert max(out["sweep"]["seq"]) <= 1024
+
+
+def test_plan_on_request():
+    """The page's planner answer is the CLI's --plan for the same inputs."""
+    out = call(inputs={"global-batch": "64", "capacity-gb": "94"}, plan=True)
+    assert out["capacity"] == 94 * calc.GB
+    assert out["plan"] == json.loads(json.dumps(calc.plan(calc.PRESETS["llama-7b"], 4096, 64, 94 * calc.GB)))
+
+
+def test_parallel_inputs_make_the_table_per_device():
+    """dp and ZeRO fields shrink the table's state columns."""
+    out = call(inputs={"dp": "8", "zero": "3"})
+    assert out["table"][0]["bytes"]["weights"] == 2 * -(-calc.param_counts(calc.PRESETS["llama-7b"])["total"] // 8)
+    assert call(inputs={"tp": "3"})["field"] == "tp"

@@ -1,0 +1,178 @@
+"""Sharding and parallelism: published numbers, per-device monotonicity, conservation."""
+
+import json
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import calc
+from calc.activations import kept_bytes, layer_bytes
+from calc.cli import main
+from calc.parallel import Parallel, check, device_params, split
+from calc.recipes import state_bytes
+from strategies import micro_batches, recipes, recomputes, shapes
+
+
+@pytest.mark.parametrize(("zero", "gb"), [(0, "120.0"), (1, "31.4"), (2, "16.6"), (3, "1.9")])
+def test_zero_figure_1(zero, gb):
+    """Rajbhandari et al. 2020, Figure 1: 7.5B parameters, K = 12, 64 workers."""
+    per_device = state_bytes(7_500_000_000, "mixed", Parallel(dp=64, zero=zero))
+    assert calc.format_gb(sum(per_device.values())) == gb
+
+
+# Korthikanti et al. 2022, Table 2: bytes per layer for a GPT-3-like layer (a 96, h 12288, s 2048).
+GPT3 = calc.Shape("gpt3", 96, 12288, 96, 96, 4 * 12288, 51200, False, True, "layer", True, "learned", 2048)
+S, B, H, A, T = 2048, 1, 12288, 96, 8
+SBH = S * B * H
+
+
+def test_korthikanti_no_parallelism():
+    """sbh(34 + 5as/h)."""
+    assert layer_bytes(GPT3, S, B) == SBH * 34 + SBH * 5 * A * S // H
+
+
+def test_korthikanti_tensor_parallel():
+    """Tensor parallel: sbh(10 + 24/t + 5as/(ht))."""
+    got = layer_bytes(GPT3, S, B, Parallel(tp=T))
+    assert got == SBH * 10 + SBH * 24 // T + SBH * 5 * A * S // (H * T)
+
+
+def test_korthikanti_tensor_and_sequence_parallel():
+    """Tensor + sequence parallel: sbh/t (34 + 5as/h)."""
+    assert layer_bytes(GPT3, S, B, Parallel(tp=T, sequence_parallel=True)) == (SBH * 34 + SBH * 5 * A * S // H) // T
+
+
+def test_korthikanti_selective():
+    """Selective recomputation: sbh(10 + 24/t) with tensor parallelism, 34sbh/t with sequence parallelism too."""
+    assert kept_bytes(GPT3, S, B, "selective", Parallel(tp=T)) == SBH * 10 + SBH * 24 // T
+    assert kept_bytes(GPT3, S, B, "selective", Parallel(tp=T, sequence_parallel=True)) == 34 * SBH // T
+
+
+def test_korthikanti_full():
+    """Full recomputation keeps 2sbh, split by t only under sequence parallelism."""
+    assert kept_bytes(GPT3, S, B, "full", Parallel(tp=T)) == 2 * SBH
+    assert kept_bytes(GPT3, S, B, "full", Parallel(tp=T, sequence_parallel=True)) == 2 * SBH // T
+
+
+def test_flash_stores_no_scores():
+    """FlashAttention removes the 5as^2b term and nothing else."""
+    assert layer_bytes(GPT3, S, B, Parallel(flash=True)) == 34 * SBH
+
+
+def test_gqa_shrinks_k_and_v():
+    """Llama 2 70B's 8 key/value heads of 64 shrink K and V to 1/8: 34 -> 30.5 sbh, plus the scores."""
+    shape = calc.PRESETS["llama-2-70b"]
+    sbh = 4096 * 8192
+    assert layer_bytes(shape, 4096, 1, Parallel(flash=True)) == 34 * sbh - 4 * sbh * 7 // 8
+
+
+def small_degrees():
+    return st.sampled_from([1, 2, 4])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    shapes(),
+    st.integers(1, 2048),
+    micro_batches,
+    recipes,
+    recomputes,
+    small_degrees(),
+    small_degrees(),
+    small_degrees(),
+    st.integers(0, 3),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["dp", "tp", "pp"]),
+)
+def test_doubling_a_degree_never_grows_per_device_memory(
+    shape, seq, b, recipe, recompute, dp, tp, pp, zero, sp, flash, which
+):
+    """Per-device peak never grows when dp, tp or pp doubles (pp splitting the layers evenly)."""
+    par = Parallel(dp, tp, pp, zero, sp, flash)
+    doubled = Parallel(**{**par.__dict__, which: getattr(par, which) * 2})
+    assume(check(shape, par) is None and check(shape, doubled) is None)
+    assume(shape.layers % doubled.pp == 0)
+    before = calc.step(shape, seq, b, recipe, recompute, par=par)
+    after = calc.step(shape, seq, b, recipe, recompute, par=doubled)
+    assert after["peak"] <= before["peak"]
+
+
+@given(st.integers(1, 10**13), st.integers(1, 512), recipes, st.integers(0, 3))
+def test_sharded_state_sums_to_the_unsharded_state(params, dp, recipe, zero):
+    """Adding every worker's ZeRO shards gives back the unsharded state, category by category."""
+    par = Parallel(dp=dp, zero=zero)
+    whole = state_bytes(params, recipe)
+    for category, from_stage in (("optimizer", 1), ("master", 1), ("gradients", 2), ("weights", 3)):
+        total = sum(state_bytes(params, recipe, par, rank)[category] for rank in range(dp))
+        assert total == (whole[category] if zero >= from_stage else dp * whole[category])
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes(), small_degrees(), st.integers(1, 8))
+def test_tensor_and_pipeline_shards_sum_to_the_model(shape, tp, pp):
+    """Over every stage and tensor rank, the split parameters add up to the model (replicas counted once)."""
+    par = Parallel(tp=tp, pp=pp)
+    assume(check(shape, par) is None)
+    total = 0
+    for stage in range(pp):
+        parts = [device_params(shape, par, stage, rank) for rank in range(tp)]
+        total += sum(p["total"] for p in parts) - (tp - 1) * parts[0]["replicated"]
+    extra_head_copy = shape.vocab * shape.hidden if shape.tied and pp > 1 else 0
+    assert total == calc.param_counts(shape)["total"] + extra_head_copy
+
+
+def test_split_gives_rank_zero_the_most():
+    """split() hands out remainders to the first ranks and loses nothing."""
+    assert [split(10, 4, r) for r in range(4)] == [3, 3, 2, 2]
+
+
+def test_zero3_gathers_each_layer():
+    """ZeRO-3's walk all-gathers and releases every layer's weights around its forward and backward."""
+    s = calc.step(calc.PRESETS["llama-7b"], par=Parallel(dp=8, zero=3))
+    gathers = [e for e in s["events"] if "all-gather" in e["label"]]
+    assert len(gathers) == 2 * 32 + 4  # layers forward and backward; embedding and head, both ways
+    assert s["events"][-1]["totals"]["gradients"] == 0
+
+
+def test_pipeline_first_stage_holds_pp_micro_batches():
+    """1F1B: the first of 4 stages keeps 4 micro-batches of its 8 layers."""
+    s = calc.step(calc.PRESETS["llama-7b"], recompute="full", par=Parallel(pp=4))
+    assert s["stage"] == 0
+    forwards = [e for e in s["events"] if e["phase"] == "forward" and e["category"] == "activations"]
+    assert len(forwards) == 4 * 8
+
+
+def test_plan_rows_fit_and_are_sorted():
+    """Every planned layout fits, fewest devices first, and the walk agrees with its peak."""
+    shape = calc.PRESETS["llama-7b"]
+    rows = calc.plan(shape, 4096, 256, 80 * calc.GB)
+    assert rows and rows == sorted(rows, key=lambda r: (r["devices"], r["extra_compute"], r["peak"]))
+    for r in rows:
+        assert r["peak"] <= 80 * calc.GB and r["devices"] == r["dp"] * r["tp"] * r["pp"]
+        par = Parallel(r["dp"], r["tp"], r["pp"], r["zero"], r["sequence_parallel"], r["flash"])
+        assert calc.step(shape, 4096, r["micro_batch"], "mixed", r["recompute"], par=par)["peak"] == r["peak"]
+    assert calc.plan(shape, 4096, 256, 10**9) == []  # nothing fits in 1 GB: 16N alone is 108 GB
+
+
+def test_recompute_overhead_full_is_a_third():
+    """Full recomputation repeats the forward pass: about a third of a step's compute, less the head's share."""
+    overhead = calc.recompute_overhead(calc.PRESETS["llama-7b"], 4096, "full")
+    assert 0.30 < overhead < 1 / 3
+    assert calc.recompute_overhead(calc.PRESETS["llama-7b"], 4096, "selective", flash=True) == 0
+
+
+def test_cli_plan_json(capsys):
+    """--plan --json prints the planner's list with its documented keys."""
+    assert main(["--plan", "--json", "--global-batch", "64", "--capacity-gb", "80"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == calc.plan(calc.PRESETS["llama-7b"], 4096, 64, 80 * calc.GB)
+    assert {"dp", "tp", "pp", "zero", "recompute", "micro_batch", "devices", "peak"} <= set(rows[0])
+
+
+def test_cli_per_device(capsys):
+    """--dp/--zero make bytes and peak per device."""
+    assert main(["--dp", "64", "--zero", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bytes"]["weights"] == 2 * split(calc.param_counts(calc.PRESETS["llama-7b"])["total"], 64)
