@@ -78,6 +78,12 @@ def format_summary(result: dict) -> str:
         f"{cfg['shape']['name']}: {result['params']:,} parameters; seq {cfg['seq']:,}, "
         f"micro-batch {cfg['micro_batch']}, {RECIPES[cfg['recipe']].label}, recompute {cfg['recompute']}"
     ]
+    if result["devices"] > 1:
+        p = cfg["parallel"]
+        lines.append(
+            f"per device of {result['devices']} (dp {p['dp']}, tp {p['tp']}, pp {p['pp']}, ZeRO {p['zero']}), "
+            f"pipeline stage {result['stage']}: {result['device_params']:,} parameters"
+        )
     for c in CATEGORIES:
         n = result["bytes"][c]
         lines.append(f"  {c:<12} {n:>20,} bytes  {format_gb(n):>8} GB")
@@ -103,6 +109,14 @@ def format_plan(rows: list[dict], capacity: int) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    try:
+        return _main(argv, prog)
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+        sys.stderr.close()
+        return 0
+
+
+def _main(argv: list[str] | None, prog: str | None) -> int:
     args = build_parser(prog).parse_args(argv)
     raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in ("json", "table", "events", "plan")}
     try:

@@ -88,6 +88,64 @@ def measured_section() -> list[str]:
     return [*out, ""]
 
 
+def beyond_section() -> list[str]:
+    """§11: ZeRO's Figure 1, LLaMA 7B split several ways, and the planner's first answers."""
+    from calc.recipes import state_bytes
+
+    llama = calc.PRESETS["llama-7b"]
+    out = [
+        "## 11. Beyond one device",
+        "",
+        "### 11.1 ZeRO's Figure 1: 7.5B parameters, K = 12, 64 data-parallel workers",
+        "",
+        "| ZeRO stage | Sharded | State per device |",
+        "|---|---|---:|",
+    ]
+    sharded = ["nothing (baseline)", "Adam state and master copy", "+ gradients", "+ weights"]
+    for zero, what in enumerate(sharded):
+        per = state_bytes(7_500_000_000, "mixed", calc.Parallel(dp=64, zero=zero))
+        out.append(f"| {zero} | {what} | {gb(sum(per.values()))} |")
+    out += [
+        "",
+        f"### 11.2 LLaMA 7B split several ways (sequence {SEQ:,}, micro-batch 1, mixed precision)",
+        "",
+        "| dp | tp | pp | ZeRO | Sequence parallel | Recomputation | Peak per device | Set by the event |",
+        "|---:|---:|---:|---:|---|---|---:|---|",
+    ]
+    layouts = [
+        (calc.Parallel(), "none"),
+        (calc.Parallel(dp=8, zero=1), "none"),
+        (calc.Parallel(dp=8, zero=3), "selective"),
+        (calc.Parallel(tp=8, sequence_parallel=True), "selective"),
+        (calc.Parallel(tp=4, pp=2, sequence_parallel=True), "selective"),
+        (calc.Parallel(dp=8, zero=3, flash=True), "none"),
+    ]
+    for par, recompute in layouts:
+        s = calc.step(llama, SEQ, MICRO_BATCH, "mixed", recompute, par=par)
+        sp = "yes" if par.sequence_parallel else "no"
+        note = " (FlashAttention)" if par.flash else ""
+        out.append(
+            f"| {par.dp} | {par.tp} | {par.pp} | {par.zero} | {sp} | {recompute}{note} | "
+            f"{gb(s['peak'])} | {s['peak_event']} |"
+        )
+    for name, batch in (("llama-7b", 1024), ("llama-2-70b", 1024)):
+        rows = calc.plan(calc.PRESETS[name], SEQ, batch, 80 * calc.GB, limit=5)
+        out += [
+            "",
+            f"### 11.{3 if name == 'llama-7b' else 4} The planner: `{name}`, sequence {SEQ:,}, global batch "
+            f"{batch:,}, 80 GB devices",
+            "",
+            "| Devices | dp | tp | pp | ZeRO | Recomputation | Micro-batch | Peak per device | Extra compute |",
+            "|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+            *[
+                f"| {r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | {r['zero']} | {r['recompute']} | "
+                f"{r['micro_batch']} | {gb(r['peak'])} | {r['extra_compute']:.1%} |"
+                for r in rows
+            ],
+        ]
+    return [*out, ""]
+
+
 def render() -> str:
     llama = calc.PRESETS["llama-7b"]
     rows = calc.table(llama, SEQ, MICRO_BATCH)
@@ -147,6 +205,7 @@ def render() -> str:
         *[f"| `{name}` | {calc.param_counts(s)['total']:,} |" for name, s in calc.PRESETS.items()],
         "",
         *measured_section(),
+        *beyond_section(),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

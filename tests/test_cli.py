@@ -98,3 +98,12 @@ def test_python_m_calc():
     """python -m calc is the same CLI."""
     out = subprocess.run([sys.executable, "-m", "calc", "--table"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout == run("--table").stdout
+
+
+def test_summary_names_the_peak_and_the_devices(capsys):
+    """The default output: bytes per category, the peak in GB and GiB, and the layout when split."""
+    assert main(["--preset", "decoder", "--micro-batch", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "286,208 bytes" in out and "peak event:  loss and head backward" in out
+    assert main(["--dp", "4", "--zero", "1", "--tp", "2"]) == 0
+    assert "per device of 8 (dp 4, tp 2, pp 1, ZeRO 1)" in capsys.readouterr().out
