@@ -94,6 +94,8 @@ def test_doubling_a_degree_never_grows_per_device_memory(
     doubled = Parallel(**{**par.__dict__, which: getattr(par, which) * 2})
     assume(check(shape, par) is None and check(shape, doubled) is None)
     assume(shape.layers % doubled.pp == 0)
+    # A tied embedding is copied onto the last stage (Megatron-LM), which can outweigh the halved layers.
+    assume(which != "pp" or not shape.tied)
     before = calc.step(shape, seq, b, recipe, recompute, par=par)
     after = calc.step(shape, seq, b, recipe, recompute, par=doubled)
     assert after["peak"] <= before["peak"]
