@@ -1,0 +1,56 @@
+# One entry point for the site and its tests. Every target installs what it needs first,
+# so `make serve` or `make test` works on a fresh machine (Python 3.11, Node 20, npm).
+#   make serve   build the site and serve it on http://127.0.0.1:$(PORT)/
+#   make test    build the site, then run every test (calc's and the browser's)
+#   make check   ruff, a strict build and results.md up to date
+#   make bench   time the built site in headless Chromium (scripts/bench_site.py)
+
+PYTHON ?= python3
+PORT ?= 8000
+VENV := .venv
+BIN := $(VENV)/bin
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export NO_MKDOCS_2_WARNING := 1
+
+.PHONY: setup setup-browser build serve live test check bench clean
+
+setup: $(VENV)/.installed node_modules/.installed
+
+# Python: calc (editable) with the tools of its tests, the site, the browser tests and the measurements.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,browser,measure]'
+	touch $@
+
+# Node: Pyodide and KaTeX, vendored into the site by hooks/assets.py (exact versions: package-lock.json).
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Debian's Chromium for the browser tests and the benchmark (Playwright never downloads one).
+setup-browser: setup
+	test -x $(CHROMIUM) || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+
+build: setup
+	$(BIN)/mkdocs build --strict
+
+# Serve the built site exactly as the tests see it; `make live` rebuilds on every edit instead.
+serve: build
+	$(BIN)/python scripts/site_browser.py --port $(PORT)
+
+live: setup
+	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$(PORT)
+
+test: build setup-browser
+	$(BIN)/pytest
+
+check: build
+	$(BIN)/ruff check calc hooks scripts tests
+	$(BIN)/python scripts/make_results.py --check
+
+bench: build setup-browser
+	$(BIN)/python scripts/bench_site.py
+
+clean:
+	rm -rf site test-artifacts

@@ -1,0 +1,1 @@
+"""MkDocs hooks that build the site from calc: placeholders, math, vendored assets."""

@@ -1,0 +1,67 @@
+"""The deck's configuration and the one way the build asks calc for numbers.
+
+Both the prose placeholders and the calculator's build-time state go through
+``calc.web.handle``, the same entry point the browser's worker calls, so the page
+shows the same JSON before and after Pyodide is ready.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import calc  # noqa: E402
+
+# What the deck shows: LLaMA 7B at sequence 4,096, one sequence per step, on calc's default device.
+DEFAULT_INPUTS: dict[str, str] = {}  # calc's own defaults: llama-7b, seq 4096, micro-batch 1, mixed, none
+CAPACITY_PRESETS_GB = (40, 80, 94, 141, 192)  # A100 40/80 GB, H100 NVL 94 GB, H200 141 GB, B200/MI300X 192 GB
+
+
+def reload_calc() -> None:
+    """Import calc afresh (``mkdocs serve`` rebuilds when calc/ changes)."""
+    global calc
+    if str(ROOT) not in sys.path:  # MkDocs restores sys.path after loading each hook
+        sys.path.insert(0, str(ROOT))
+    for name in [m for m in sys.modules if m == "calc" or m.startswith("calc.")]:
+        del sys.modules[name]
+    calc = importlib.import_module("calc")
+    _compute.cache_clear()
+
+
+@cache
+def _compute(key: str) -> dict:
+    result = json.loads(calc.web.handle(key))
+    if not result["ok"]:
+        raise ValueError(f"{result['field']}: {result['message']}")
+    return result
+
+
+def compute(inputs: dict[str, str] | None = None, sweep: bool = True) -> dict:
+    """calc.web.handle's answer for these inputs (CLI flag names, string values)."""
+    return _compute(json.dumps({"inputs": inputs or {}, "sweep": sweep}, sort_keys=True))
+
+
+
+def recipes() -> dict[str, dict]:
+    """Bytes per parameter of each recipe, as plain data."""
+    return {
+        name: {"weights": r.weights, "gradients": r.gradients, "optimizer": r.optimizer,
+               "master": r.master, "per_param": r.per_param(), "label": r.label}
+        for name, r in calc.RECIPES.items()
+    }
+
+
+def presets() -> dict[str, dict]:
+    """Each preset's shape, keyed by the form's field names (CLI flags)."""
+    out = {}
+    for name, shape in calc.PRESETS.items():
+        d = shape.__dict__
+        out[name] = {field.replace("_", "-"): d[field] for field in d if field != "name"}
+    return out

@@ -1,0 +1,173 @@
+"""MkDocs hook: every number in the prose comes from calc at build time.
+
+In a page's Markdown:
+
+    {{ calc:PRESET [FIELD=VALUE ...] PATH [FORMAT] }}
+
+asks ``calc.web.handle`` (the browser's entry point too) for PRESET with the
+given inputs (CLI flag names: seq=8 micro-batch=16 recipe=fp32 ...) and prints
+the value at PATH in its answer, e.g. ``step.peak``, ``step.bytes.activations``,
+``table.mixed-full.peak`` (a list of rows is indexed by their "id"),
+``step.config.shape.layers``; ``recipes.mixed.per_param`` reads calc.RECIPES and
+``layer_bytes`` is calc.layer_bytes for the inputs. PATH may add values with
+``+``. FORMAT is ``GB`` (calc.format_gb + " GB", the default), ``int`` (thousands
+separators), ``values`` (16-bit bytes as a count of values) or ``text``.
+
+``{{ calc-widget }}`` places the live calculator (hooks/calculator.html), filled
+in with the build-time answer so the page reads completely without JavaScript.
+
+A placeholder that does not parse or resolve raises, so a typo fails the build.
+Headings that start with a section number (``### 10.1 ...``) get the stable
+anchor ``sec-10-1``, so a section of results.md can be cited.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from mkdocs.exceptions import PluginError
+from mkdocs.utils import get_relative_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: hooks/ and calc/
+from hooks import deck, figures, wheel
+
+PLACEHOLDER = re.compile(r"\{\{\s*(calc[^}]*?)\s*\}\}")
+WIDGET_SLOT = '<div data-calc-slot="widget"></div>'
+NUMBERED_HEADING = re.compile(r"^(#{1,6}) (\d+(?:\.\d+)*)\.? (?!.*\{\s*#)(.*)$", re.MULTILINE)
+FORMATS = ("GB", "int", "values", "text")
+CATEGORY_LABELS = {
+    "weights": "Weights", "gradients": "Gradients", "optimizer": "Adam state",
+    "master": "Master copy", "activations": "Activations", "logits": "Logits",
+}
+
+_templates = Environment(
+    loader=FileSystemLoader(str(deck.ROOT / "hooks")), autoescape=True, undefined=StrictUndefined,
+    trim_blocks=True, lstrip_blocks=True,
+)
+
+
+def on_config(config):
+    deck.reload_calc()  # `mkdocs serve` rebuilds on a change to calc/: use the new code
+    return config
+
+
+def _lookup(data: object, path: str) -> object:
+    value = data
+    for key in path.split("."):
+        if isinstance(value, list):
+            matches = [row for row in value if isinstance(row, dict) and row.get("id") == key]
+            if len(matches) != 1:
+                raise KeyError(f"no row with id {key!r}")
+            value = matches[0]
+        elif isinstance(value, dict) and key in value:
+            value = value[key]
+        else:
+            raise KeyError(f"{key!r} not found")
+    return value
+
+
+def _format(value: object, fmt: str) -> str:
+    if fmt == "text":
+        return str(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"format {fmt} needs a whole number, got {value!r}")
+    if fmt == "GB":
+        return f"{deck.calc.format_gb(value)} GB"
+    if fmt == "int":
+        return f"{value:,}"
+    if value % 2:  # "values": bytes of 16-bit activations, 2 bytes per value
+        raise ValueError(f"{value} bytes is not a whole number of 16-bit values")
+    return f"{value // 2:,}"
+
+
+def resolve(spec: str) -> str:
+    """The text for one placeholder body, e.g. ``calc:llama-7b step.peak GB``."""
+    head, *words = spec.split()
+    if not head.startswith("calc:") or not words:
+        raise ValueError("expected `calc:PRESET [FIELD=VALUE ...] PATH [FORMAT]`")
+    inputs = {"preset": head.removeprefix("calc:")}
+    while words and "=" in words[0]:
+        field, _, value = words.pop(0).partition("=")
+        inputs[field] = value
+    if not words or len(words) > 2:
+        raise ValueError("expected one PATH and at most one FORMAT after the inputs")
+    path, fmt = words[0], (words[1] if len(words) == 2 else "GB")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    answer = deck.compute(inputs, sweep=False)
+    parsed = deck.calc.parse_inputs(inputs)
+    data = {
+        **answer,
+        "recipes": deck.recipes(),
+        "layer_bytes": deck.calc.layer_bytes(parsed["shape"], parsed["seq"], parsed["micro_batch"]),
+    }
+    values = [_lookup(data, part) for part in path.split("+")]
+    return _format(values[0] if len(values) == 1 else sum(values), fmt)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    def replace(match: re.Match) -> str:
+        spec = match[1]
+        if spec == "calc-widget":
+            return WIDGET_SLOT
+        try:
+            return resolve(spec)
+        except (ValueError, KeyError, TypeError) as error:
+            raise PluginError(f"{page.file.src_uri}: bad placeholder {match[0]!r}: {error}") from None
+
+    markdown = NUMBERED_HEADING.sub(
+        lambda m: f"{m[1]} {m[2]} {m[3]} {{ #sec-{m[2].replace('.', '-')} }}", markdown
+    )
+    return PLACEHOLDER.sub(replace, markdown)
+
+
+def widget_html(page_url: str) -> str:
+    """The calculator's HTML, filled in with the build-time answer for the deck's inputs."""
+    answer = deck.compute(deck.DEFAULT_INPUTS)
+    config = answer["step"]["config"]
+    shape = config["shape"]
+    par = config["parallel"]
+    defaults = {  # the form's starting values, keyed by field name (the CLI's flags)
+        "preset": shape["name"], "seq": str(config["seq"]), "micro-batch": str(config["micro_batch"]),
+        "recipe": config["recipe"], "recompute": config["recompute"],
+        "dp": str(par["dp"]), "tp": str(par["tp"]), "pp": str(par["pp"]), "zero": str(par["zero"]),
+        "sequence-parallel": str(par["sequence_parallel"]).lower(), "flash": str(par["flash"]).lower(),
+        "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
+    }
+    state = {
+        "initial": answer,
+        "defaults": defaults,
+        "presets": deck.presets(),
+        "recipeLabels": {name: r["label"] for name, r in deck.recipes().items()},
+    }
+
+    def url(path: str) -> str:
+        return get_relative_url(path, page_url)
+
+    choices = {
+        "preset": [(name, name) for name in deck.calc.PRESETS],
+        "recipe": [(name, r["label"]) for name, r in deck.recipes().items()],
+        "recompute": [(name, name) for name in deck.calc.RECOMPUTE],
+        "norm": [("layer", "LayerNorm"), ("rms", "RMSNorm")],
+        "positions": [("learned", "learned"), ("rope", "rotary (RoPE)")],
+        "zero": [("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")],
+    }
+    return _templates.get_template("calculator.html").render(
+        state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
+        answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
+        capacity_presets=deck.CAPACITY_PRESETS_GB, categories=deck.calc.CATEGORIES,
+        category_labels=CATEGORY_LABELS, format_gb=deck.calc.format_gb,
+        worker_url=url("javascripts/calc-worker.mjs"), wheel_url=url(f"assets/wheels/{wheel.filename()}"),
+        figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,
+    )
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    if WIDGET_SLOT not in html:
+        return html
+    page.meta["calculator"] = True  # site_overrides/main.html adds the calculator's script
+    return html.replace(f"<p>{WIDGET_SLOT}</p>", WIDGET_SLOT).replace(WIDGET_SLOT, widget_html(page.url), 1)

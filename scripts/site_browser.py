@@ -1,0 +1,80 @@
+"""Serve the built site on 127.0.0.1 and drive Debian's Chromium with Playwright.
+
+Shared by the browser tests (tests/test_site_*.py) and the benchmark (scripts/bench_site.py).
+Chromium is the system one (/usr/bin/chromium, `apt-get install chromium`): Playwright never
+downloads a browser here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "site"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+MIME_TYPES = {  # what a module worker and streaming WebAssembly compilation insist on
+    ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
+    ".json": "application/json", ".svg": "image/svg+xml", ".woff2": "font/woff2", ".whl": "application/zip",
+}
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME_TYPES}
+
+    def log_message(self, format, *args):  # keep test output quiet
+        pass
+
+
+@contextlib.contextmanager
+def serve(directory: Path = SITE, port: int = 0) -> Iterator[str]:
+    """Serve `directory` on 127.0.0.1 (a free port unless given); yields the base URL."""
+    if not (directory / "index.html").exists():
+        raise FileNotFoundError(f"{directory} has no index.html: build the site first (make build)")
+    handler = functools.partial(_Handler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def launch(playwright, **options):
+    """Headless Debian Chromium."""
+    if not Path(CHROMIUM).exists():
+        raise FileNotFoundError(f"{CHROMIUM} not found: apt-get install chromium (make setup does)")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, **options)
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Serve the built site on 127.0.0.1.")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--directory", type=Path, default=SITE)
+    args = parser.parse_args()
+    with serve(args.directory, args.port) as url:
+        print(f"Serving {args.directory} at {url} (Ctrl-C stops)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Shared helpers for the site's tests: one strict build per test session, the local server,
+Debian's Chromium, and a page that records every request and console message."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import calc
+from conftest import ROOT
+from scripts import site_browser
+
+ARTIFACTS = ROOT / "test-artifacts"
+CATEGORIES = list(calc.CATEGORIES)
+PARTS = [*CATEGORIES, "peak"]
+LIVE_TIMEOUT_MS = 90_000  # Pyodide's first start on a busy 2-core machine
+
+
+@functools.cache
+def built_site() -> Path:
+    """The site as `mkdocs build --strict` makes it, built once per session into build/site-tests."""
+    out = ROOT / "build" / "site-tests"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
+    return out
+
+
+def require_chromium() -> None:
+    if not Path(site_browser.CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{site_browser.CHROMIUM} is missing: `make setup-browser` installs it")
+        pytest.skip(f"{site_browser.CHROMIUM} is missing: `make setup-browser` installs it")
+
+
+def answer_for(inputs: dict[str, str]) -> dict:
+    """What the CPython calculator answers for the page's inputs."""
+    result = json.loads(calc.web.handle(json.dumps({"inputs": inputs, "sweep": True})))
+    assert result["ok"], result
+    return result
+
+
+@dataclass
+class Recorder:
+    """Every request a page makes and every console error or page error it raises."""
+
+    base: str
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def attach(self, page) -> None:
+        page.on("request", lambda request: self.requests.append(request.url))
+        page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def foreign(self) -> list[str]:
+        return [url for url in self.requests if not (url.startswith(self.base) or url.startswith("data:"))]
+
+
+def rendered_table(page) -> dict[str, dict[str, int]]:
+    """{recipe id: {part: bytes}} from the four-recipe table's data attributes."""
+    return page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('tr[data-recipe]')].map(tr => [
+             tr.dataset.recipe,
+             Object.fromEntries([...tr.querySelectorAll('[data-part]')]
+               .map(td => [td.dataset.part, Number(td.dataset.bytes)]))
+           ]))"""
+    )
+
+
+def rendered_text(page) -> dict[str, dict[str, str]]:
+    """{recipe id: {part: the cell's text}}."""
+    return page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('tr[data-recipe]')].map(tr => [
+             tr.dataset.recipe,
+             Object.fromEntries([...tr.querySelectorAll('[data-part]')]
+               .map(td => [td.dataset.part, td.textContent.trim()]))
+           ]))"""
+    )
+
+
+def expected_table(answer: dict) -> dict[str, dict[str, int]]:
+    return {row["id"]: {**row["bytes"], "peak": row["peak"]} for row in answer["table"]}

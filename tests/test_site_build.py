@@ -1,0 +1,112 @@
+"""The site's build, without a browser: placeholders, the calc wheel, offline assets, anchors."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import subprocess
+import sys
+import zipfile
+from io import BytesIO
+
+import pytest
+from mkdocs.exceptions import PluginError
+from site_fixtures import answer_for, built_site
+
+import calc
+from conftest import ROOT
+from hooks import placeholders, wheel
+
+DEFAULT = answer_for({})
+
+
+@pytest.mark.parametrize(
+    ("spec", "text"),
+    [
+        ("calc:llama-7b step.bytes.weights", f"{calc.format_gb(DEFAULT['step']['bytes']['weights'])} GB"),
+        ("calc:llama-7b step.params int", f"{DEFAULT['step']['params']:,}"),
+        ("calc:llama-7b table.mixed-full.peak GB", f"{DEFAULT['table'][2]['display']['peak']['gb']} GB"),
+        ("calc:decoder seq=8 micro-batch=16 step.peak int",
+         f"{calc.step(calc.PRESETS['decoder'], 8, 16)['peak']:,}"),
+        ("calc:decoder seq=8 micro-batch=1 layer_bytes values",
+         f"{calc.layer_bytes(calc.PRESETS['decoder'], 8, 1) // 2:,}"),
+        ("calc:llama-7b recipes.mixed.per_param int", "16"),
+        ("calc:llama-7b step.bytes.weights+step.bytes.gradients int",
+         f"{DEFAULT['step']['bytes']['weights'] + DEFAULT['step']['bytes']['gradients']:,}"),
+    ],
+)
+def test_placeholders_print_calcs_values(spec, text):
+    """Each placeholder prints the value calc computes, in the format asked for."""
+    assert placeholders.resolve(spec) == text
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["calc:llama-7b step.bytes.weigths", "calc:llama-8b step.peak", "calc:llama-7b step.peak MB",
+     "calc:llama-7b seq=abc step.peak", "calc:llama-7b table.mixed-partial.peak", "calc:llama-7b"],
+)
+def test_a_bad_placeholder_fails_the_build(spec):
+    """A typo in a placeholder raises a build error naming the page and the placeholder."""
+
+    class Page:
+        class file:
+            src_uri = "index.md"
+
+    with pytest.raises(PluginError, match=r"index\.md: bad placeholder"):
+        placeholders.on_page_markdown(f"text {{{{ {spec} }}}}", Page, None, None)
+
+
+def test_the_page_has_no_placeholder_left_and_the_table_matches_calc():
+    """The built page holds calc's bytes in every cell and no unexpanded {{ ... }}."""
+    html = (built_site() / "index.html").read_text()
+    assert "{{" not in html
+    for row in DEFAULT["table"]:
+        for part, value in [*row["bytes"].items(), ("peak", row["peak"])]:
+            cell = re.search(rf'<tr data-recipe="{row["id"]}">.*?data-part="{part}" data-bytes="(\d+)"', html, re.S)
+            assert cell and int(cell[1]) == value
+
+
+def test_the_wheel_holds_calc_and_a_valid_record(tmp_path):
+    """The wheel the browser unpacks has every module of calc/, its metadata and correct hashes."""
+    data = wheel.build()
+    names = zipfile.ZipFile(BytesIO(data)).namelist()
+    modules = sorted(f"calc/{p.name}" for p in (ROOT / "calc").glob("*.py"))
+    assert sorted(n for n in names if n.startswith("calc/")) == modules
+    with zipfile.ZipFile(BytesIO(data)) as archive:
+        record = archive.read(f"calc-{wheel.version()}.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            path, digest, size = line.rsplit(",", 2)
+            if digest:
+                body = archive.read(path)
+                want = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+                assert digest == f"sha256={want}" and int(size) == len(body)
+    assert wheel.build() == data  # reproducible
+    path = tmp_path / wheel.filename()
+    path.write_bytes(data)
+    code = (f"import sys; sys.path.insert(0, {str(path)!r}); import calc, json; "
+            "print(json.loads(calc.web.handle('{}'))['ok'])")
+    out = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_the_built_site_carries_its_runtime_and_names_no_other_host():
+    """Pyodide, KaTeX, the wheel and the figures are in the site; no page or style loads from another host."""
+    site = built_site()
+    for path in ["assets/pyodide/pyodide.mjs", "assets/pyodide/pyodide.asm.wasm", "assets/pyodide/python_stdlib.zip",
+                 "assets/pyodide/pyodide-lock.json", "assets/katex/katex.min.css", f"assets/wheels/{wheel.filename()}",
+                 "figures/memory-breakdown.svg", "figures/peak-vs-seq.svg", "figures/step-walk.svg",
+                 "javascripts/calculator.js", "javascripts/calc-worker.mjs"]:
+        assert (site / path).is_file(), path
+    # What a browser fetches by itself: src=, <link href=>, CSS url() and @import (plain <a href> is only a link).
+    external = re.compile(r"""src=["']?(?:https?:)?//|<link[^>]+href=["']?(?:https?:)?//|url\(["']?(?:https?:)?//"""
+                          r"""|@import\s+["']?(?:https?:)?//""")
+    for page in [*site.rglob("*.html"), *site.rglob("*.css")]:
+        assert not external.search(page.read_text(errors="replace")), page
+
+
+def test_results_sections_have_stable_anchors():
+    """Numbered headings of results.md get #sec-N-M anchors that can be cited."""
+    html = (built_site() / "results" / "index.html").read_text()
+    for anchor in ["sec-10", "sec-10-1", "sec-10-4", "sec-10-6"]:
+        assert f'id="{anchor}"' in html

@@ -1,0 +1,331 @@
+"""The built site in Debian's Chromium: build-time and live numbers, inputs, errors, links,
+offline loading, accessibility and the animation's keyboard controls."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from site_fixtures import (
+    ARTIFACTS,
+    LIVE_TIMEOUT_MS,
+    PARTS,
+    Recorder,
+    answer_for,
+    built_site,
+    expected_table,
+    rendered_table,
+    rendered_text,
+    require_chromium,
+)
+
+from conftest import ROOT
+from scripts import site_browser
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+DEFAULT = answer_for({})
+RESULTS_ROW = re.compile(r"^\| (?P<label>[^|]+?) \| (?P<cells>(?:[^|]+\|){7})", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    with site_browser.serve(built_site()) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
+    with playwright_api.sync_playwright() as p:
+        browser = site_browser.launch(p)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(browser, base_url):
+    """open_page(query="", **context options) -> (page, recorder); no request may leave the origin."""
+    contexts, recorders = [], []
+
+    def opener(query: str = "", wait_live: bool = True, route=None, **options):
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, **options)
+        contexts.append(context)
+        if route:
+            context.route(*route)
+        page = context.new_page()
+        recorder = Recorder(base_url)
+        recorder.attach(page)
+        recorders.append(recorder)
+        page.goto(base_url + query)
+        if wait_live:
+            page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+        return page, recorder
+
+    yield opener
+    for recorder in recorders:
+        assert recorder.foreign() == [], "requests left the local origin"
+    for context in contexts:
+        context.close()
+
+
+def change(page, name: str, value) -> None:
+    """Set one input as a reader would and wait for the live redraw."""
+    page.evaluate(
+        """() => { window.__drawn = new Promise(resolve => document.querySelector('[data-calc]')
+             .addEventListener('calc:drawn', e => resolve(e.detail.source), {once: true})); }"""
+    )
+    field = page.locator(f'[data-calc-form] [name="{name}"]')
+    kind = field.evaluate("e => e.type")
+    if kind.startswith("select"):
+        field.select_option(value)
+    elif kind == "checkbox":
+        field.set_checked(value)
+    else:
+        field.fill(value)
+    assert page.evaluate("() => window.__drawn") == "live"
+
+
+def results_md_cells() -> dict[str, list[str]]:
+    """{recipe id: [the seven GB texts of docs/results.md's §10.1 table]}."""
+    ids = {row["label"]: row["id"] for row in DEFAULT["table"]}
+    text = (ROOT / "docs" / "results.md").read_text()
+    out = {}
+    for m in RESULTS_ROW.finditer(text):
+        if m["label"] in ids:
+            out[ids[m["label"]]] = [c.strip().strip("*") for c in m["cells"].split("|")[:7]]
+    assert set(out) == {row["id"] for row in DEFAULT["table"]}, "results.md's recipe table not found"
+    return out
+
+
+def assert_page_shows(page, answer: dict) -> None:
+    """Table, bar chart, sweep chart, animation and summary all hold `answer`'s values."""
+    want = expected_table(answer)
+    assert rendered_table(page) == want
+    texts = rendered_text(page)
+    for row in answer["table"]:
+        assert texts[row["id"]] == {p: f"{row['display'][p]['gb']} GB" for p in PARTS}
+    bars = page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('[data-chart=breakdown] g[data-recipe]')].map(g => [
+             g.dataset.recipe,
+             {...Object.fromEntries([...g.querySelectorAll('rect')]
+                .map(r => [r.dataset.part, Number(r.dataset.bytes)])),
+              peak: Number(g.dataset.peak)}]))"""
+    )
+    assert bars == want
+    lines = page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('[data-chart=sweep] polyline[data-recipe]')]
+             .map(l => [l.dataset.recipe, [Number(l.dataset.first), Number(l.dataset.last),
+                                           l.getAttribute('points').split(' ').length]]))"""
+    )
+    sweep = answer["sweep"]
+    assert lines == {rid: [p[0], p[-1], len(sweep["seq"])] for rid, p in sweep["peaks"].items()}
+    walk = page.eval_on_selector("[data-chart=walk] svg", "s => ({...s.dataset})")
+    step = answer["step"]
+    assert walk == {"events": str(len(step["events"])), "peakIndex": str(step["peak_index"]), "peak": str(step["peak"])}
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == str(step["peak"])
+    assert page.text_content('[data-out="peak-event"]') == step["peak_event"]
+    capacities = page.eval_on_selector_all(".calc-capacity", "gs => gs.map(g => g.dataset.capacity)")
+    assert capacities == [str(answer["capacity"])] * 3  # the same device line on all three charts
+
+
+def test_without_javascript_the_build_time_numbers_match_results_and_calc(open_page):
+    """With JavaScript off the table already holds calc's bytes and results.md's figures."""
+    page, _ = open_page(wait_live=False, java_script_enabled=False)
+    assert rendered_table(page) == expected_table(DEFAULT)
+    texts = rendered_text(page)
+    for rid, cells in results_md_cells().items():
+        assert [texts[rid][p] for p in PARTS] == cells
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == str(DEFAULT["step"]["peak"])
+    assert page.locator("noscript").count() >= 3  # the static figures stand in for the charts
+
+
+def test_while_pyodide_loads_the_build_time_numbers_and_charts_show(open_page):
+    """Before the worker is ready the page is drawn from the build-time answer, with a quiet status."""
+    page, recorder = open_page(wait_live=False, route=("**/*.whl", lambda route: None))  # never answered
+    page.wait_for_selector("[data-chart=walk] svg")
+    assert page.get_attribute("[data-calc]", "data-state") == "loading"
+    assert "Starting the live calculator" in page.text_content("[data-calc-status]")
+    assert_page_shows(page, DEFAULT)
+    assert recorder.errors == []
+
+
+def test_live_numbers_match_results_and_calc(open_page):
+    """Once live, every cell and peak equals the CPython calculator and results.md."""
+    page, recorder = open_page()
+    assert page.get_attribute("[data-calc]", "data-source") == "live"
+    assert_page_shows(page, DEFAULT)
+    texts = rendered_text(page)
+    for rid, cells in results_md_cells().items():
+        assert [texts[rid][p] for p in PARTS] == cells
+    assert "Live" in page.text_content("[data-calc-status]")
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "inputs"),
+    [
+        ("seq", "8192", {"seq": "8192"}),
+        ("micro-batch", "4", {"micro-batch": "4"}),
+        ("recipe", "fp32", {"recipe": "fp32"}),
+        ("recompute", "selective", {"recompute": "selective"}),
+        ("preset", "llama-2-13b", {"preset": "llama-2-13b"}),
+        ("kv-heads", "8", {"kv-heads": "8"}),
+        ("dp", "8", {"dp": "8"}),
+        ("zero", "3", {"zero": "3"}),
+        ("capacity-gb", "94.5", {"capacity-gb": "94.5"}),
+    ],
+)
+def test_changing_an_input_redraws_everything_with_calcs_values(open_page, name, value, inputs):
+    """Table, charts and animation follow the CPython calculator for the same inputs; the URL keeps them."""
+    page, recorder = open_page()
+    change(page, name, value)
+    assert_page_shows(page, answer_for(inputs))
+    query = parse_qs(urlparse(page.url).query)
+    assert query[name] == [value]
+    assert recorder.errors == []
+
+
+def test_a_link_reproduces_a_configuration(open_page):
+    """Opening the address of a configured page shows the same configuration."""
+    page, _ = open_page()
+    change(page, "preset", "gpt2")
+    change(page, "micro-batch", "8")
+    change(page, "recompute", "full")
+    page.evaluate(
+        """() => { window.__drawn = new Promise(resolve => document.querySelector('[data-calc]')
+             .addEventListener('calc:drawn', resolve, {once: true})); }"""
+    )
+    page.locator('[data-capacity-preset="141"]').click()
+    page.evaluate("() => window.__drawn")
+    link = page.url.split("/", 3)[3]
+    again, recorder = open_page(link)
+    assert again.input_value('[name="preset"]') == "gpt2"
+    assert again.input_value('[name="capacity-gb"]') == "141"
+    inputs = {"preset": "gpt2", "micro-batch": "8", "recompute": "full", "capacity-gb": "141"}
+    assert_page_shows(again, answer_for(inputs))
+    assert again.locator("[data-calc-notice]").is_hidden()
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize("query", ["?seq=banana", "?colour=blue", "?preset=gpt-5", "?capacity-gb=-3", "?heads=5"])
+def test_a_malformed_link_loads_the_defaults_with_a_notice(open_page, query):
+    """A link calc cannot use falls back to the defaults and says so."""
+    page, recorder = open_page(query)
+    page.wait_for_selector("[data-calc-notice]:not([hidden])")
+    assert "defaults" in page.text_content("[data-calc-notice]")
+    assert page.input_value('[name="seq"]') == "4096"
+    assert page.input_value('[name="capacity-gb"]') == "80"
+    page.wait_for_function("() => document.querySelector('[data-calc]').dataset.source === 'live'")
+    assert_page_shows(page, DEFAULT)
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "label"),
+    [
+        ("seq", "abc", "Sequence"),
+        ("micro-batch", "0", "Micro-batch"),
+        ("heads", "7", "Heads"),
+        ("capacity-gb", "lots", "Capacity"),
+    ],
+)
+def test_bad_input_names_the_field_and_the_page_keeps_working(open_page, name, value, label):
+    """The message sits beside the field and names it; other controls still redraw."""
+    page, recorder = open_page()
+    page.fill(f'[data-calc-form] [name="{name}"]', value)
+    error = page.locator(f'[data-error-for="{name}"]')
+    error.wait_for(state="visible")
+    assert error.text_content().startswith(label)
+    assert page.get_attribute(f'[data-calc-form] [name="{name}"]', "aria-invalid") == "true"
+    assert_page_shows(page, DEFAULT)  # the last good answer stays
+    page.click('[data-anim="forward"]')  # the animation still steps
+    assert "Event" in page.text_content('[data-anim="label"]')
+    # Mending the field brings the live answer back and clears the message.
+    good = {"seq": "2048", "micro-batch": "2", "heads": "16", "capacity-gb": "40"}[name]
+    change(page, name, good)
+    assert_page_shows(page, answer_for({name: good}))
+    assert error.is_hidden()
+    assert recorder.errors == []
+
+
+def test_the_worker_failing_keeps_the_build_time_numbers(open_page):
+    """If Pyodide cannot start the page says so and keeps the numbers computed at build time."""
+    page, _ = open_page(wait_live=False, route=("**/*.whl", lambda route: route.fulfill(status=404, body="")))
+    page.wait_for_selector("[data-calc][data-state=failed]", timeout=LIVE_TIMEOUT_MS)
+    assert "could not start" in page.text_content("[data-calc-status]")
+    assert_page_shows(page, DEFAULT)
+
+
+def test_nothing_leaves_the_origin_and_the_console_stays_clean(open_page):
+    """A full session (load, live, inputs, animation) requests only local files and logs no error."""
+    page, recorder = open_page()
+    change(page, "seq", "1024")
+    change(page, "preset", "decoder")
+    page.click('[data-anim="play"]')
+    page.wait_for_timeout(300)
+    page.click('[data-anim="play"]')
+    page.goto(page.url.split("?")[0] + "results/")
+    assert recorder.foreign() == []
+    assert recorder.errors == []
+    local = {urlparse(u).path for u in recorder.requests}
+    assert any(p.endswith("pyodide.asm.wasm") for p in local)
+    assert any(p.endswith(".whl") for p in local)
+
+
+@pytest.mark.parametrize("path", ["", "results/"])
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_no_serious_accessibility_violations(open_page, scheme, path):
+    """axe-core finds no serious or critical violations on either page, in either colour scheme."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    page, _ = open_page(path, wait_live=not path, color_scheme=scheme)
+    page.wait_for_timeout(300)  # Material's own scripts finish laying out the page
+    violations = Axe().run(page).response["violations"]
+    serious = [
+        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+        for v in violations
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert serious == []
+
+
+def test_the_animation_works_from_the_keyboard(open_page):
+    """Play, pause, step and the scrubber respond to keys, and the peak event is marked."""
+    page, recorder = open_page()
+    step = DEFAULT["step"]
+    label = page.locator('[data-anim="label"]')
+    assert "(the peak)" in label.text_content()
+    play = page.locator('[data-anim="play"]')
+    play.focus()
+    page.keyboard.press("Enter")
+    assert play.get_attribute("aria-pressed") == "true"
+    page.wait_for_timeout(250)
+    page.keyboard.press("Space")
+    assert play.get_attribute("aria-pressed") == "false"
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")  # "Next event"
+    before = int(page.input_value('[data-anim="scrub"]'))
+    page.keyboard.press("Enter")
+    assert int(page.input_value('[data-anim="scrub"]')) == before + 1
+    page.keyboard.press("Tab")  # the scrubber
+    page.keyboard.press("Home")
+    assert page.input_value('[data-anim="scrub"]') == "0"
+    assert label.text_content().startswith(f"Event 1 of {len(step['events'])}")
+    page.keyboard.press("End")
+    assert label.text_content().startswith(f"Event {len(step['events'])} of")
+    page.keyboard.press("ArrowLeft")
+    assert page.input_value('[data-anim="scrub"]') == str(len(step["events"]) - 2)
+    assert page.locator("[data-chart=walk] .calc-peak-marker").count() == 1
+    assert recorder.errors == []
+
+
+def test_screenshot_of_the_calculator_for_review(open_page):
+    """Saves test-artifacts/calculator-light.png and calculator-dark.png."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    for scheme in ("light", "dark"):
+        page, _ = open_page(color_scheme=scheme)
+        page.add_style_tag(content=".md-header { position: absolute; }")  # not stitched over the shot
+        page.locator("#calculator").screenshot(path=str(ARTIFACTS / f"calculator-{scheme}.png"))
+        assert (ARTIFACTS / f"calculator-{scheme}.png").stat().st_size > 10_000
