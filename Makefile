@@ -18,7 +18,7 @@ export NO_MKDOCS_2_WARNING := 1
 setup: $(VENV)/.installed node_modules/.installed
 
 # Python: calc (editable) with the tools of its tests, the site, the browser tests and the measurements.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,browser,measure]'
 	touch $@

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from . import activations as act
+from . import eager
 from .parallel import SINGLE, Parallel, device_params, stage_layers
 from .recipes import RECIPES, TABLE_ROWS, state_bytes
 from .shape import Shape, param_counts
-from .walk import events, peak, segments, seq_sizes, template
+from .walk import CATEGORIES, events, peak, segments, seq_sizes, template
 
 
 def sizes(
@@ -70,10 +71,29 @@ def step(
     recompute: str = "none",
     activation_bytes: int = 2,
     par: Parallel = SINGLE,
+    walk: str = "deck",
 ) -> dict:
-    """One training step on one device: sizes, the event walk and its peak (the CLI's --json object)."""
-    stage, segs, (top, at) = worst_stage(shape, seq, micro_batch, recipe, recompute, activation_bytes, par)
-    walk = events(segs)
+    """One training step on one device: sizes, the event walk and its peak (the CLI's --json object).
+
+    walk="deck" (the default) is the deck's walk (calc.walk); walk="eager" counts what PyTorch's eager
+    autograd allocates (calc.eager), on a single device only, and its `bytes` are each category's
+    high-water mark in that walk."""
+    if walk == "eager":
+        if par != SINGLE:
+            raise ValueError("the eager walk is for a single device: use the deck walk with parallelism")
+        stage, segs = 0, eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes)
+        top, at = peak(segs)
+        expanded = events(segs)
+        full_sizes = {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
+        per_layer = eager.kept_bytes(shape, seq, micro_batch, recompute, activation_bytes)
+    elif walk == "deck":
+        stage, segs, (top, at) = worst_stage(shape, seq, micro_batch, recipe, recompute, activation_bytes, par)
+        expanded = events(segs)
+        full_sizes = sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage)
+        per_layer = act.kept_bytes(shape, seq, micro_batch, recompute, par) * (activation_bytes // 2)
+    else:
+        raise ValueError(f"unknown walk {walk!r}: deck or eager")
+    counts = param_counts(shape)
     return {
         "config": {
             "shape": asdict(shape),
@@ -83,19 +103,20 @@ def step(
             "recompute": recompute,
             "activation_bytes": activation_bytes,
             "parallel": asdict(par),
+            "walk": walk,
         },
-        "params": param_counts(shape)["total"],
-        "param_counts": param_counts(shape),
+        "params": counts["total"],
+        "param_counts": counts,
         "device_params": device_params(shape, par, stage)["total"],
         "stage": stage,
         "devices": par.devices,
-        "bytes": sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage),
-        "activations_per_layer": act.kept_bytes(shape, seq, micro_batch, recompute, par) * (activation_bytes // 2),
-        "static": walk[len(segs[0].events) - 1]["total"],
+        "bytes": full_sizes,
+        "activations_per_layer": per_layer,
+        "static": expanded[len(segs[0].events) - 1]["total"],
         "peak": top,
-        "peak_event": walk[at]["label"],
+        "peak_event": expanded[at]["label"],
         "peak_index": at,
-        "events": walk,
+        "events": expanded,
     }
 
 

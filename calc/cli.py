@@ -7,7 +7,7 @@ import json
 import sys
 
 from .api import step, table
-from .inputs import BOOL_FIELDS, CHOICE_FIELDS, INT_FIELDS, InputError, parse_inputs
+from .inputs import BOOL_FIELDS, CHOICE_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
 from .plan import plan
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
@@ -35,6 +35,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", metavar="N", help="sequences per step b (default 1)")
     p.add_argument("--recipe", metavar="|".join(RECIPES), help="precision/optimiser recipe (default mixed)")
     p.add_argument("--recompute", metavar="|".join(RECOMPUTE), help="activation recomputation (default none)")
+    p.add_argument(
+        "--walk",
+        metavar="|".join(WALKS),
+        help="deck: the deck's walk (default); eager: what PyTorch eager autograd allocates (one device)",
+    )
     par = p.add_argument_group("several devices (bytes and peak become per device)")
     par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
     par.add_argument("--tp", metavar="N", help="tensor-parallel ranks (default 1)")
@@ -77,6 +82,7 @@ def format_summary(result: dict) -> str:
     lines = [
         f"{cfg['shape']['name']}: {result['params']:,} parameters; seq {cfg['seq']:,}, "
         f"micro-batch {cfg['micro_batch']}, {RECIPES[cfg['recipe']].label}, recompute {cfg['recompute']}"
+        + (f", {cfg['walk']} walk" if "walk" in cfg else "")
     ]
     if result["devices"] > 1:
         p = cfg["parallel"]
@@ -125,6 +131,9 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)
         return 2
     shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
+    if inputs["walk"] != "deck" and (args.plan or args.table):
+        print(f"error: --walk: {inputs['walk']} walks one step; --table and --plan use the deck walk", file=sys.stderr)
+        return 2
     if args.plan:
         rows = plan(
             shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
@@ -134,7 +143,9 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     if args.table:
         print(format_table(table(shape, seq, inputs["micro_batch"], par)))
         return 0
-    result = step(shape, seq, inputs["micro_batch"], inputs["recipe"], inputs["recompute"], par=par)
+    result = step(
+        shape, seq, inputs["micro_batch"], inputs["recipe"], inputs["recompute"], par=par, walk=inputs["walk"]
+    )
     if args.json:
         print(json.dumps(result, indent=1))
     elif args.events:

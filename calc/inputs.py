@@ -31,6 +31,7 @@ RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "global-batch": 1 << 20}
 PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000}
 PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
 DEFAULT_CAPACITY_GB = 80
+WALKS = ("deck", "eager")  # calc.walk (the default) or calc.eager (PyTorch eager autograd, one device)
 FIELDS = (
     "preset",
     *INT_FIELDS,
@@ -40,6 +41,7 @@ FIELDS = (
     "micro-batch",
     "recipe",
     "recompute",
+    "walk",
     *PARALLEL_LIMITS,
     "zero",
     *PARALLEL_BOOLS,
@@ -105,7 +107,7 @@ def _capacity(raw: object) -> int:
 
 
 def parse_inputs(raw: Mapping[str, object]) -> dict:
-    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "par",
+    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "par",
     "global_batch", "capacity"}.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
@@ -138,6 +140,7 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         raise InputError("seq", f"must be at most the context of {shape.context:,} (learned positions)")
     recipe = _choice("recipe", given.get("recipe", "mixed"), tuple(RECIPES))
     recompute = _choice("recompute", given.get("recompute", "none"), RECOMPUTE)
+    walk = _choice("walk", given.get("walk", "deck"), WALKS)
     check_size(shape, seq, micro_batch)
     degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
     zero = given.get("zero", 0)
@@ -148,6 +151,10 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
+    if walk == "eager" and par != Parallel():
+        raise InputError(
+            "walk", "the eager walk is for one device: leave --dp, --tp, --pp, --zero and their flags unset"
+        )
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
     capacity = _capacity(given.get("capacity-gb", DEFAULT_CAPACITY_GB))
     return {
@@ -156,6 +163,7 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "micro_batch": micro_batch,
         "recipe": recipe,
         "recompute": recompute,
+        "walk": walk,
         "par": par,
         "global_batch": global_batch,
         "capacity": capacity,

@@ -30,7 +30,7 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
     result = {
         "ok": True,
-        "step": step(shape, seq, b, inputs["recipe"], inputs["recompute"], par=par),
+        "step": step(shape, seq, b, inputs["recipe"], inputs["recompute"], par=par, walk=inputs["walk"]),
         "table": rows,
         "capacity": inputs["capacity"],
     }

@@ -1,0 +1,126 @@
+"""The eager walk (calc.eager): its invariants, and that the deck walk stays the default."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import calc
+from calc import eager
+from calc.walk import events, peak
+from strategies import micro_batches, recipes, recomputes, seqs, shapes
+
+DECODER = calc.PRESETS["decoder"]
+PERSISTENT = ("weights", "optimizer", "master")
+
+
+@settings(max_examples=200, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes, recomputes, st.sampled_from([2, 4]))
+def test_eager_walk_invariants(shape, seq, b, recipe, recompute, p):
+    """Peak = the largest running total; allocations minus frees leave the static state; no category
+    goes negative; the segment-wise peak equals the expanded walk's."""
+    s = calc.step(shape, seq, b, recipe, recompute, p, walk="eager")
+    walk = s["events"]
+    totals = [e["total"] for e in walk]
+    assert s["peak"] == max(totals) == walk[s["peak_index"]]["total"]
+    assert s["peak_index"] == totals.index(max(totals))
+    assert s["peak"] >= s["static"]
+    running = dict.fromkeys(calc.CATEGORIES, 0)
+    for e in walk:
+        running[e["category"]] += e["bytes"]
+        assert e["totals"] == running and e["total"] == sum(running.values())
+        assert all(v >= 0 for v in running.values())
+        assert e["source"]
+    assert running == {c: s["bytes"][c] if c in PERSISTENT else 0 for c in calc.CATEGORIES}
+    assert sum(e["bytes"] for e in walk) == s["static"] == sum(s["bytes"][c] for c in PERSISTENT)
+    segs = eager.segments(shape, seq, b, recipe, recompute, p)
+    assert peak(segs) == (s["peak"], s["peak_index"])
+    assert len(events(segs)) == len(walk)
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes, recomputes)
+def test_eager_static_state_matches_the_deck(shape, seq, b, recipe, recompute):
+    """Both walks start from the same resident state and write the same gradients."""
+    deck = calc.step(shape, seq, b, recipe, recompute)
+    ours = calc.step(shape, seq, b, recipe, recompute, walk="eager")
+    assert ours["static"] == deck["static"]
+    written = sum(e["bytes"] for e in ours["events"] if e["label"] == "zero_grad: free gradients")
+    assert -written == deck["bytes"]["gradients"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes, st.sampled_from([2, 4]))
+def test_eager_recomputation_order(shape, seq, b, recipe, p):
+    """What a layer keeps falls from none to selective to full."""
+    kept = [eager.kept_bytes(shape, seq, b, r, p) for r in calc.RECOMPUTE]
+    assert kept[0] > kept[1] > kept[2] > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes(), seqs, micro_batches, recipes, recomputes, st.integers(1, 8))
+def test_eager_peak_grows_with_tokens(shape, seq, b, recipe, recompute, k):
+    """More tokens never need less memory."""
+    base = calc.step(shape, seq, b, recipe, recompute, walk="eager")["peak"]
+    assert calc.step(shape, seq + k, b, recipe, recompute, walk="eager")["peak"] >= base
+    assert calc.step(shape, seq, b + k, recipe, recompute, walk="eager")["peak"] >= base
+
+
+@given(shapes())
+def test_layer_params_add_up(shape):
+    """Attention's and the feed-forward's parameters make up the layer."""
+    assert sum(eager._layer_params(shape)) == calc.param_counts(shape)["per_layer"]
+
+
+def test_decoder_saved_values_per_block():
+    """At 4 bytes a value the Decoder block keeps 1,696 values per sequence at seq 8, as measured
+    (tests/test_measure.py): 1,696 x 4 bytes."""
+    assert eager.kept_bytes(DECODER, 8, 1, "none", 4) == 1696 * 4
+
+
+def test_decoder_eager_peak():
+    """The Decoder at 16 sequences of 8 in fp32, as the reference trainer runs it: the peak is in
+    cross-entropy's backward, 420,864 bytes (measured on CPU: 423,200, the rest being the token batch,
+    the causal masks and Adam's step counters)."""
+    s = calc.step(DECODER, 8, 16, "fp32", "none", 4, walk="eager")
+    assert s["peak"] == 420_864
+    assert s["peak_event"] == "log_softmax backward: gradient of the logits"
+
+
+def test_deck_is_the_default_and_unchanged():
+    """walk="deck" is the default, and the result names the walk it came from."""
+    assert calc.step(DECODER, 8, 16) == calc.step(DECODER, 8, 16, walk="deck")
+    assert calc.step(DECODER, 8, 16)["config"]["walk"] == "deck"
+    assert calc.step(DECODER, 8, 16, walk="eager")["config"]["walk"] == "eager"
+
+
+def test_eager_refuses_parallelism_and_unknown_walks():
+    """The eager walk is for one device; other walk names are refused."""
+    with pytest.raises(ValueError, match="single device"):
+        calc.step(DECODER, 8, 16, par=calc.Parallel(dp=2), walk="eager")
+    with pytest.raises(ValueError, match="unknown walk"):
+        calc.step(DECODER, 8, 16, walk="lazy")
+
+
+def test_walk_input_is_validated():
+    """The "walk" field: deck by default, eager on request, anything else an InputError naming it."""
+    assert calc.parse_inputs({})["walk"] == "deck"
+    assert calc.parse_inputs({"walk": " Eager "})["walk"] == "eager"
+    for raw in ({"walk": "lazy"}, {"walk": "eager", "tp": 2}):
+        with pytest.raises(calc.InputError) as err:
+            calc.parse_inputs(raw)
+        assert err.value.field == "walk"
+
+
+def test_cli_walk_flag(capsys):
+    """--walk eager --json prints the eager walk; with --table it exits 2 with one line."""
+    import json
+
+    from calc.cli import main
+
+    assert main(["--preset", "decoder", "--seq", "8", "--micro-batch", "16", "--walk", "eager", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["walk"] == "eager"
+    assert out["peak"] == calc.step(DECODER, 8, 16, walk="eager")["peak"]
+    assert main(["--walk", "eager", "--table"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --walk:")
