@@ -21,10 +21,12 @@ def sizes(
     activation_bytes: int = 2,
     par: Parallel = SINGLE,
     stage: int = 0,
+    in_flight: int = 1,
 ) -> dict[str, int]:
-    """The full size of each category on one device of `stage`: what the deck's table shows."""
+    """The full size of each category on one device of `stage` holding `in_flight` micro-batches:
+    what the deck's table shows. (The walk's high-water mark of a category can differ: it adds
+    recomputed activations on top of the kept ones.)"""
     scale = activation_bytes // 2
-    in_flight = par.pp - stage
     last = stage == par.pp - 1
     return {
         **state_bytes(device_params(shape, par, stage)["total"], recipe, par),
@@ -41,6 +43,22 @@ def sizes(
     }
 
 
+def walks(par: Parallel, grad_accum: int | None = None) -> list[tuple[int, int, bool]]:
+    """The (stage, micro-batches in flight, accumulating) walks whose largest peak is the device's.
+
+    The first pipeline stage holds the most micro-batches in flight (1F1B), the last the logits;
+    stages in between hold no more than the first. A stage that runs more micro-batches than it
+    holds at once starts some of them with the step's gradients already resident. `grad_accum` is
+    the micro-batches per step of one data-parallel worker (default: pp, just enough to fill the
+    pipeline; 1 on one device)."""
+    m = par.pp if grad_accum is None else grad_accum
+    out = []
+    for stage in sorted({0, par.pp - 1}):
+        in_flight = min(par.pp - stage, m)
+        out += [(stage, in_flight, False)] + ([(stage, in_flight, True)] if m > in_flight else [])
+    return out
+
+
 def worst_stage(
     shape: Shape,
     seq: int,
@@ -49,17 +67,15 @@ def worst_stage(
     recompute: str,
     activation_bytes: int = 2,
     par: Parallel = SINGLE,
-) -> tuple[int, list, tuple[int, int]]:
-    """(stage, segments, (peak, index)) of the pipeline stage whose device peaks highest.
-
-    The first stage holds the most micro-batches in flight, the last the logits; stages in
-    between hold no more than the first."""
+    grad_accum: int | None = None,
+) -> tuple[tuple[int, int, bool], list, tuple[int, int]]:
+    """((stage, in flight, accumulating), segments, (peak, index)) of the walk that peaks highest."""
     best = None
-    for stage in sorted({0, par.pp - 1}):
-        segs = segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage)
+    for walk in walks(par, grad_accum):
+        segs = segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, *walk)
         top = peak(segs)
         if best is None or top[0] > best[2][0]:
-            best = (stage, segs, top)
+            best = (walk, segs, top)
     return best
 
 
@@ -72,24 +88,33 @@ def step(
     activation_bytes: int = 2,
     par: Parallel = SINGLE,
     walk: str = "deck",
+    grad_accum: int | None = None,
 ) -> dict:
     """One training step on one device: sizes, the event walk and its peak (the CLI's --json object).
+    `grad_accum`: micro-batches per step of each data-parallel worker (default: pp; see walks).
 
     walk="deck" (the default) is the deck's walk (calc.walk); walk="eager" counts what PyTorch's eager
     autograd allocates (calc.eager), on a single device only, and its `bytes` are each category's
     high-water mark in that walk."""
     if walk == "eager":
-        if par != SINGLE:
-            raise ValueError("the eager walk is for a single device: use the deck walk with parallelism")
-        stage, segs = 0, eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes)
+        if par != SINGLE or (grad_accum or 1) > 1:
+            raise ValueError("the eager walk is for one micro-batch on a single device: use the deck walk")
+        stage, in_flight, accumulating, segs = (
+            0,
+            1,
+            False,
+            eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes),
+        )
         top, at = peak(segs)
         expanded = events(segs)
         full_sizes = {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
         per_layer = eager.kept_bytes(shape, seq, micro_batch, recompute, activation_bytes)
     elif walk == "deck":
-        stage, segs, (top, at) = worst_stage(shape, seq, micro_batch, recipe, recompute, activation_bytes, par)
+        (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
+            shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum
+        )
         expanded = events(segs)
-        full_sizes = sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage)
+        full_sizes = sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage, in_flight)
         per_layer = act.kept_bytes(shape, seq, micro_batch, recompute, par) * (activation_bytes // 2)
     else:
         raise ValueError(f"unknown walk {walk!r}: deck or eager")
@@ -104,11 +129,14 @@ def step(
             "activation_bytes": activation_bytes,
             "parallel": asdict(par),
             "walk": walk,
+            "grad_accum": grad_accum or par.pp,
         },
         "params": counts["total"],
         "param_counts": counts,
         "device_params": device_params(shape, par, stage)["total"],
         "stage": stage,
+        "in_flight": in_flight,
+        "accumulating": accumulating,
         "devices": par.devices,
         "bytes": full_sizes,
         "activations_per_layer": per_layer,
@@ -120,11 +148,13 @@ def step(
     }
 
 
-def table(shape: Shape, seq: int = 4096, micro_batch: int = 1, par: Parallel = SINGLE) -> list[dict]:
+def table(
+    shape: Shape, seq: int = 4096, micro_batch: int = 1, par: Parallel = SINGLE, grad_accum: int | None = None
+) -> list[dict]:
     """The deck's four recipes for one shape (per device)."""
     rows = []
     for recipe, recompute in TABLE_ROWS:
-        s = step(shape, seq, micro_batch, recipe, recompute, par=par)
+        s = step(shape, seq, micro_batch, recipe, recompute, par=par, grad_accum=grad_accum)
         label = f"{RECIPES[recipe].label}, {'no' if recompute == 'none' else recompute} recomputation"
         rows.append(
             {
@@ -147,7 +177,8 @@ def sweep(
     recipe: str = "mixed",
     recompute: str = "none",
     par: Parallel = SINGLE,
+    grad_accum: int | None = None,
 ) -> list[int]:
-    """Peak bytes per device for each sequence length (the same walk, without expanding its events)."""
-    stages = [template(shape, recipe, recompute, par, stage) for stage in sorted({0, par.pp - 1})]
-    return [max(peak(t, seq_sizes(shape, s, micro_batch, recompute, 2, par))[0] for t in stages) for s in seqs]
+    """Peak bytes per device for each sequence length (the same walks, without expanding their events)."""
+    templates = [template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)]
+    return [max(peak(t, seq_sizes(shape, s, micro_batch, recompute, 2, par))[0] for t in templates) for s in seqs]

@@ -47,6 +47,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     par.add_argument("--zero", metavar="0|1|2|3", help="ZeRO stage over the dp workers (default 0)")
     par.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
     par.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention")
+    par.add_argument("--grad-accum", metavar="N", help="micro-batches per step and worker (default: pp)")
     par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
     par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan (default 80)")
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
@@ -54,7 +55,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     out.add_argument("--table", action="store_true", help="print the deck's four-recipe table in GB")
     out.add_argument("--events", action="store_true", help="print the step event by event")
     out.add_argument(
-        "--plan", action="store_true", help="list the layouts that fit --capacity-gb, fewest devices first"
+        "--plan",
+        action="store_true",
+        help="list the layouts that fit --capacity-gb, fewest devices first (it chooses dp, tp, pp, ZeRO, "
+        "recomputation and micro-batch itself)",
     )
     return p
 
@@ -141,10 +145,18 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         print(json.dumps(rows, indent=1) if args.json else format_plan(rows, inputs["capacity"]))
         return 0
     if args.table:
-        print(format_table(table(shape, seq, inputs["micro_batch"], par)))
+        rows = table(shape, seq, inputs["micro_batch"], par, inputs["grad_accum"])
+        print(json.dumps(rows, indent=1) if args.json else format_table(rows))
         return 0
     result = step(
-        shape, seq, inputs["micro_batch"], inputs["recipe"], inputs["recompute"], par=par, walk=inputs["walk"]
+        shape,
+        seq,
+        inputs["micro_batch"],
+        inputs["recipe"],
+        inputs["recompute"],
+        par=par,
+        walk=inputs["walk"],
+        grad_accum=inputs["grad_accum"],
     )
     if args.json:
         print(json.dumps(result, indent=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from .parallel import Parallel, check
@@ -15,6 +16,10 @@ DEFAULT_SEQ = 4096
 # Results travel to the browser as JSON numbers: keep every byte count exact there (< 2^53).
 MAX_BYTES = 2**53 - 1
 
+# ASCII digits only, optionally signed (a sign gets its own message below), with thousands separators.
+WHOLE = re.compile(r"[+-]?(?:[0-9]+|[0-9]{1,3}(?:[,_][0-9]{3})+)")
+DECIMAL_GB = re.compile(r"[0-9]+(?:\.[0-9]{1,3})?")
+
 # Field name (the CLI flag without dashes) -> Shape attribute, largest accepted value.
 INT_FIELDS = {
     "layers": ("layers", 10_000),
@@ -27,7 +32,7 @@ INT_FIELDS = {
 }
 BOOL_FIELDS = {"gated-ffn": "gated_ffn", "tied": "tied", "bias": "bias", "final-norm": "final_norm"}
 CHOICE_FIELDS = {"norm": ("norm", NORMS), "positions": ("positions", POSITIONS)}
-RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "global-batch": 1 << 20}
+RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "grad-accum": 1 << 20, "global-batch": 1 << 20}
 PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000}
 PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
 DEFAULT_CAPACITY_GB = 80
@@ -45,6 +50,7 @@ FIELDS = (
     *PARALLEL_LIMITS,
     "zero",
     *PARALLEL_BOOLS,
+    "grad-accum",
     "global-batch",
     "capacity-gb",
 )
@@ -65,10 +71,10 @@ def _int(field: str, raw: object, largest: int) -> int:
     if isinstance(raw, int):
         value = raw
     else:
-        text = str(raw).strip().replace(",", "").replace("_", "")
-        if not text.lstrip("+-").isdigit():
-            raise InputError(field, f"must be a whole number, got {str(raw)!r}")
-        value = int(text)
+        text = str(raw).strip()
+        if not WHOLE.fullmatch(text):
+            raise InputError(field, f"must be a whole number, got {text!r}")
+        value = int(text.replace(",", "").replace("_", ""))
     if value <= 0:
         raise InputError(field, f"must be at least 1, got {value}")
     if value > largest:
@@ -97,10 +103,10 @@ def _choice(field: str, raw: object, choices) -> str:
 def _capacity(raw: object) -> int:
     """Device capacity in GB (10^9 bytes), up to three decimals, as exact bytes."""
     text = str(raw).strip()
-    whole, _, frac = text.partition(".")
-    if not whole.isdigit() or not (frac == "" or (frac.isdigit() and len(frac) <= 3)):
+    if not DECIMAL_GB.fullmatch(text):
         raise InputError("capacity-gb", f"must be a number of GB like 80 or 94.5, got {text!r}")
-    capacity = int(whole) * GB + int(frac.ljust(3, "0") or 0) * GB // 1000
+    whole, _, frac = text.partition(".")
+    capacity = int(whole) * GB + int(frac.ljust(3, "0")) * GB // 1000
     if not 0 < capacity <= 100_000 * GB:
         raise InputError("capacity-gb", f"must be more than 0 and at most 100,000 GB, got {text}")
     return capacity
@@ -108,7 +114,7 @@ def _capacity(raw: object) -> int:
 
 def parse_inputs(raw: Mapping[str, object]) -> dict:
     """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "par",
-    "global_batch", "capacity"}.
+    "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity"}.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
     default's) value. Raises InputError naming the first bad field."""
@@ -151,9 +157,11 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
-    if walk == "eager" and par != Parallel():
+    grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
+    if walk == "eager" and (par != Parallel() or (grad_accum or 1) > 1):
         raise InputError(
-            "walk", "the eager walk is for one device: leave --dp, --tp, --pp, --zero and their flags unset"
+            "walk",
+            "the eager walk is one micro-batch on one device: leave --dp, --tp, --pp, --zero, --grad-accum unset",
         )
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
     capacity = _capacity(given.get("capacity-gb", DEFAULT_CAPACITY_GB))
@@ -165,6 +173,7 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "recompute": recompute,
         "walk": walk,
         "par": par,
+        "grad_accum": grad_accum,
         "global_batch": global_batch,
         "capacity": capacity,
     }
@@ -181,6 +190,8 @@ def check_shape(shape: Shape) -> None:
 def check_size(shape: Shape, seq: int, micro_batch: int) -> None:
     """Refuse configurations whose byte counts would not stay exact in a browser."""
     state = 16 * param_counts(shape)["total"]
+    # Upper bounds: 16 bytes a parameter; activations at up to 4 bytes and recomputation on top (8x the 16-bit
+    # count); logits at 12 bytes a value (16-bit, fp32, and 4-byte activations' doubling).
     activations = 8 * shape.layers * (34 * seq * micro_batch * shape.hidden + 5 * shape.heads * seq * seq * micro_batch)
     logits = 12 * seq * micro_batch * shape.vocab
     if state + activations + logits <= MAX_BYTES:

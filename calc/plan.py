@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 from .api import worst_stage
 from .parallel import Parallel, check
 from .recipes import RECOMPUTE
@@ -25,8 +28,10 @@ def recompute_overhead(shape: Shape, seq: int, recompute: str, flash: bool = Fal
     return shape.layers * extra / step
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+@lru_cache(maxsize=256)
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
 
 
 def plan(
@@ -41,10 +46,13 @@ def plan(
     limit: int = 50,
 ) -> list[dict]:
     """Layouts (dp, tp, pp, ZeRO stage, recomputation, micro-batch) whose per-device peak fits in
-    `capacity` bytes, sorted by devices, then extra compute, then peak; at most `limit` of them.
+    `capacity` bytes: fewest devices first, then the least extra compute, then the largest
+    micro-batch (fewest accumulation steps), the lowest ZeRO stage (least communication) and the
+    lowest peak; at most `limit` of them.
 
     Every dp worker takes global_batch / dp sequences per step, as micro-batches; a pipeline needs
-    at least pp micro-batches per step to keep its stages busy (1F1B)."""
+    at least pp micro-batches per step to keep its stages busy (1F1B). ZeRO stages 2 and 3 are not
+    combined with pipeline parallelism, which DeepSpeed's pipeline engine does not support."""
     layouts = []
     for tp in TP_DEGREES:
         for pp in _divisors(shape.layers):
@@ -56,33 +64,39 @@ def plan(
     for devices, dp, tp, pp in layouts:
         if len(found) >= limit and devices > found[limit - 1]["devices"]:
             break
-        for zero in range(4) if dp > 1 else (0,):
+        per_worker = global_batch // dp
+        # A step's micro-batches outnumber the pipeline's stages (and later ones start with the
+        # gradients resident), or just fill it; within each group a larger micro-batch needs more.
+        groups = [
+            [b for b in _divisors(per_worker) if per_worker // b > pp],
+            [b for b in _divisors(per_worker) if per_worker // b == pp],
+        ]
+        for zero in range(4 if pp == 1 else 2) if dp > 1 else (0,):
             par = Parallel(dp, tp, pp, zero, sequence_parallel and tp > 1, flash)
             if check(shape, par):
                 break
-            per_worker = global_batch // dp
             for recompute in RECOMPUTE:
-                for micro_batch in _divisors(per_worker):
-                    if per_worker // micro_batch < pp:
-                        break
-                    top = worst_stage(shape, seq, micro_batch, recipe, recompute, 2, par)[2][0]
-                    if top > capacity:
-                        break  # a larger micro-batch needs more still
-                    found.append(
-                        {
-                            "dp": dp,
-                            "tp": tp,
-                            "pp": pp,
-                            "zero": zero,
-                            "recompute": recompute,
-                            "micro_batch": micro_batch,
-                            "devices": devices,
-                            "peak": top,
-                            "sequence_parallel": par.sequence_parallel,
-                            "flash": flash,
-                            "grad_accum": per_worker // micro_batch,
-                            "extra_compute": recompute_overhead(shape, seq, recompute, flash),
-                        }
-                    )
-        found.sort(key=lambda f: (f["devices"], f["extra_compute"], f["peak"]))
+                for group in groups:
+                    for micro_batch in group:
+                        grad_accum = per_worker // micro_batch
+                        top = worst_stage(shape, seq, micro_batch, recipe, recompute, 2, par, grad_accum)[2][0]
+                        if top > capacity:
+                            break
+                        found.append(
+                            {
+                                "dp": dp,
+                                "tp": tp,
+                                "pp": pp,
+                                "zero": zero,
+                                "recompute": recompute,
+                                "micro_batch": micro_batch,
+                                "devices": devices,
+                                "peak": top,
+                                "sequence_parallel": par.sequence_parallel,
+                                "flash": flash,
+                                "grad_accum": grad_accum,
+                                "extra_compute": recompute_overhead(shape, seq, recompute, flash),
+                            }
+                        )
+        found.sort(key=lambda f: (f["devices"], f["extra_compute"], -f["micro_batch"], f["zero"], f["peak"]))
     return found[:limit]

@@ -78,27 +78,40 @@ def segments(
     activation_bytes: int = 2,
     par: Parallel = SINGLE,
     stage: int = 0,
+    in_flight: int = 1,
+    accumulating: bool = False,
 ) -> list[Segment]:
-    """The step on one device of pipeline stage `stage`, every size in bytes."""
+    """The step on one device of pipeline stage `stage`, every size in bytes (see template)."""
     sizes = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)
     return [
         seg._replace(
             events=tuple(e if isinstance(e.bytes, int) else e._replace(bytes=sizes[e.bytes]) for e in seg.events)
         )
-        for seg in template(shape, recipe, recompute, par, stage)
+        for seg in template(shape, recipe, recompute, par, stage, in_flight, accumulating)
     ]
 
 
 @lru_cache(maxsize=64)  # a chart's sweep walks the same step at hundreds of sequence lengths
-def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, stage: int = 0) -> tuple[Segment, ...]:
-    """The step's events; sizes that depend on the sequence are named (see seq_sizes), others in bytes.
-    Each event names the source of its size."""
+def template(
+    shape: Shape,
+    recipe: str,
+    recompute: str,
+    par: Parallel = SINGLE,
+    stage: int = 0,
+    in_flight: int = 1,
+    accumulating: bool = False,
+) -> tuple[Segment, ...]:
+    """The step's events on one device of pipeline stage `stage`, holding `in_flight` micro-batches
+    at once (1F1B: the first of pp stages holds pp; Narayanan et al. 2021). `accumulating` walks a
+    micro-batch after the first of a step, whose gradients are added to those already resident.
+    Sizes that depend on the sequence are named (see seq_sizes), the others are bytes; every event
+    names the source of its size."""
     r = RECIPES[recipe]
     n = device_params(shape, par, stage)
     first, last = stage == 0, stage == par.pp - 1
     g, w = r.gradients, r.weights
-
     mb = "micro-batch {mb}, " if par.pp > 1 else ""
+    layer = mb + "layer {layer}"
     korthikanti = "Korthikanti et al. 2022, eq. (1): sbh(34 + 5as/h) per layer"
     kept_source = {
         "none": korthikanti,
@@ -107,6 +120,7 @@ def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, 
     }[recompute]
     grads_of = f"parameters x {g} bytes ({r.source})"
     zero = "Rajbhandari et al. 2020 (ZeRO)"
+    sharding_grads = par.zero >= 2 and par.dp > 1
 
     state = state_bytes(n["total"], recipe, par)
     start = [Event("start", "weights resident", "weights", state["weights"], r.source)]
@@ -114,64 +128,55 @@ def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, 
         start.append(Event("start", "Adam moments resident", "optimizer", state["optimizer"], r.source))
     if r.master:
         start.append(Event("start", "fp32 master weights resident", "master", state["master"], r.source))
+    if accumulating:
+        start.append(
+            Event(
+                "start",
+                "gradients of the step's earlier micro-batches resident",
+                "gradients",
+                state["gradients"],
+                f"{grads_of}; ZeRO-2 and 3 keep 1/dp",
+            )
+        )
 
     def gathered(label: str, params: int, body: list[Event]) -> list[Event]:
         """ZeRO-3 all-gathers a module's weights before it runs and drops them after (§5.3)."""
         if par.zero < 3 or not params:
             return body
+        phase = body[0].phase
         return [
-            Event(body[0].phase, f"{label}: all-gather its weights", "weights", w * params, zero),
+            Event(phase, f"{label}: all-gather its weights", "weights", w * params, zero),
             *body,
-            Event(body[0].phase, f"{label}: release the gathered weights", "weights", -w * params, zero),
+            Event(phase, f"{label}: release the gathered weights", "weights", -w * params, zero),
         ]
 
-    def write_grads(label: str, params: int, phase: str = "backward") -> list[Event]:
-        """Gradients land in full; ZeRO-2 and 3 reduce-scatter them at once, keeping 1/dp (§5.2)."""
-        out = [Event(phase, f"{label}: write its weight gradients", "gradients", g * params, grads_of)]
-        if par.zero >= 2 and par.dp > 1:
+    def write_grads(label: str, params: int, fresh: bool) -> list[Event]:
+        """A module's gradients land in full. The first micro-batch's stay (ZeRO-2 and 3 reduce-scatter
+        them at once and keep 1/dp, §5.2); a later one's are added into the resident ones and freed."""
+        out = [Event("backward", f"{label}: write its weight gradients", "gradients", g * params, grads_of)]
+        if fresh and sharding_grads:
             out.append(
                 Event(
-                    phase,
+                    "backward",
                     f"{label}: reduce-scatter its gradients, keep 1/{par.dp}",
                     "gradients",
                     -g * (params - split(params, par.dp)),
                     zero,
                 )
             )
-        return out
-
-    layers = stage_layers(shape, par.pp, stage)
-    in_flight = par.pp - stage  # 1F1B: stage i holds pp - i micro-batches (Narayanan et al. 2021)
-    layer = mb + "layer {layer}"
-    segs = [Segment(tuple(start))]
-    if first and par.zero >= 3:
-        segs.append(
-            Segment(
-                tuple(
-                    gathered(
-                        "embedding",
-                        n["embedding"] + n["positions"],
-                        [
-                            Event(
-                                "forward",
-                                "embedding lookup",
-                                "activations",
-                                0,
-                                "Korthikanti et al. count no embedding output",
-                            )
-                        ],
-                    )
+        elif not fresh:
+            out.append(
+                Event(
+                    "backward",
+                    f"{label}: add them into the resident gradients",
+                    "gradients",
+                    -g * params,
+                    zero if sharding_grads else "autograd's AccumulateGrad",
                 )
             )
-        )
-    forward = gathered(
-        f"forward {layer}",
-        n["per_layer"],
-        [Event("forward", f"forward {layer}: keep activations for backward", "activations", "kept", kept_source)],
-    )
-    segs.append(Segment(tuple(forward), Reps(layers, range(1, in_flight + 1))))
+        return out
 
-    def backward_layer(grads_new: bool) -> list[Event]:
+    def backward_layer(fresh: bool) -> list[Event]:
         body = []
         if recompute != "none":
             body.append(
@@ -192,29 +197,22 @@ def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, 
                 "everything the layer held for backward",
             )
         )
-        if grads_new:
-            body += write_grads(f"backward {layer}", n["per_layer"])
-        elif par.zero >= 2 and par.dp > 1:  # a later micro-batch's full gradient, reduce-scattered at once
-            body += [
-                Event(
-                    "backward",
-                    f"backward {layer}: write its weight gradients",
-                    "gradients",
-                    g * n["per_layer"],
-                    grads_of,
-                ),
-                Event(
-                    "backward",
-                    f"backward {layer}: reduce-scatter and accumulate them",
-                    "gradients",
-                    -g * n["per_layer"],
-                    zero,
-                ),
-            ]
+        body += write_grads(f"backward {layer}", n["per_layer"], fresh)
         return gathered(f"backward {layer}", n["per_layer"], body)
 
+    layers = stage_layers(shape, par.pp, stage)
+    down = range(layers.stop - 1, layers.start - 1, -1)
+    segs = [Segment(tuple(start))]
+    if first and par.zero >= 3:
+        lookup = Event("forward", "embedding lookup", "activations", 0, "Korthikanti et al. count no embedding output")
+        segs.append(Segment(tuple(gathered("embedding", n["embedding"] + n["positions"], [lookup]))))
+    forward = Event("forward", f"forward {layer}: keep activations for backward", "activations", "kept", kept_source)
+    segs.append(
+        Segment(tuple(gathered(f"forward {layer}", n["per_layer"], [forward])), Reps(layers, range(1, in_flight + 1)))
+    )
     if last:
-        head_params = n["head"] or n["embedding"]  # a tied head on one device writes the embedding's gradient
+        # A tied head on one device is the embedding matrix: ZeRO-3 gathers it, its gradient is the embedding's.
+        head_params = n["head"] or n["embedding"]
         logits = [
             Event("forward", "head: 16-bit logits", "logits", "logits16", "s x b x V values, 2 bytes each"),
             Event(
@@ -225,9 +223,9 @@ def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, 
                 "s x b x V values, 4 bytes each (the loss is computed in fp32)",
             ),
         ]
-        segs.append(Segment(tuple(gathered("head", n["head"], logits))))
+        segs.append(Segment(tuple(gathered("head", head_params, logits))))
         head = [
-            *write_grads("loss and head backward", head_params),
+            *write_grads("loss and head backward", head_params, not accumulating),
             Event(
                 "backward",
                 "free the fp32 logits (cross-entropy done)",
@@ -236,18 +234,17 @@ def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, 
                 "the loss's saved fp32 logits",
             ),
         ]
-        segs.append(Segment(tuple(gathered("head backward", n["head"], head))))
+        segs.append(Segment(tuple(gathered("head backward", head_params, head))))
         if n["final_norm"]:
-            segs.append(Segment(tuple(write_grads("final norm backward", n["final_norm"]))))
-    down = range(layers.stop - 1, layers.start - 1, -1)
-    segs.append(Segment(tuple(backward_layer(True)), Reps(down)))
-    end = []
+            segs.append(Segment(tuple(write_grads("final norm backward", n["final_norm"], not accumulating))))
+    segs.append(Segment(tuple(backward_layer(not accumulating)), Reps(down)))
     if first:
-        # Untied: the embedding's own gradient is new; tied on one device: it accumulates into the head's.
+        # Untied: the embedding's own gradient; tied on one device: it accumulates into the head's.
         embed = n["positions"] + (0 if shape.tied and last else n["embedding"])
-        end += gathered("embedding backward", n["embedding"] + n["positions"], write_grads("embedding backward", embed))
-    segs.append(Segment(tuple(end)))
-    if in_flight > 1:  # the first stage's other micro-batches; their gradients accumulate in place
+        if embed:
+            grads = write_grads("embedding backward", embed, not accumulating)
+            segs.append(Segment(tuple(gathered("embedding backward", n["embedding"] + n["positions"], grads))))
+    if in_flight > 1:  # this stage's other micro-batches in flight: their gradients are added in place
         segs.append(Segment(tuple(backward_layer(False)), Reps(down, range(2, in_flight + 1))))
     end = []
     if last:
@@ -261,9 +258,9 @@ def template(shape: Shape, recipe: str, recompute: str, par: Parallel = SINGLE, 
             )
         )
     end.append(Event("optimizer", "Adam step (in place)", "optimizer", 0, "moments and weights updated in place"))
-    written = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients")
+    held = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients")
     end.append(
-        Event("optimizer", "zero_grad: free gradients", "gradients", -written, "optimizer.zero_grad(set_to_none=True)")
+        Event("optimizer", "zero_grad: free gradients", "gradients", -held, "optimizer.zero_grad(set_to_none=True)")
     )
     segs.append(Segment(tuple(end)))
     return tuple(s for s in segs if s.events)
@@ -274,7 +271,7 @@ def events(segs: list[Segment]) -> list[dict]:
     totals = dict.fromkeys(CATEGORIES, 0)
     out = []
     for seg in segs:
-        for args in seg.reps or (None,):
+        for args in (None,) if seg.reps is None else seg.reps:
             for e in seg.events:
                 totals[e.category] += e.bytes
                 out.append(
@@ -303,7 +300,7 @@ def peak(segs, sizes: dict[str, int] | None = None) -> tuple[int, int]:
         deltas = (
             [e.bytes for e in events]
             if sizes is None
-            else [e.bytes if e.bytes.__class__ is int else sizes[e.bytes] for e in events]
+            else [e.bytes if isinstance(e.bytes, int) else sizes[e.bytes] for e in events]
         )
         local = local_best = deltas[0]
         local_at = 0

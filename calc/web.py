@@ -25,12 +25,15 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
 def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> dict:
     """Everything the page draws for one set of validated inputs."""
     shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
-    rows = table(shape, seq, b, par)
+    accum = inputs["grad_accum"]
+    rows = table(shape, seq, b, par, accum)
     for row in rows:
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
     result = {
         "ok": True,
-        "step": step(shape, seq, b, inputs["recipe"], inputs["recompute"], par=par, walk=inputs["walk"]),
+        "step": step(
+            shape, seq, b, inputs["recipe"], inputs["recompute"], par=par, walk=inputs["walk"], grad_accum=accum
+        ),
         "table": rows,
         "capacity": inputs["capacity"],
     }
@@ -44,7 +47,7 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
             seqs = [s for s in seqs if s <= shape.context]
         result["sweep"] = {
             "seq": seqs,
-            "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"], par) for row in rows},
+            "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"], par, accum) for row in rows},
         }
     return result
 
@@ -54,6 +57,8 @@ def handle(request: str) -> str:
     {"ok": false, "field", "message"}."""
     try:
         payload = json.loads(request)
+        if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
+            return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
         inputs = parse_inputs(payload.get("inputs", {}))
         return json.dumps(compute(inputs, payload.get("sweep", True), payload.get("plan", False)))
     except InputError as e:

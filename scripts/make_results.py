@@ -150,11 +150,12 @@ def beyond_section() -> list[str]:
             f"### 11.{3 if name == 'llama-7b' else 4} The planner: `{name}`, sequence {SEQ:,}, global batch "
             f"{batch:,}, 80 GB devices",
             "",
-            "| Devices | dp | tp | pp | ZeRO | Recomputation | Micro-batch | Peak per device | Extra compute |",
-            "|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+            "| Devices | dp | tp | pp | ZeRO | Recomputation | Micro-batch | Micro-batches a step | Peak per device "
+            "| Extra compute |",
+            "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
             *[
                 f"| {r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | {r['zero']} | {r['recompute']} | "
-                f"{r['micro_batch']} | {gb(r['peak'])} | {r['extra_compute']:.1%} |"
+                f"{r['micro_batch']} | {r['grad_accum']:,} | {gb(r['peak'])} | {r['extra_compute']:.1%} |"
                 for r in rows
             ],
         ]
@@ -195,6 +196,13 @@ def render() -> str:
                 "",
             ]
     lines += [
+        "What these figures assume, as the deck does: activations follow Korthikanti et al.'s GPT layer (a "
+        "feed-forward layer four times the width, dropout), whatever the model's own feed-forward width; the "
+        "FP32 recipe keeps 16-bit activations and logits (fp32 weights with autocast); one micro-batch per "
+        "step. The full-recomputation peak holds the 16-bit logits ($2sbV$) that the training loop keeps; at "
+        "sequence 4,096 that equals one $V \\times h$ matrix, so this table alone cannot tell that event from "
+        "another of the same size: §10.6 checks the walk against real steps instead.",
+        "",
         "### 10.2 State: 16 bytes per parameter",
         "",
         f"Mixed-precision Adam: weights {gb(mixed['bytes']['weights'])}, gradients {gb(mixed['bytes']['gradients'])}, "

@@ -5,9 +5,12 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import calc
 from calc.cli import main
+from calc.inputs import FIELDS
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "training" / "memory.py"
@@ -75,6 +78,19 @@ def test_learned_positions_default_to_the_context(capsys):
         (["--recompute", "some"], "recompute"),
         (["--norm", "batch"], "norm"),
         (["--preset", "gpt2", "--seq", "2048"], "seq"),  # beyond the learned position table
+        (["--layers", "²"], "layers"),  # a digit to str.isdigit, not to int()
+        (["--layers=--1"], "layers"),
+        (["--layers", "1,0,0"], "layers"),
+        (["--tp", "3"], "tp"),
+        (["--pp", "33"], "pp"),
+        (["--zero", "5"], "zero"),
+        (["--dp", "0"], "dp"),
+        (["--grad-accum", "0"], "grad-accum"),
+        (["--capacity-gb", "0", "--plan"], "capacity-gb"),
+        (["--capacity-gb", "abc", "--plan"], "capacity-gb"),
+        (["--capacity-gb", "1e3", "--plan"], "capacity-gb"),
+        (["--walk", "eager", "--dp", "2"], "walk"),
+        (["--walk", "lazy"], "walk"),
     ],
 )
 def test_bad_input_one_line_exit_2(args, field):
@@ -107,3 +123,18 @@ def test_summary_names_the_peak_and_the_devices(capsys):
     assert "286,208 bytes" in out and "peak event:  loss and head backward" in out
     assert main(["--dp", "4", "--zero", "1", "--tp", "2"]) == 0
     assert "per device of 8 (dp 4, tp 2, pp 1, ZeRO 1)" in capsys.readouterr().out
+
+
+def test_table_json(capsys):
+    """--table --json prints the table's rows as data."""
+    assert main(["--table", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(calc.table(calc.PRESETS["llama-7b"])))
+
+
+@given(st.dictionaries(st.sampled_from(FIELDS), st.one_of(st.text(max_size=12), st.integers(), st.booleans())))
+def test_parse_inputs_only_raises_input_errors(raw):
+    """Whatever a URL or a form sends, parsing either succeeds or names the field."""
+    try:
+        calc.parse_inputs(raw)
+    except calc.InputError as e:
+        assert e.field in FIELDS

@@ -10,6 +10,7 @@ import calc
 from calc.activations import kept_bytes, layer_bytes
 from calc.cli import main
 from calc.parallel import Parallel, check, device_params, split
+from calc.plan import TP_DEGREES
 from calc.recipes import state_bytes
 from strategies import micro_batches, recipes, recomputes, shapes
 
@@ -150,11 +151,14 @@ def test_plan_rows_fit_and_are_sorted():
     """Every planned layout fits, fewest devices first, and the walk agrees with its peak."""
     shape = calc.PRESETS["llama-7b"]
     rows = calc.plan(shape, 4096, 256, 80 * calc.GB)
-    assert rows and rows == sorted(rows, key=lambda r: (r["devices"], r["extra_compute"], r["peak"]))
+    key = lambda r: (r["devices"], r["extra_compute"], -r["micro_batch"], r["zero"], r["peak"])  # noqa: E731
+    assert rows and rows == sorted(rows, key=key)
     for r in rows:
         assert r["peak"] <= 80 * calc.GB and r["devices"] == r["dp"] * r["tp"] * r["pp"]
+        assert r["grad_accum"] * r["micro_batch"] * r["dp"] == 256
         par = Parallel(r["dp"], r["tp"], r["pp"], r["zero"], r["sequence_parallel"], r["flash"])
-        assert calc.step(shape, 4096, r["micro_batch"], "mixed", r["recompute"], par=par)["peak"] == r["peak"]
+        s = calc.step(shape, 4096, r["micro_batch"], "mixed", r["recompute"], par=par, grad_accum=r["grad_accum"])
+        assert s["peak"] == r["peak"]
     assert calc.plan(shape, 4096, 256, 10**9) == []  # nothing fits in 1 GB: 16N alone is 108 GB
 
 
@@ -178,3 +182,40 @@ def test_cli_per_device(capsys):
     assert main(["--dp", "64", "--zero", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["bytes"]["weights"] == 2 * split(calc.param_counts(calc.PRESETS["llama-7b"])["total"], 64)
+
+
+def test_accumulation_starts_later_micro_batches_with_gradients():
+    """With several micro-batches a step, a later one starts with the gradients resident: never a lower peak."""
+    shape = calc.PRESETS["llama-7b"]
+    one = calc.step(shape, 4096, 1, "mixed", "full")
+    two = calc.step(shape, 4096, 1, "mixed", "full", grad_accum=2)
+    assert two["accumulating"] and not one["accumulating"]
+    assert two["events"][3]["category"] == "gradients" and two["events"][3]["bytes"] == one["bytes"]["gradients"]
+    assert two["peak"] > one["peak"]
+    assert two["events"][-1]["totals"]["gradients"] == 0
+
+
+def test_plan_equals_brute_force():
+    """The planner's early stops lose nothing: it equals trying every layout and micro-batch."""
+    shape, seq, batch = calc.PRESETS["decoder"], 8, 16
+    capacity = calc.step(shape, seq, 4, "mixed", "none")["peak"]
+    got = calc.plan(shape, seq, batch, capacity, limit=10_000)
+    want = []
+    for tp in TP_DEGREES:
+        for pp in (1, 2):
+            for dp in (1, 2, 4, 8, 16):
+                for zero in range(4 if pp == 1 else 2) if dp > 1 else (0,):
+                    par = Parallel(dp, tp, pp, zero)
+                    if check(shape, par):
+                        continue
+                    for recompute in calc.RECOMPUTE:
+                        for b in (1, 2, 4, 8, 16):
+                            m = batch // dp // b if batch // dp % b == 0 else 0
+                            if m < pp:
+                                continue
+                            peak = calc.step(shape, seq, b, "mixed", recompute, par=par, grad_accum=m)["peak"]
+                            if peak <= capacity:
+                                want.append((dp * tp * pp, dp, tp, pp, zero, recompute, b, peak))
+    assert sorted(
+        (r["devices"], r["dp"], r["tp"], r["pp"], r["zero"], r["recompute"], r["micro_batch"], r["peak"]) for r in got
+    ) == sorted(want)
