@@ -8,6 +8,7 @@ shows the same JSON before and after Pyodide is ready.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
 from functools import cache
@@ -21,6 +22,7 @@ import calc  # noqa: E402
 
 # What the deck shows: LLaMA 7B at sequence 4,096, one sequence per step, on calc's default device.
 DEFAULT_INPUTS: dict[str, str] = {}  # calc's own defaults: llama-7b, seq 4096, micro-batch 1, mixed, none
+PLAN_MAX_DEVICES = inspect.signature(calc.plan).parameters["max_devices"].default
 CAPACITY_PRESETS_GB = (40, 80, 94, 141, 192)  # A100 40/80 GB, H100 NVL 94 GB, H200 141 GB, B200/MI300X 192 GB
 
 
@@ -43,9 +45,10 @@ def _compute(key: str) -> dict:
     return result
 
 
-def compute(inputs: dict[str, str] | None = None, sweep: bool = True) -> dict:
-    """calc.web.handle's answer for these inputs (CLI flag names, string values)."""
-    return _compute(json.dumps({"inputs": inputs or {}, "sweep": sweep}, sort_keys=True))
+def compute(inputs: dict[str, str] | None = None, sweep: bool = True, plan: bool = False) -> dict:
+    """calc.web.handle's answer for these inputs (CLI flag names, string values); with plan=True
+    it includes the planner's layouts (what `--plan --json` prints)."""
+    return _compute(json.dumps({"inputs": inputs or {}, "sweep": sweep, "plan": plan}, sort_keys=True))
 
 
 

@@ -9,9 +9,14 @@ given inputs (CLI flag names: seq=8 micro-batch=16 recipe=fp32 ...) and prints
 the value at PATH in its answer, e.g. ``step.peak``, ``step.bytes.activations``,
 ``table.mixed-full.peak`` (a list of rows is indexed by their "id"),
 ``step.config.shape.layers``; ``recipes.mixed.per_param`` reads calc.RECIPES and
-``layer_bytes`` is calc.layer_bytes for the inputs. PATH may add values with
-``+``. FORMAT is ``GB`` (calc.format_gb + " GB", the default), ``int`` (thousands
-separators), ``values`` (16-bit bytes as a count of values) or ``text``.
+``layer_bytes`` is calc.layer_bytes for the inputs. A list is indexed by its
+rows' "id" or by position (``plan.0.devices``: ``plan`` is the planner's answer,
+as `--plan --json` prints it). ``zero_state.PARAMS.DP.STAGE`` is the state
+(weights, gradients, Adam, master copy) one of DP data-parallel workers holds for
+a model of PARAMS parameters at that ZeRO stage (calc.recipes.state_bytes). PATH
+may add values with ``+``. FORMAT is ``GB`` (calc.format_gb + " GB", the default),
+``int`` (thousands separators), ``values`` (16-bit bytes as a count of values),
+``percent`` (one decimal) or ``text``.
 
 ``{{ calc-widget }}`` places the live calculator (hooks/calculator.html), filled
 in with the build-time answer so the page reads completely without JavaScript.
@@ -38,7 +43,7 @@ from hooks import deck, figures, wheel
 PLACEHOLDER = re.compile(r"\{\{\s*(calc[^}]*?)\s*\}\}")
 WIDGET_SLOT = '<div data-calc-slot="widget"></div>'
 NUMBERED_HEADING = re.compile(r"^(#{1,6}) (\d+(?:\.\d+)*)\.? (?!.*\{\s*#)(.*)$", re.MULTILINE)
-FORMATS = ("GB", "int", "values", "text")
+FORMATS = ("GB", "int", "values", "percent", "text")
 CATEGORY_LABELS = {
     "weights": "Weights", "gradients": "Gradients", "optimizer": "Adam state",
     "master": "Master copy", "activations": "Activations", "logits": "Logits",
@@ -58,7 +63,11 @@ def on_config(config):
 def _lookup(data: object, path: str) -> object:
     value = data
     for key in path.split("."):
-        if isinstance(value, list):
+        if isinstance(value, list) and key.isdigit():
+            if int(key) >= len(value):
+                raise KeyError(f"no row {key} (the list has {len(value)})")
+            value = value[int(key)]
+        elif isinstance(value, list):
             matches = [row for row in value if isinstance(row, dict) and row.get("id") == key]
             if len(matches) != 1:
                 raise KeyError(f"no row with id {key!r}")
@@ -73,6 +82,10 @@ def _lookup(data: object, path: str) -> object:
 def _format(value: object, fmt: str) -> str:
     if fmt == "text":
         return str(value)
+    if fmt == "percent":
+        if not isinstance(value, float):
+            raise TypeError(f"format percent needs a fraction, got {value!r}")
+        return f"{value:.1%}"
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"format {fmt} needs a whole number, got {value!r}")
     if fmt == "GB":
@@ -82,6 +95,16 @@ def _format(value: object, fmt: str) -> str:
     if value % 2:  # "values": bytes of 16-bit activations, 2 bytes per value
         raise ValueError(f"{value} bytes is not a whole number of 16-bit values")
     return f"{value // 2:,}"
+
+
+def _zero_state(path: str, recipe: str) -> int:
+    """``zero_state.PARAMS.DP.STAGE``: the state bytes one data-parallel worker holds (ZeRO's Figure 1)."""
+    numbers = path.split(".")[1:]
+    if len(numbers) != 3 or not all(n.isdigit() for n in numbers) or numbers[2] not in "0123":
+        raise ValueError(f"expected zero_state.PARAMS.DP.STAGE, got {path!r}")
+    params, dp, stage = map(int, numbers)
+    par = deck.calc.Parallel(dp=dp, zero=stage)
+    return sum(deck.calc.recipes.state_bytes(params, recipe, par).values())
 
 
 def resolve(spec: str) -> str:
@@ -98,14 +121,15 @@ def resolve(spec: str) -> str:
     path, fmt = words[0], (words[1] if len(words) == 2 else "GB")
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
-    answer = deck.compute(inputs, sweep=False)
+    parts = path.split("+")
+    answer = deck.compute(inputs, sweep=False, plan=any(p.split(".")[0] == "plan" for p in parts))
     parsed = deck.calc.parse_inputs(inputs)
     data = {
         **answer,
         "recipes": deck.recipes(),
         "layer_bytes": deck.calc.layer_bytes(parsed["shape"], parsed["seq"], parsed["micro_batch"]),
     }
-    values = [_lookup(data, part) for part in path.split("+")]
+    values = [_zero_state(p, parsed["recipe"]) if p.startswith("zero_state.") else _lookup(data, p) for p in parts]
     return _format(values[0] if len(values) == 1 else sum(values), fmt)
 
 
@@ -127,19 +151,21 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 def widget_html(page_url: str) -> str:
     """The calculator's HTML, filled in with the build-time answer for the deck's inputs."""
-    answer = deck.compute(deck.DEFAULT_INPUTS)
+    answer = deck.compute(deck.DEFAULT_INPUTS, plan=True)
     config = answer["step"]["config"]
     shape = config["shape"]
     par = config["parallel"]
     defaults = {  # the form's starting values, keyed by field name (the CLI's flags)
         "preset": shape["name"], "seq": str(config["seq"]), "micro-batch": str(config["micro_batch"]),
+        "grad-accum": "",  # calc's default: as many micro-batches as pipeline stages
         "recipe": config["recipe"], "recompute": config["recompute"],
         "dp": str(par["dp"]), "tp": str(par["tp"]), "pp": str(par["pp"]), "zero": str(par["zero"]),
         "sequence-parallel": str(par["sequence_parallel"]).lower(), "flash": str(par["flash"]).lower(),
+        "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
         "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
     }
     state = {
-        "initial": answer,
+        "initial": {k: v for k, v in answer.items() if k != "plan"},  # the plan is drawn in the HTML
         "defaults": defaults,
         "presets": deck.presets(),
         "recipeLabels": {name: r["label"] for name, r in deck.recipes().items()},
@@ -159,7 +185,8 @@ def widget_html(page_url: str) -> str:
     return _templates.get_template("calculator.html").render(
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
         answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
-        capacity_presets=deck.CAPACITY_PRESETS_GB, categories=deck.calc.CATEGORIES,
+        capacity_presets=deck.CAPACITY_PRESETS_GB, plan_max_devices=deck.PLAN_MAX_DEVICES,
+        categories=deck.calc.CATEGORIES,
         category_labels=CATEGORY_LABELS, format_gb=deck.calc.format_gb,
         worker_url=url("javascripts/calc-worker.mjs"), wheel_url=url(f"assets/wheels/{wheel.filename()}"),
         figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,

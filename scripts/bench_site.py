@@ -7,7 +7,8 @@ For the deck page, in fresh browser contexts (cold cache):
 and, in the same run, a bare page on the same server that only starts Pyodide in a module
 worker, the way the calculator does; our time-to-live is reported as a ratio to it.
 Then, on one live page, the latency from an input change to the redrawn chart
-(event "calc:drawn") over many changes: median and p95.
+(event "calc:drawn") over many changes: median and p95. Last, the planner's own time in the
+worker (event "calc:planned") for a few questions; it runs after the chart, once input pauses.
 
 Aims: update p95 under 50 ms; time-to-live at most 1.2x the bare Pyodide start.
 Usage: python scripts/bench_site.py [--runs 5] [--changes 60] [--site site] [--json out.json]
@@ -86,6 +87,32 @@ def update_latencies(browser, url: str, changes: int) -> list[float]:
     return out
 
 
+PLAN_JS = """async ([name, value]) => {
+  const root = document.querySelector("[data-calc]");
+  const field = root.querySelector(`[name="${name}"]`);
+  const planned = new Promise(resolve =>
+    root.addEventListener("calc:planned", e => resolve(e.detail.ms), {once: true}));
+  field.value = value;
+  field.dispatchEvent(new Event("input", {bubbles: true}));
+  return await planned;
+}"""
+# The planner's questions: (field, value) changes, each answered by calc.plan in the worker.
+PLAN_CHANGES = [("global-batch", "512"), ("global-batch", "2048"), ("preset", "llama-2-13b"),
+                ("preset", "llama-2-70b"), ("global-batch", "1024"), ("capacity-gb", "40"),
+                ("preset", "llama-7b"), ("capacity-gb", "141"), ("seq", "8192"), ("global-batch", "4096")]
+
+
+def plan_times(browser, url: str) -> list[float]:
+    """The worker's round trip for each planner question (calc.plan in Pyodide plus the JSON), in ms."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_selector("[data-calc][data-state=ready]", timeout=120_000)
+    out = [page.evaluate(PLAN_JS, list(change)) for change in PLAN_CHANGES]
+    context.close()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="cold loads of each page (default 5)")
@@ -101,6 +128,7 @@ def main() -> int:
             ours.append(load(browser, base, "[data-calc][data-state=ready]"))
             bare.append(load(browser, base + BARE_PAGE, "body[data-state=ready]"))
         latencies = update_latencies(browser, base, max(args.changes, 50))
+        plans = plan_times(browser, base)
         version = browser.version
         browser.close()
 
@@ -115,6 +143,7 @@ def main() -> int:
         "live_ratio_to_bare": live / bare_live,
         "update_ms": {"changes": len(latencies), "median": statistics.median(latencies),
                       "p95": percentile(latencies, 0.95), "max": max(latencies)},
+        "plan_ms": {"questions": len(plans), "median": statistics.median(plans), "max": max(plans)},
     }
     print(f"Chromium {version}, medians of {args.runs} cold loads")
     print(f"  first contentful paint     {report['first_contentful_paint_ms']:8.0f} ms")
@@ -124,6 +153,9 @@ def main() -> int:
     u = report["update_ms"]
     print(f"Input change -> redrawn chart over {u['changes']} changes")
     print(f"  median {u['median']:.1f} ms, p95 {u['p95']:.1f} ms (aim: < 50), max {u['max']:.1f} ms")
+    pl = report["plan_ms"]
+    print(f"Planner (calc.plan in the worker, after the chart) over {pl['questions']} questions")
+    print(f"  median {pl['median']:.1f} ms, max {pl['max']:.1f} ms")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

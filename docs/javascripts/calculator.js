@@ -12,8 +12,13 @@
   };
   const SHAPE_FIELDS = ["layers", "hidden", "heads", "kv-heads", "ffn", "vocab", "context",
     "norm", "positions", "gated-ffn", "tied", "bias", "final-norm"];
-  const RUN_FIELDS = ["seq", "micro-batch", "recipe", "recompute", "dp", "tp", "pp", "zero",
-    "sequence-parallel", "flash", "capacity-gb"];
+  const RUN_FIELDS = ["seq", "micro-batch", "grad-accum", "recipe", "recompute", "dp", "tp", "pp", "zero",
+    "sequence-parallel", "flash", "global-batch", "capacity-gb"];
+  // What a planner row sets; none of these changes the planner's question.
+  const LAYOUT_FIELDS = ["dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum"];
+  const datasetKey = (name) => name.replace(/-(.)/g, (_, c) => c.toUpperCase());  // "micro-batch" -> "microBatch"
+  // The planner runs once the reader pauses, after the chart is drawn, so it never delays a redraw.
+  const PLAN_DELAY_MS = 250;
   const URL_FIELDS = ["preset", ...SHAPE_FIELDS, ...RUN_FIELDS];
   const SVG_NS = "http://www.w3.org/2000/svg";
   const GB = 1e9;
@@ -268,6 +273,44 @@
     return (i) => cursor.setAttribute("x", x(i) + w / 2 - Math.max(w, 2) / 2);
   }
 
+  // ---------------------------------------------------------------- the planner's table
+
+  const planLabel = (row) => `Load the layout with ${row.devices} devices: dp ${row.dp}, tp ${row.tp}, ` +
+    `pp ${row.pp}, ZeRO ${row.zero}, ${row.recompute} recomputation, micro-batch ${row.micro_batch}, ` +
+    `${row.grad_accum} micro-batches per step`;
+  // Python's "{:.1%}" (display only; the row's data attributes keep the exact value).
+  const formatPercent = (x) => `${(x * 100).toFixed(1)}%`;
+
+  function drawPlan(body, plan, maxDevices) {
+    const rows = plan.map((row) => {
+      const tr = document.createElement("tr");
+      tr.dataset.planRow = "";
+      Object.assign(tr.dataset, {
+        devices: row.devices, dp: row.dp, tp: row.tp, pp: row.pp, zero: row.zero,
+        recompute: row.recompute, microBatch: row.micro_batch, gradAccum: row.grad_accum, peak: row.peak, extraCompute: row.extra_compute,
+      });
+      for (const value of [row.devices, row.dp, row.tp, row.pp, row.zero, row.recompute, row.micro_batch,
+        formatInt(row.grad_accum), `${formatGB(row.peak)} GB`, formatPercent(row.extra_compute)]) tr.insertCell().textContent = value;
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "md-button";
+      button.dataset.planUse = "";
+      button.textContent = "Load";
+      button.setAttribute("aria-label", planLabel(row));
+      tr.insertCell().appendChild(button);
+      return tr;
+    });
+    if (!rows.length) {
+      const tr = document.createElement("tr");
+      tr.dataset.planNone = "";
+      const td = tr.insertCell();
+      td.colSpan = 11;
+      td.textContent = `No layout up to ${formatInt(maxDevices)} devices fits.`;
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+  }
+
   // ---------------------------------------------------------------- one calculator
 
   function mount(root) {
@@ -292,6 +335,15 @@
     let busy = false;       // a request is with the worker
     let again = false;      // the form changed while it was
     let fromLink = false;   // the inputs came from the URL and are not yet checked by calc
+    const planner = {
+      root: root.querySelector("[data-planner]"),
+      body: root.querySelector("[data-plan-body]"),
+      status: root.querySelector("[data-plan-status]"),
+      caption: root.querySelector("[data-plan-caption]"),
+      timer: null,
+      shown: null,    // the question the table answers (inputs without the layout's own fields)
+      asking: null,   // the question with the worker
+    };
 
     // -- form <-> values
     function setField(name, value) {
@@ -320,6 +372,13 @@
         if (valueOf(key) !== String(config.presets[preset]?.[key])) out[key] = valueOf(key);
       }
       for (const key of RUN_FIELDS) if (valueOf(key) !== "") out[key] = valueOf(key);
+      return out;
+    }
+
+    // The planner's question: the inputs less the layout it chooses itself.
+    function planQuestion() {
+      const out = inputs();
+      for (const key of LAYOUT_FIELDS) delete out[key];
       return out;
     }
 
@@ -454,6 +513,72 @@
     anim.scrub.addEventListener("input", () => { stop(); showEvent(Number(anim.scrub.value)); });
     root.querySelector("[data-anim-controls]").hidden = false;
 
+    // -- the planner: asked separately, once the chart is drawn and the reader pauses
+    function planState(state, message) {
+      planner.root.dataset.planState = state;
+      if (message) planner.status.textContent = message;
+    }
+    function markLoadedLayout() {
+      for (const tr of planner.body.querySelectorAll("tr[data-plan-row]")) {
+        const loaded = LAYOUT_FIELDS.every((name) => valueOf(name) === tr.dataset[datasetKey(name)]);
+        tr.classList.toggle("calc-row--selected", loaded);
+      }
+    }
+    function schedulePlan() {
+      clearTimeout(planner.timer);
+      markLoadedLayout();
+      if (JSON.stringify(planQuestion()) === planner.shown) {
+        if (planner.root.dataset.planState === "pending") planState("ready", planner.readyMessage);
+        return;
+      }
+      planState("pending", "Waiting to plan for the inputs above…");
+      planner.timer = setTimeout(askPlan, PLAN_DELAY_MS);
+    }
+    async function askPlan() {
+      if (busy || planner.asking) { planner.timer = setTimeout(askPlan, PLAN_DELAY_MS); return; }
+      const question = planQuestion();
+      const key = JSON.stringify(question);
+      planner.asking = key;
+      planState("pending", "Planning…");
+      const start = performance.now();
+      let result;
+      try {
+        result = await call({ inputs: inputs(), sweep: false, plan: true });
+      } catch (error) {
+        result = { ok: false, field: null, message: error.message };
+      }
+      planner.asking = null;
+      if (key !== JSON.stringify(planQuestion())) return;  // the form moved on; a newer plan is scheduled
+      if (!result.ok) {
+        planState("error", `The planner needs valid inputs (${result.message}).`);
+        return;
+      }
+      const plan = result.plan;
+      const run = result.step.config;
+      drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
+      const batch = question["global-batch"] ?? config.defaults["global-batch"];
+      planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
+        `global batch ${formatInt(batch.replace(/[,_]/g, ""))}, on ${capacityText(result.capacity)} devices.`;
+      planner.shown = key;
+      const ms = performance.now() - start;
+      planner.readyMessage = `${plan.length} layout${plan.length === 1 ? "" : "s"} fit (computed in your browser ` +
+        `in ${Math.round(ms)} ms).`;
+      planner.root.dataset.planSource = "live";
+      markLoadedLayout();
+      planState("ready", planner.readyMessage);
+      performance.mark("calc:planned");
+      root.dispatchEvent(new CustomEvent("calc:planned", { detail: { rows: plan.length, ms } }));
+    }
+    function loadLayout(tr) {
+      for (const name of LAYOUT_FIELDS) setField(name, tr.dataset[datasetKey(name)]);
+      clearTimeout(planner.timer);
+      update();
+    }
+    planner.body.addEventListener("click", (event) => {
+      const button = event.target.closest("[data-plan-use]");
+      if (button && !button.disabled) loadLayout(button.closest("tr"));
+    });
+
     // -- asking calc
     async function update() {
       if (!call) return;
@@ -474,6 +599,7 @@
         if (valueOf("seq") === "") setField("seq", answer.step.config.seq);
         writeUrl();
         render("live");
+        schedulePlan();
       } else if (fromLink) {
         linkRejected(`${result.field ?? "input"}: ${result.message}`);
         update();
@@ -481,6 +607,8 @@
       } else {
         clearErrors();
         showError(result.field, result.message);
+        clearTimeout(planner.timer);
+        planState("error", "The planner waits for valid inputs (see the message beside the field).");
       }
       if (root.dataset.state !== "ready") {
         root.dataset.state = "ready";
@@ -492,6 +620,7 @@
     function onInput(event) {
       const name = event.target.name;
       if (!name || name === "event") return;
+      clearTimeout(planner.timer);  // a plan waits until the reader pauses
       if (name === "preset") {
         fillPreset(event.target.value);
         setField("seq", "");  // each preset's own default sequence (calc decides), filled in from the answer
@@ -508,14 +637,22 @@
     }
 
     // -- start: the link's settings (or the defaults), the build-time answer, then the worker
+    planner.shown = JSON.stringify(planQuestion());  // the build-time table answers the defaults
+    planner.readyMessage = planner.status.textContent;
     const link = readUrl();
     if (link !== true) linkRejected(link);
     for (const fieldset of form.querySelectorAll("fieldset")) fieldset.disabled = false;
     render("build");
+    if (JSON.stringify(planQuestion()) !== planner.shown) planState("pending", "The layouts below are for the default settings; planning for this link's once the live calculator starts…");
+    markLoadedLayout();
     const builtFor = fromLink ? " They are for the default settings, not yet for this link's." : "";
     setStatus(`Showing the numbers computed when this site was built.${builtFor} Starting the live calculator…`);
     startWorker(root).then(
-      (entry) => { call = entry; return update(); },
+      (entry) => {
+        call = entry;
+        for (const button of planner.body.querySelectorAll("[data-plan-use]")) button.disabled = false;
+        return update();
+      },
       (error) => {
         root.dataset.state = "failed";
         setStatus(`The live calculator could not start (${error.message}); the numbers shown were computed when this site was built.`);

@@ -1,0 +1,224 @@
+"""The planner on the built site and the "Beyond one device" page, in Debian's Chromium: the
+page's layouts against `python -m calc --plan --json`, loading a layout, the parallel inputs in
+the address, a bad global batch, and every number of the Beyond page against calc."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import test_site_calculator as calculator_tests
+from site_fixtures import ARTIFACTS, LIVE_TIMEOUT_MS, answer_for, built_site
+
+import calc
+from calc.activations import kept_bytes
+from calc.recipes import state_bytes
+from conftest import ROOT
+
+PLAN_ROW_JS = """() => [...document.querySelectorAll('[data-plan-row]')].map(tr => ({
+  devices: Number(tr.dataset.devices), dp: Number(tr.dataset.dp), tp: Number(tr.dataset.tp),
+  pp: Number(tr.dataset.pp), zero: Number(tr.dataset.zero), recompute: tr.dataset.recompute,
+  micro_batch: Number(tr.dataset.microBatch), grad_accum: Number(tr.dataset.gradAccum), peak: Number(tr.dataset.peak),
+  extra_compute: Number(tr.dataset.extraCompute)}))"""
+# The browser, the local server and a page that records every request (none may leave the origin),
+# shared with the calculator's tests.
+base_url, browser, open_page = calculator_tests.base_url, calculator_tests.browser, calculator_tests.open_page
+change, assert_page_shows = calculator_tests.change, calculator_tests.assert_page_shows
+ROW_KEYS = ("devices", "dp", "tp", "pp", "zero", "recompute", "micro_batch", "grad_accum", "peak", "extra_compute")
+
+
+def cli_plan(*flags: str) -> list[dict]:
+    """What `python -m calc --plan --json FLAGS` prints, cut to the columns the page shows."""
+    out = subprocess.run(
+        [sys.executable, "-m", "calc", "--plan", "--json", *flags], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return [{k: row[k] for k in ROW_KEYS} for row in json.loads(out.stdout)]
+
+
+def wait_for_live_plan(page) -> None:
+    page.wait_for_selector("[data-planner][data-plan-state=ready][data-plan-source=live]", timeout=LIVE_TIMEOUT_MS)
+
+
+def test_without_javascript_the_planner_shows_calcs_layouts(open_page):
+    """The build-time planner holds the CLI's answer for the defaults, and reads with JavaScript off."""
+    page, _ = open_page(wait_live=False, java_script_enabled=False)
+    want = cli_plan()
+    assert page.evaluate(PLAN_ROW_JS) == want
+    first = page.locator("[data-plan-row]").first.text_content()
+    assert f"{calc.format_gb(want[0]['peak'])} GB" in first and f"{want[0]['extra_compute']:.1%}" in first
+    assert page.input_value('[name="global-batch"]') == "1024"
+
+
+@pytest.mark.parametrize(
+    ("preset", "seq", "batch", "capacity"),
+    [("llama-2-70b", "4096", "1024", "80"), ("llama-2-13b", "2048", "256", "40")],
+)
+def test_a_planner_query_on_the_page_matches_the_cli(open_page, preset, seq, batch, capacity):
+    """Preset, sequence, global batch and capacity set on the page give the CLI's layouts, row by row."""
+    page, recorder = open_page()
+    change(page, "preset", preset)
+    change(page, "seq", seq)
+    change(page, "global-batch", batch)
+    change(page, "capacity-gb", capacity)
+    wait_for_live_plan(page)
+    want = cli_plan("--preset", preset, "--seq", seq, "--global-batch", batch, "--capacity-gb", capacity)
+    assert want, "the CLI found no layout: choose inputs where some fit"
+    assert page.evaluate(PLAN_ROW_JS) == want
+    caption = page.text_content("[data-plan-caption]")
+    assert f"global batch {int(batch):,}" in caption and f"on {capacity} GB devices" in caption
+    assert f"{len(want)} layout" in page.text_content("[data-plan-status]")
+    query = parse_qs(urlparse(page.url).query)
+    assert query["global-batch"] == [batch] if batch != "1024" else "global-batch" not in query
+    assert recorder.errors == []
+
+
+def test_loading_a_layout_sets_the_inputs_and_its_peak(open_page):
+    """A row's Load button fills dp, tp, pp, ZeRO, recomputation, micro-batch and micro-batches per step;
+    the calculator's peak is then the row's peak per device, and the row is marked as loaded."""
+    page, recorder = open_page()
+    change(page, "preset", "llama-2-70b")
+    wait_for_live_plan(page)
+    row = page.locator("[data-plan-row]").nth(2)
+    names = ("dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum")
+    layout = {k: row.get_attribute(f"data-{k}") for k in names}
+    peak = row.get_attribute("data-peak")
+    page.evaluate(
+        """() => { window.__drawn = new Promise(resolve => document.querySelector('[data-calc]')
+             .addEventListener('calc:drawn', e => resolve(e.detail.source), {once: true})); }"""
+    )
+    row.locator("[data-plan-use]").click()
+    assert page.evaluate("() => window.__drawn") == "live"
+    for name, value in layout.items():
+        assert page.input_value(f'[data-calc-form] [name="{name}"]') == value
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == peak
+    assert_page_shows(page, answer_for({"preset": "llama-2-70b", **layout}))
+    assert "calc-row--selected" in (row.get_attribute("class") or "")
+    # Loading a layout does not change the planner's question: the table stays as it was.
+    assert page.get_attribute("[data-planner]", "data-plan-state") == "ready"
+    assert recorder.errors == []
+
+
+def test_parallel_inputs_round_trip_through_the_address(open_page):
+    """dp, ZeRO, tp and the global batch go into the URL, and opening that URL restores them."""
+    page, _ = open_page()
+    change(page, "dp", "8")
+    change(page, "zero", "3")
+    change(page, "tp", "2")
+    change(page, "global-batch", "512")
+    query = parse_qs(urlparse(page.url).query)
+    assert {k: query[k] for k in ("dp", "zero", "tp", "global-batch")} == {
+        "dp": ["8"], "zero": ["3"], "tp": ["2"], "global-batch": ["512"]
+    }
+    again, recorder = open_page(page.url.split("/", 3)[3])
+    for name, value in (("dp", "8"), ("zero", "3"), ("tp", "2"), ("global-batch", "512")):
+        assert again.input_value(f'[data-calc-form] [name="{name}"]') == value
+    assert_page_shows(again, answer_for({"dp": "8", "zero": "3", "tp": "2", "global-batch": "512"}))
+    wait_for_live_plan(again)
+    assert again.evaluate(PLAN_ROW_JS) == cli_plan("--global-batch", "512")
+    assert again.locator("[data-calc-notice]").is_hidden()
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize("value", ["0", "lots", "2000000"])
+def test_a_bad_global_batch_names_the_field(open_page, value):
+    """A global batch calc rejects is named beside its field; the planner waits; mending it plans again."""
+    page, recorder = open_page()
+    page.fill('[data-calc-form] [name="global-batch"]', value)
+    error = page.locator('[data-error-for="global-batch"]')
+    error.wait_for(state="visible")
+    assert error.text_content().startswith("Global batch")
+    assert page.get_attribute('[data-calc-form] [name="global-batch"]', "aria-invalid") == "true"
+    assert page.get_attribute("[data-planner]", "data-plan-state") == "error"
+    change(page, "global-batch", "256")
+    assert error.is_hidden()
+    wait_for_live_plan(page)
+    assert page.evaluate(PLAN_ROW_JS) == cli_plan("--global-batch", "256")
+    assert recorder.errors == []
+
+
+def gb(n: int) -> str:
+    return f"{calc.format_gb(n)} GB"
+
+
+def test_the_beyond_page_shows_calcs_numbers(open_page):
+    """ZeRO's Figure 1, the per-layer activations under each split, the peaks and the planner's
+    layouts on the Beyond page are calc's, computed here directly."""
+    page, recorder = open_page("beyond/", wait_live=False, java_script_enabled=False)
+    text = " ".join(page.text_content("article").split())
+    assert "{{" not in text
+    zero_cells = page.eval_on_selector_all(
+        "article table:first-of-type tbody tr", "trs => trs.map(tr => tr.lastElementChild.textContent.trim())"
+    )
+    figure1 = [gb(sum(state_bytes(7_500_000_000, "mixed", calc.Parallel(dp=64, zero=z)).values())) for z in range(4)]
+    assert zero_cells == figure1 == ["120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"]  # Rajbhandari et al., Figure 1
+
+    llama, seq = calc.PRESETS["llama-7b"], 4096
+    for par, recompute in [
+        (calc.Parallel(), "none"),
+        (calc.Parallel(tp=8), "none"),
+        (calc.Parallel(tp=8, sequence_parallel=True), "none"),
+        (calc.Parallel(flash=True), "none"),
+    ]:
+        assert f"{kept_bytes(llama, seq, 1, recompute, par):,} bytes" in text
+    for par, recompute in [
+        (calc.Parallel(dp=8, zero=1), "none"),
+        (calc.Parallel(dp=8, zero=3), "none"),
+        (calc.Parallel(dp=8, zero=3), "selective"),
+        (calc.Parallel(tp=8), "none"),
+        (calc.Parallel(tp=8, sequence_parallel=True), "selective"),
+        (calc.Parallel(pp=4), "none"),
+        (calc.Parallel(tp=4, pp=2, sequence_parallel=True), "selective"),
+        (calc.Parallel(dp=8, zero=3, flash=True), "none"),
+    ]:
+        assert gb(calc.step(llama, seq, 1, "mixed", recompute, par=par)["peak"]) in text, (par, recompute)
+    seventy = calc.PRESETS["llama-2-70b"]
+    assert f"{kept_bytes(seventy, seq, 1, 'none'):,} bytes" in text
+    assert f"{kept_bytes(seventy.replace(kv_heads=64), seq, 1, 'none'):,} with a key" in text
+
+    plan_tables = page.eval_on_selector_all(
+        "article table",
+        """ts => ts.filter(t => t.tHead.textContent.includes('Extra compute')).map(t =>
+             [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent.trim())))""",
+    )
+    for rows, name in zip(plan_tables, ("llama-7b", "llama-2-70b"), strict=True):
+        want = [
+            [str(r["devices"]), str(r["dp"]), str(r["tp"]), str(r["pp"]), str(r["zero"]), r["recompute"],
+             str(r["micro_batch"]), f"{r['grad_accum']:,}", gb(r["peak"]), f"{r['extra_compute']:.1%}"]
+            for r in calc.plan(calc.PRESETS[name], seq, 1024, 80 * calc.GB, limit=3)
+        ]
+        assert rows == want
+    assert recorder.errors == []
+
+
+def test_the_beyond_page_has_no_serious_accessibility_violations(open_page):
+    """axe-core on the Beyond page (formulas and tables), light scheme."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    page, _ = open_page("beyond/", wait_live=False)
+    page.wait_for_timeout(300)
+    violations = Axe().run(page).response["violations"]
+    assert [(v["id"], v["impact"]) for v in violations if v["impact"] in ("serious", "critical")] == []
+
+
+def test_screenshot_of_the_planner_for_review(open_page):
+    """Saves test-artifacts/planner-light.png and planner-dark.png."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    for scheme in ("light", "dark"):
+        page, _ = open_page(color_scheme=scheme)
+        change(page, "preset", "llama-2-70b")
+        wait_for_live_plan(page)
+        page.locator("[data-plan-row]").nth(1).locator("[data-plan-use]").click()
+        page.wait_for_function("() => document.querySelector('[data-plan-row].calc-row--selected')")
+        page.add_style_tag(content=".md-header { position: absolute; }")
+        page.locator("[data-planner]").screenshot(path=str(ARTIFACTS / f"planner-{scheme}.png"))
+        assert (ARTIFACTS / f"planner-{scheme}.png").stat().st_size > 10_000
+
+
+def test_the_built_beyond_page_is_in_the_navigation():
+    """The Beyond page sits between the deck's page and Results."""
+    html = (built_site() / "index.html").read_text()
+    nav = [html.find(f'href="{href}"') for href in ("beyond/", "results/")]
+    assert all(i >= 0 for i in nav) and nav[0] < nav[1]
