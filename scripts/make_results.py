@@ -187,6 +187,14 @@ def render() -> str:
         "",
         *exact_table(rows),
         "",
+        "Drawn from the same numbers when the site is built (hooks/figures.py):",
+        "",
+        "![Memory by category for the four recipes, with each peak and an 80 GB device](figures/memory-breakdown.svg)",
+        "",
+        "![Peak against sequence length for the four recipes](figures/peak-vs-seq.svg)",
+        "",
+        "![One training step, event by event, with mixed-precision Adam and no recomputation](figures/step-walk.svg)",
+        "",
     ]
     for row in rows:
         if row["id"] in WHY_DIFFERENT:
