@@ -20,9 +20,9 @@ a temporary of every moment at once (about 4 bytes a parameter), unmeasured here
 
 from __future__ import annotations
 
-from .recipes import RECIPES, state_bytes
+from .recipes import RECIPES
 from .shape import Shape, param_counts
-from .walk import Event, Reps, Segment
+from .walk import Event, Reps, Segment, resident_state
 
 SAVED = "derivatives.yaml"
 MEASURED = "measured, see docs/results.md §10.6"
@@ -75,16 +75,6 @@ def _layer_params(shape: Shape) -> tuple[int, int]:
     norm = (2 if shape.norm == "layer" else 1) * h
     attention = 2 * h * h + 2 * h * k + (2 * h + 2 * k if shape.bias else 0) + norm
     return attention, param_counts(shape)["per_layer"] - attention
-
-
-def _start(n: int, recipe: str) -> list[Event]:
-    r, state = RECIPES[recipe], state_bytes(n, recipe)
-    out = [Event("start", "weights resident", "weights", state["weights"], r.source)]
-    if r.optimizer:
-        out.append(Event("start", "Adam moments resident", "optimizer", state["optimizer"], r.source))
-    if r.master:
-        out.append(Event("start", "fp32 master weights resident", "master", state["master"], r.source))
-    return out
 
 
 def _forward_layer(shape: Shape, seq: int, b: int, recompute: str, p: int) -> list[Event]:
@@ -280,7 +270,7 @@ def segments(
     layers = range(1, shape.layers + 1)
     residual = p * seq * b * h
     segs = [
-        Segment(tuple(_start(param_counts(shape)["total"], recipe))),
+        Segment(tuple(resident_state(param_counts(shape)["total"], recipe))),
         Segment(tuple(_forward_layer(shape, seq, b, recompute, p)), Reps(layers)),
         Segment(
             tuple(

@@ -49,6 +49,17 @@ class Segment(NamedTuple):
         return 1 if self.reps is None else len(self.reps)
 
 
+def resident_state(params: int, recipe: str, par: Parallel = SINGLE) -> list[Event]:
+    """The state resident before a step: weights, Adam's moments and the master copy (ZeRO-sharded)."""
+    r, state = RECIPES[recipe], state_bytes(params, recipe, par)
+    out = [Event("start", "weights resident", "weights", state["weights"], r.source)]
+    if r.optimizer:
+        out.append(Event("start", "Adam moments resident", "optimizer", state["optimizer"], r.source))
+    if r.master:
+        out.append(Event("start", "fp32 master weights resident", "master", state["master"], r.source))
+    return out
+
+
 def seq_sizes(
     shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2, par: Parallel = SINGLE
 ) -> dict[str, int]:
@@ -123,11 +134,7 @@ def template(
     sharding_grads = par.zero >= 2 and par.dp > 1
 
     state = state_bytes(n["total"], recipe, par)
-    start = [Event("start", "weights resident", "weights", state["weights"], r.source)]
-    if r.optimizer:
-        start.append(Event("start", "Adam moments resident", "optimizer", state["optimizer"], r.source))
-    if r.master:
-        start.append(Event("start", "fp32 master weights resident", "master", state["master"], r.source))
+    start = resident_state(n["total"], recipe, par)
     if accumulating:
         start.append(
             Event(
