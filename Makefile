@@ -30,7 +30,7 @@ node_modules/.installed: package.json package-lock.json
 
 # Debian's Chromium for the browser tests and the benchmark (Playwright never downloads one).
 setup-browser: setup
-	test -x $(CHROMIUM) || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+	test -x $(CHROMIUM) || ($(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium)
 
 build: setup
 	$(BIN)/mkdocs build --strict

@@ -36,11 +36,15 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
         ),
         "table": rows,
         "capacity": inputs["capacity"],
+        "global_batch": inputs["global_batch"],
     }
+    result["fits"] = result["step"]["peak"] <= inputs["capacity"]
     if want_plan:
         result["plan"] = plan(
             shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
         )
+        for row in result["plan"]:
+            row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     if want_sweep:
         seqs = seq_grid(seq)
         if shape.positions == "learned":

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: h
 from hooks import deck, figures, wheel
 
 PLACEHOLDER = re.compile(r"\{\{\s*(calc[^}]*?)\s*\}\}")
+LEFTOVER = re.compile(r"\{\{[^}]*\}\}")
 WIDGET_SLOT = '<div data-calc-slot="widget"></div>'
 NUMBERED_HEADING = re.compile(r"^(#{1,6}) (\d+(?:\.\d+)*)\.? (?!.*\{\s*#)(.*)$", re.MULTILINE)
 FORMATS = ("GB", "int", "values", "percent", "text")
@@ -100,7 +101,7 @@ def _format(value: object, fmt: str) -> str:
 def _zero_state(path: str, recipe: str) -> int:
     """``zero_state.PARAMS.DP.STAGE``: the state bytes one data-parallel worker holds (ZeRO's Figure 1)."""
     numbers = path.split(".")[1:]
-    if len(numbers) != 3 or not all(n.isdigit() for n in numbers) or numbers[2] not in "0123":
+    if len(numbers) != 3 or not all(n.isdigit() for n in numbers) or numbers[2] not in ("0", "1", "2", "3"):
         raise ValueError(f"expected zero_state.PARAMS.DP.STAGE, got {path!r}")
     params, dp, stage = map(int, numbers)
     par = deck.calc.Parallel(dp=dp, zero=stage)
@@ -146,7 +147,11 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     markdown = NUMBERED_HEADING.sub(
         lambda m: f"{m[1]} {m[2]} {m[3]} {{ #sec-{m[2].replace('.', '-')} }}", markdown
     )
-    return PLACEHOLDER.sub(replace, markdown)
+    markdown = PLACEHOLDER.sub(replace, markdown)
+    leftover = LEFTOVER.search(markdown)
+    if leftover:  # e.g. "{{ clac:...": a misspelt placeholder must not reach the page
+        raise PluginError(f"{page.file.src_uri}: unknown placeholder {leftover[0]!r}")
+    return markdown
 
 
 def widget_html(page_url: str) -> str:

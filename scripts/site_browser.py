@@ -21,6 +21,7 @@ SITE = ROOT / "site"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
+    "--disable-dev-shm-usage",  # containers often give /dev/shm only 64 MB
     "--disable-gpu",
     "--disable-background-networking",
     "--disable-component-update",

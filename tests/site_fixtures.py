@@ -21,6 +21,9 @@ ARTIFACTS = ROOT / "test-artifacts"
 CATEGORIES = list(calc.CATEGORIES)
 PARTS = [*CATEGORIES, "peak"]
 LIVE_TIMEOUT_MS = 90_000  # Pyodide's first start on a busy 2-core machine
+# Awaits the redraw promise a test set up in window.__drawn, failing (not hanging) if none comes.
+AWAIT_DRAWN = """() => Promise.race([window.__drawn, new Promise((_, reject) =>
+    setTimeout(() => reject(new Error("no redraw within 30 s")), 30000))])"""
 
 
 @functools.cache

@@ -57,6 +57,17 @@ def test_a_bad_placeholder_fails_the_build(spec):
         placeholders.on_page_markdown(f"text {{{{ {spec} }}}}", Page, None, None)
 
 
+def test_a_misspelt_placeholder_prefix_fails_the_build():
+    """'{{ clac:... }}' is not left on the page: the build names it."""
+
+    class Page:
+        class file:
+            src_uri = "index.md"
+
+    with pytest.raises(PluginError, match=r"index\.md: unknown placeholder '\{\{ clac:llama-7b step.peak \}\}'"):
+        placeholders.on_page_markdown("text {{ clac:llama-7b step.peak }}", Page, None, None)
+
+
 def test_the_page_has_no_placeholder_left_and_the_table_matches_calc():
     """The built page holds calc's bytes in every cell and no unexpanded {{ ... }}."""
     html = (built_site() / "index.html").read_text()

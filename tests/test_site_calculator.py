@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from site_fixtures import (
     ARTIFACTS,
+    AWAIT_DRAWN,
     LIVE_TIMEOUT_MS,
     PARTS,
     Recorder,
@@ -84,7 +85,7 @@ def change(page, name: str, value) -> None:
         field.set_checked(value)
     else:
         field.fill(value)
-    assert page.evaluate("() => window.__drawn") == "live"
+    assert page.evaluate(AWAIT_DRAWN) == "live"
 
 
 def results_md_cells() -> dict[str, list[str]]:
@@ -198,7 +199,7 @@ def test_a_link_reproduces_a_configuration(open_page):
              .addEventListener('calc:drawn', resolve, {once: true})); }"""
     )
     page.locator('[data-capacity-preset="141"]').click()
-    page.evaluate("() => window.__drawn")
+    page.evaluate(AWAIT_DRAWN)
     link = page.url.split("/", 3)[3]
     again, recorder = open_page(link)
     assert again.input_value('[name="preset"]') == "gpt2"

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import ARTIFACTS, LIVE_TIMEOUT_MS, answer_for, built_site
+from site_fixtures import ARTIFACTS, AWAIT_DRAWN, LIVE_TIMEOUT_MS, answer_for, built_site
 
 import calc
 from calc.activations import kept_bytes
@@ -90,7 +90,7 @@ def test_loading_a_layout_sets_the_inputs_and_its_peak(open_page):
              .addEventListener('calc:drawn', e => resolve(e.detail.source), {once: true})); }"""
     )
     row.locator("[data-plan-use]").click()
-    assert page.evaluate("() => window.__drawn") == "live"
+    assert page.evaluate(AWAIT_DRAWN) == "live"
     for name, value in layout.items():
         assert page.input_value(f'[data-calc-form] [name="{name}"]') == value
     assert page.get_attribute('[data-out="peak"]', "data-bytes") == peak

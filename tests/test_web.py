@@ -57,7 +57,13 @@ def test_plan_on_request():
     """The page's planner answer is the CLI's --plan for the same inputs."""
     out = call(inputs={"global-batch": "64", "capacity-gb": "94"}, plan=True)
     assert out["capacity"] == 94 * calc.GB
-    assert out["plan"] == json.loads(json.dumps(calc.plan(calc.PRESETS["llama-7b"], 4096, 64, 94 * calc.GB)))
+    rows = calc.plan(calc.PRESETS["llama-7b"], 4096, 64, 94 * calc.GB)
+    assert [{k: v for k, v in r.items() if k != "display"} for r in out["plan"]] == json.loads(json.dumps(rows))
+    assert out["plan"][0]["display"] == {
+        "peak": calc.format_gb(rows[0]["peak"]),
+        "extra_compute": f"{rows[0]['extra_compute']:.1%}",
+    }
+    assert out["global_batch"] == 64 and out["fits"] == (out["step"]["peak"] <= 94 * calc.GB)
 
 
 def test_parallel_inputs_make_the_table_per_device():

@@ -279,7 +279,6 @@
     `pp ${row.pp}, ZeRO ${row.zero}, ${row.recompute} recomputation, micro-batch ${row.micro_batch}, ` +
     `${row.grad_accum} micro-batches per step`;
   // Python's "{:.1%}" (display only; the row's data attributes keep the exact value).
-  const formatPercent = (x) => `${(x * 100).toFixed(1)}%`;
 
   function drawPlan(body, plan, maxDevices) {
     const rows = plan.map((row) => {
@@ -290,7 +289,7 @@
         recompute: row.recompute, microBatch: row.micro_batch, gradAccum: row.grad_accum, peak: row.peak, extraCompute: row.extra_compute,
       });
       for (const value of [row.devices, row.dp, row.tp, row.pp, row.zero, row.recompute, row.micro_batch,
-        formatInt(row.grad_accum), `${formatGB(row.peak)} GB`, formatPercent(row.extra_compute)]) tr.insertCell().textContent = value;
+        formatInt(row.grad_accum), `${row.display.peak} GB`, row.display.extra_compute]) tr.insertCell().textContent = value;
       const button = document.createElement("button");
       button.type = "button";
       button.className = "md-button";
@@ -402,6 +401,7 @@
         return `“${bad ?? "preset"}” is not a setting this calculator knows`;
       }
       fillPreset(preset);
+      if (params.has("preset") && !params.has("seq")) setField("seq", "");  // the preset's own default (calc decides)
       for (const [key, value] of params) setField(key, value);
       fromLink = true;
       return true;
@@ -410,6 +410,7 @@
       fillDefaults();
       fromLink = false;
       notice.textContent = `This link's settings could not be used (${reason}); the calculator shows the defaults instead.`;
+      delete notice.dataset.kind;
       notice.hidden = false;
       history.replaceState(history.state, "", `${location.pathname}${location.hash}`);
     }
@@ -424,6 +425,7 @@
       const label = slot && form.querySelector(`label[for="calc-${CSS.escape(name)}"]`);
       if (!slot) {
         notice.textContent = `The calculator could not use these inputs: ${message}`;
+        notice.dataset.kind = "input";  // hidden again by the next good answer (a link's notice stays)
         notice.hidden = false;
         return;
       }
@@ -455,7 +457,7 @@
       const summary = root.querySelector("[data-calc-summary]");
       const recompute = step.config.recompute === "none" ? "no" : step.config.recompute;
       const device = `one ${capacityText(answer.capacity)} device`;
-      const fits = step.peak <= answer.capacity ? `fits on ${device}` : `does not fit on ${device}`;
+      const fits = answer.fits ? `fits on ${device}` : `does not fit on ${device}`;
       summary.innerHTML = "";
       summary.append(`With ${config.recipeLabels[step.config.recipe]} and ${recompute} recomputation the peak is `,
         peakOut, ", reached at “");
@@ -556,9 +558,8 @@
       const plan = result.plan;
       const run = result.step.config;
       drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
-      const batch = question["global-batch"] ?? config.defaults["global-batch"];
       planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
-        `global batch ${formatInt(batch.replace(/[,_]/g, ""))}, on ${capacityText(result.capacity)} devices.`;
+        `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
       planner.shown = key;
       const ms = performance.now() - start;
       planner.readyMessage = `${plan.length} layout${plan.length === 1 ? "" : "s"} fit (computed in your browser ` +
@@ -596,6 +597,7 @@
         answer = result;
         fromLink = false;
         clearErrors();
+        if (notice.dataset.kind === "input") { notice.hidden = true; delete notice.dataset.kind; }
         if (valueOf("seq") === "") setField("seq", answer.step.config.seq);
         writeUrl();
         render("live");
