@@ -210,6 +210,16 @@ def test_a_link_reproduces_a_configuration(open_page):
     assert recorder.errors == []
 
 
+def test_a_preset_only_link_takes_the_presets_own_sequence(open_page):
+    """?preset=gpt2 alone shows GPT-2 at its own default sequence (its context), not the default 4,096."""
+    page, recorder = open_page("?preset=gpt2")
+    page.wait_for_function("() => document.querySelector('[data-calc]').dataset.source === 'live'")
+    assert page.input_value('[name="seq"]') == "1024"
+    assert_page_shows(page, answer_for({"preset": "gpt2"}))
+    assert page.locator("[data-calc-notice]").is_hidden()
+    assert recorder.errors == []
+
+
 @pytest.mark.parametrize("query", ["?seq=banana", "?colour=blue", "?preset=gpt-5", "?capacity-gb=-3", "?heads=5"])
 def test_a_malformed_link_loads_the_defaults_with_a_notice(open_page, query):
     """A link calc cannot use falls back to the defaults and says so."""
