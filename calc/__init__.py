@@ -11,12 +11,13 @@ from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE, TABLE_ROWS, Recipe
 from .shape import Shape, param_counts
 from .units import GB, GIB, format_gb, format_gib
-from .walk import CATEGORIES
+from .walk import CATEGORIES, CATEGORY_LABELS
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CATEGORIES",
+    "CATEGORY_LABELS",
     "GB",
     "GIB",
     "PRESETS",

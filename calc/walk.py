@@ -11,6 +11,15 @@ from .recipes import RECIPES, state_bytes
 from .shape import Shape
 
 CATEGORIES = ("weights", "gradients", "optimizer", "master", "activations", "logits")
+# How the page, the figures and the CLI name each category.
+CATEGORY_LABELS = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer": "Adam state",
+    "master": "master copy",
+    "activations": "activations",
+    "logits": "logits",
+}
 
 
 class Event(NamedTuple):

@@ -11,15 +11,14 @@ from io import StringIO
 
 import matplotlib
 
+import calc
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 GB = 10**9
-CATEGORIES = ("weights", "gradients", "optimizer", "master", "activations", "logits")
-LABELS = {
-    "weights": "weights", "gradients": "gradients", "optimizer": "Adam state",
-    "master": "master copy", "activations": "activations", "logits": "logits",
-}
+CATEGORIES = calc.CATEGORIES
+LABELS = calc.CATEGORY_LABELS
 COLOURS = {
     "weights": "#0072B2", "gradients": "#E69F00", "optimizer": "#009E73",
     "master": "#CC79A7", "activations": "#D55E00", "logits": "#56B4E9",

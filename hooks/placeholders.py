@@ -45,10 +45,6 @@ LEFTOVER = re.compile(r"\{\{[^}]*\}\}")
 WIDGET_SLOT = '<div data-calc-slot="widget"></div>'
 NUMBERED_HEADING = re.compile(r"^(#{1,6}) (\d+(?:\.\d+)*)\.? (?!.*\{\s*#)(.*)$", re.MULTILINE)
 FORMATS = ("GB", "int", "values", "percent", "text")
-CATEGORY_LABELS = {
-    "weights": "Weights", "gradients": "Gradients", "optimizer": "Adam state",
-    "master": "Master copy", "activations": "Activations", "logits": "Logits",
-}
 
 _templates = Environment(
     loader=FileSystemLoader(str(deck.ROOT / "hooks")), autoescape=True, undefined=StrictUndefined,
@@ -174,6 +170,8 @@ def widget_html(page_url: str) -> str:
         "defaults": defaults,
         "presets": deck.presets(),
         "recipeLabels": {name: r["label"] for name, r in deck.recipes().items()},
+        "categories": list(deck.calc.CATEGORIES),
+        "categoryLabels": deck.calc.CATEGORY_LABELS,
     }
 
     def url(path: str) -> str:
@@ -192,7 +190,9 @@ def widget_html(page_url: str) -> str:
         answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
         capacity_presets=deck.CAPACITY_PRESETS_GB, plan_max_devices=deck.PLAN_MAX_DEVICES,
         categories=deck.calc.CATEGORIES,
-        category_labels=CATEGORY_LABELS, format_gb=deck.calc.format_gb,
+        category_names=deck.calc.CATEGORY_LABELS,
+        category_labels={c: label[0].upper() + label[1:] for c, label in deck.calc.CATEGORY_LABELS.items()},
+        format_gb=deck.calc.format_gb,
         worker_url=url("javascripts/calc-worker.mjs"), wheel_url=url(f"assets/wheels/{wheel.filename()}"),
         figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,
     )

@@ -5,11 +5,9 @@
 (() => {
   "use strict";
 
-  const CATEGORIES = ["weights", "gradients", "optimizer", "master", "activations", "logits"];
-  const CATEGORY_LABELS = {
-    weights: "weights", gradients: "gradients", optimizer: "Adam state",
-    master: "master copy", activations: "activations", logits: "logits",
-  };
+  // The categories' order and names come from calc, through the page's config (set in mount).
+  let CATEGORIES = [];
+  let CATEGORY_LABELS = {};
   const SHAPE_FIELDS = ["layers", "hidden", "heads", "kv-heads", "ffn", "vocab", "context",
     "norm", "positions", "gated-ffn", "tied", "bias", "final-norm"];
   const RUN_FIELDS = ["seq", "micro-batch", "grad-accum", "recipe", "recompute", "dp", "tp", "pp", "zero",
@@ -316,6 +314,8 @@
     if (root.dataset.mounted) return;
     root.dataset.mounted = "true";
     const config = JSON.parse(root.querySelector("[data-calc-config]").textContent);
+    CATEGORIES = config.categories;
+    CATEGORY_LABELS = config.categoryLabels;
     const form = root.querySelector("[data-calc-form]");
     const status = root.querySelector("[data-calc-status]");
     const notice = root.querySelector("[data-calc-notice]");
