@@ -6,7 +6,7 @@ from .activations import kept_bytes, layer_bytes, logits_bytes
 from .api import sizes, step, sweep, table
 from .inputs import InputError, parse_inputs
 from .parallel import SINGLE, Parallel, device_params
-from .plan import plan, recompute_overhead
+from .plan import TP_DEGREES, plan, recompute_overhead
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE, TABLE_ROWS, Recipe
 from .shape import Shape, param_counts
@@ -25,6 +25,7 @@ __all__ = [
     "RECOMPUTE",
     "SINGLE",
     "TABLE_ROWS",
+    "TP_DEGREES",
     "InputError",
     "Parallel",
     "Recipe",

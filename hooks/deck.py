@@ -23,6 +23,7 @@ import calc  # noqa: E402
 # What the deck shows: LLaMA 7B at sequence 4,096, one sequence per step, on calc's default device.
 DEFAULT_INPUTS: dict[str, str] = {}  # calc's own defaults: llama-7b, seq 4096, micro-batch 1, mixed, none
 PLAN_MAX_DEVICES = inspect.signature(calc.plan).parameters["max_devices"].default
+PLAN_LIMIT = inspect.signature(calc.plan).parameters["limit"].default
 CAPACITY_PRESETS_GB = (40, 80, 94, 141, 192)  # A100 40/80 GB, H100 NVL 94 GB, H200 141 GB, B200/MI300X 192 GB
 
 

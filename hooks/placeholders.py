@@ -189,6 +189,7 @@ def widget_html(page_url: str) -> str:
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
         answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
         capacity_presets=deck.CAPACITY_PRESETS_GB, plan_max_devices=deck.PLAN_MAX_DEVICES,
+        tp_max=max(deck.calc.TP_DEGREES), plan_limit=deck.PLAN_LIMIT,
         categories=deck.calc.CATEGORIES,
         category_names=deck.calc.CATEGORY_LABELS,
         category_labels={c: label[0].upper() + label[1:] for c, label in deck.calc.CATEGORY_LABELS.items()},
