@@ -41,11 +41,8 @@ def _record_line(path: str, data: bytes) -> str:
 
 
 def build(root: Path = ROOT) -> bytes:
-    """The wheel's bytes: every file of calc/ (no caches) plus its .dist-info."""
-    sources = sorted(
-        p for p in (root / PACKAGE).rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-    )
+    """The wheel's bytes: every module of calc/ plus its .dist-info (no caches, no editor backups)."""
+    sources = sorted(p for p in (root / PACKAGE).rglob("*.py") if "__pycache__" not in p.parts)
     if not any(p.name == "__init__.py" for p in sources):
         raise RuntimeError(f"{root / PACKAGE} has no __init__.py: nothing to put in the wheel")
     ver = version(root)
