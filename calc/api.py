@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from . import activations as act
 from . import eager
 from .parallel import SINGLE, Parallel, device_params, stage_layers
 from .recipes import RECIPES, TABLE_ROWS, state_bytes
@@ -26,20 +25,11 @@ def sizes(
     """The full size of each category on one device of `stage` holding `in_flight` micro-batches:
     what the deck's table shows. (The walk's high-water mark of a category can differ: it adds
     recomputed activations on top of the kept ones.)"""
-    scale = activation_bytes // 2
-    last = stage == par.pp - 1
+    tokens = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)  # the walk's own sizes
     return {
         **state_bytes(device_params(shape, par, stage)["total"], recipe, par),
-        "activations": in_flight
-        * len(stage_layers(shape, par.pp, stage))
-        * act.kept_bytes(shape, seq, micro_batch, recompute, par)
-        * scale,
-        "logits": (
-            act.logits_16bit_bytes(shape, seq, micro_batch, par) * scale
-            + act.logits_fp32_bytes(shape, seq, micro_batch, par)
-        )
-        if last
-        else 0,
+        "activations": in_flight * len(stage_layers(shape, par.pp, stage)) * tokens["kept"],
+        "logits": tokens["logits16"] + tokens["logits32"] if stage == par.pp - 1 else 0,
     }
 
 
@@ -115,7 +105,7 @@ def step(
         )
         expanded = events(segs)
         full_sizes = sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage, in_flight)
-        per_layer = act.kept_bytes(shape, seq, micro_batch, recompute, par) * (activation_bytes // 2)
+        per_layer = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)["kept"]
     else:
         raise ValueError(f"unknown walk {walk!r}: deck or eager")
     counts = param_counts(shape)
