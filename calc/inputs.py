@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from .parallel import Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
-from .shape import NORMS, POSITIONS, Shape, param_counts
+from .shape import ACTIVATIONS, FAMILIES, NORMS, POSITIONS, Shape, param_counts
 from .units import GB
 
 DEFAULT_PRESET = "llama-7b"
@@ -30,8 +30,20 @@ INT_FIELDS = {
     "vocab": ("vocab", 1 << 24),
     "context": ("context", 1 << 24),
 }
-BOOL_FIELDS = {"gated-ffn": "gated_ffn", "tied": "tied", "bias": "bias", "final-norm": "final_norm"}
-CHOICE_FIELDS = {"norm": ("norm", NORMS), "positions": ("positions", POSITIONS)}
+BOOL_FIELDS = {
+    "gated-ffn": "gated_ffn",
+    "tied": "tied",
+    "bias": "bias",
+    "final-norm": "final_norm",
+    "qkv-bias": "qkv_bias",
+    "dropout": "dropout",
+}
+CHOICE_FIELDS = {
+    "norm": ("norm", NORMS),
+    "positions": ("positions", POSITIONS),
+    "activation": ("activation", ACTIVATIONS),
+    "family": ("family", FAMILIES),
+}
 RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "grad-accum": 1 << 20, "global-batch": 1 << 20}
 PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000}
 PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}

@@ -8,9 +8,14 @@ PRESETS: dict[str, Shape] = {
     # The course's Decoder (chapter 3): width 16, 2 heads, 2 blocks, GELU FFN twice the width,
     # vocabulary 64, context 8, learned positions, pre-norm LayerNorm, no linear biases,
     # head tied to the embedding and no final norm: 5,376 parameters.
-    "decoder": Shape("decoder", 2, 16, 2, 2, 32, 64, False, True, "layer", False, "learned", 8, False),
-    # Radford et al. 2019, the 124M GPT-2: LayerNorm, biases, learned positions, tied head.
-    "gpt2": Shape("gpt2", 12, 768, 12, 12, 3072, 50257, False, True, "layer", True, "learned", 1024),
+    "decoder": Shape("decoder", 2, 16, 2, 2, 32, 64, False, True, "layer", False, "learned", 8, False).replace(
+        activation="gelu", family="decoder"
+    ),
+    # Radford et al. 2019, the 124M GPT-2: LayerNorm, biases, learned positions, tied head, GELU's tanh
+    # approximation (gelu_new), dropout 0.1.
+    "gpt2": Shape("gpt2", 12, 768, 12, 12, 3072, 50257, False, True, "layer", True, "learned", 1024).replace(
+        activation="gelu_tanh", dropout=True, family="gpt2"
+    ),
     # Touvron et al. 2023 (Llama 2), Table 1 / the released configs.
     "llama-2-13b": Shape("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, True, False, "rms", False, "rope", 4096),
     # Llama 2 70B uses grouped-query attention with 8 key/value heads.

@@ -6,6 +6,14 @@ from dataclasses import dataclass, fields
 
 NORMS = ("layer", "rms")
 POSITIONS = ("learned", "rope")
+# The feed-forward activation as transformers' `hidden_act` names it (gelu_new and gelu_pytorch_tanh are
+# both GELU's tanh approximation).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
+# Whose code the eager walk follows (calc.eager): the layer's ops, and so what autograd saves, differ.
+#   llama    transformers' LlamaForCausalLM, and Mistral and Qwen2, which share its code
+#   gpt2     transformers' GPT2LMHeadModel (fused QKV through Conv1D, dropout)
+#   decoder  the course's reference Decoder (scripts/training/reference.py)
+FAMILIES = ("llama", "gpt2", "decoder")
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,11 @@ class Shape:
     positions: str = "rope"  # "learned" (a context x h table) or "rope" (no parameters)
     context: int = 4096  # longest sequence; sizes the learned position table
     final_norm: bool = True  # a norm after the last block, before the head
+    qkv_bias: bool = False  # biases on the query, key and value projections only (Qwen2)
+    activation: str = "silu"  # the feed-forward activation (ACTIVATIONS); SwiGLU's is silu
+    dropout: bool = False  # dropout in training: after the embedding, on attention's probabilities, after
+    # each block's two output projections (GPT-2's 0.1); Llama-family models have none by default
+    family: str = "llama"  # whose code the eager walk follows (FAMILIES)
 
     @property
     def head_dim(self) -> int:
@@ -53,6 +66,8 @@ def param_counts(shape: Shape) -> dict[str, int]:
     if shape.bias:
         attention += 2 * h + 2 * kv_width
         ffn += (ffn_matrices - 1) * shape.ffn + h
+    elif shape.qkv_bias:
+        attention += h + 2 * kv_width
     per_layer = attention + ffn + 2 * _norm_params(shape)  # a norm before attention and before the FFN
     counts = {
         "embedding": shape.vocab * h,
