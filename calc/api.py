@@ -75,17 +75,23 @@ def step(
     micro_batch: int = 1,
     recipe: str = "mixed",
     recompute: str = "none",
-    activation_bytes: int = 2,
+    activation_bytes: int | None = None,
     par: Parallel = SINGLE,
     walk: str = "deck",
     grad_accum: int | None = None,
+    attention: str = "sdpa",
+    device: str = "cuda",
 ) -> dict:
     """One training step on one device: sizes, the event walk and its peak (the CLI's --json object).
     `grad_accum`: micro-batches per step of each data-parallel worker (default: pp; see walks).
 
     walk="deck" (the default) is the deck's walk (calc.walk); walk="eager" counts what PyTorch's eager
     autograd allocates (calc.eager), on a single device only, and its `bytes` are each category's
-    high-water mark in that walk."""
+    high-water mark in that walk. `attention` (transformers' attn_implementation, "eager" or "sdpa") and
+    `device` ("cuda" or "cpu": which AdamW PyTorch picks) shape the eager walk only. `activation_bytes`:
+    the recipe's unless given."""
+    if activation_bytes is None:
+        activation_bytes = RECIPES[recipe].activations
     if walk == "eager":
         if par != SINGLE or (grad_accum or 1) > 1:
             raise ValueError("the eager walk is for one micro-batch on a single device: use the deck walk")
@@ -93,12 +99,12 @@ def step(
             0,
             1,
             False,
-            eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes),
+            eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device),
         )
         top, at = peak(segs)
         expanded = events(segs)
         full_sizes = {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
-        per_layer = eager.kept_bytes(shape, seq, micro_batch, recompute, activation_bytes)
+        per_layer = next(sum(e.bytes for e in s.events) for s in segs if s.reps and s.events[0].phase == "forward")
     elif walk == "deck":
         (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
             shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum
@@ -120,6 +126,8 @@ def step(
             "parallel": asdict(par),
             "walk": walk,
             "grad_accum": grad_accum or par.pp,
+            "attention": attention,
+            "device": device,
         },
         "params": counts["total"],
         "param_counts": counts,
@@ -171,4 +179,5 @@ def sweep(
 ) -> list[int]:
     """Peak bytes per device for each sequence length (the same walks, without expanding their events)."""
     templates = [template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)]
-    return [max(peak(t, seq_sizes(shape, s, micro_batch, recompute, 2, par))[0] for t in templates) for s in seqs]
+    p = RECIPES[recipe].activations
+    return [max(peak(t, seq_sizes(shape, s, micro_batch, recompute, p, par))[0] for t in templates) for s in seqs]

@@ -40,6 +40,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="|".join(WALKS),
         help="deck: the deck's walk (default); eager: what PyTorch eager autograd allocates (one device)",
     )
+    p.add_argument("--attention", metavar="sdpa|eager", help="the eager walk: transformers' attn_implementation")
+    p.add_argument("--device", metavar="cuda|cpu", help="the eager walk: where the step runs (AdamW foreach or not)")
     par = p.add_argument_group("several devices (bytes and peak become per device)")
     par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
     par.add_argument("--tp", metavar="N", help="tensor-parallel ranks (default 1)")
@@ -157,6 +159,8 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         par=par,
         walk=inputs["walk"],
         grad_accum=inputs["grad_accum"],
+        attention=inputs["attention"],
+        device=inputs["device"],
     )
     if args.json:
         print(json.dumps(result, indent=1))

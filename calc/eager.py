@@ -20,6 +20,7 @@ a temporary of every moment at once (about 4 bytes a parameter), unmeasured here
 
 from __future__ import annotations
 
+from . import eager_step
 from .recipes import RECIPES
 from .shape import Shape, param_counts
 from .walk import Event, Reps, Segment, resident_state
@@ -262,10 +263,24 @@ def _embedding_backward(shape: Shape, g: int) -> list[Event]:
 
 
 def segments(
-    shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int = 2
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    activation_bytes: int | None = None,
+    attention: str = "sdpa",
+    device: str = "cuda",
 ) -> list[Segment]:
-    """The step on a single device, every size in bytes: activations at `activation_bytes` (p),
-    weights, gradients and Adam's state as `recipe` keeps them."""
+    """The step on a single device, every size in bytes. transformers' models (families "llama" and
+    "gpt2") are replayed op by op (calc.eager_step); the course's Decoder follows the counts below, with
+    activations at `activation_bytes` (p) and weights, gradients and Adam's state as `recipe` keeps them."""
+    if shape.family != "decoder":
+        if recompute == "selective":
+            raise ValueError("transformers checkpoints whole layers: recompute none or full")
+        return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device)
+    if activation_bytes is None:
+        activation_bytes = RECIPES[recipe].activations
     p, g, b, h = activation_bytes, RECIPES[recipe].gradients, micro_batch, shape.hidden
     layers = range(1, shape.layers + 1)
     residual = p * seq * b * h

@@ -49,6 +49,8 @@ PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000}
 PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
 DEFAULT_CAPACITY_GB = 80
 WALKS = ("deck", "eager")  # calc.walk (the default) or calc.eager (PyTorch eager autograd, one device)
+ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default first), for the eager walk
+DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks foreach AdamW on CUDA
 FIELDS = (
     "preset",
     *INT_FIELDS,
@@ -59,6 +61,8 @@ FIELDS = (
     "recipe",
     "recompute",
     "walk",
+    "attention",
+    "device",
     *PARALLEL_LIMITS,
     "zero",
     *PARALLEL_BOOLS,
@@ -125,7 +129,7 @@ def _capacity(raw: object) -> int:
 
 
 def parse_inputs(raw: Mapping[str, object]) -> dict:
-    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "par",
+    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device", "par",
     "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity"}.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
@@ -159,6 +163,10 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     recipe = _choice("recipe", given.get("recipe", "mixed"), tuple(RECIPES))
     recompute = _choice("recompute", given.get("recompute", "none"), RECOMPUTE)
     walk = _choice("walk", given.get("walk", "deck"), WALKS)
+    attention = _choice("attention", given.get("attention", ATTENTIONS[0]), ATTENTIONS)
+    device = _choice("device", given.get("device", DEVICES[0]), DEVICES)
+    if walk == "eager" and shape.family != "decoder" and recompute == "selective":
+        raise InputError("recompute", "transformers checkpoints whole layers: none or full with the eager walk")
     check_size(shape, seq, micro_batch)
     degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
     zero = given.get("zero", 0)
@@ -184,6 +192,8 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "recipe": recipe,
         "recompute": recompute,
         "walk": walk,
+        "attention": attention,
+        "device": device,
         "par": par,
         "grad_accum": grad_accum,
         "global_batch": global_batch,
@@ -197,6 +207,26 @@ def check_shape(shape: Shape) -> None:
         raise InputError("heads", f"{shape.heads} heads do not divide the width {shape.hidden}")
     if shape.heads % shape.kv_heads:
         raise InputError("kv-heads", f"{shape.kv_heads} key/value heads do not divide {shape.heads} heads")
+    problem = family_problem(shape)
+    if problem:
+        raise InputError(*problem)
+
+
+def family_problem(shape: Shape) -> tuple[str, str] | None:
+    """(field, message) where a shape cannot be written with its family's code: GPT-2's fused QKV layer
+    has every head's key and value, and its blocks are LayerNorm, a plain feed-forward layer and learned
+    positions."""
+    if shape.family != "gpt2":
+        return None
+    if shape.kv_heads != shape.heads:
+        return "kv-heads", "GPT-2's fused QKV layer has as many key/value heads as heads"
+    if shape.gated_ffn:
+        return "gated-ffn", "GPT-2's feed-forward layer is not gated"
+    if shape.norm != "layer":
+        return "norm", "GPT-2 uses LayerNorm"
+    if shape.positions != "learned":
+        return "positions", "GPT-2 learns its positions"
+    return None
 
 
 def check_size(shape: Shape, seq: int, micro_batch: int) -> None:

@@ -12,9 +12,9 @@ PRESETS: dict[str, Shape] = {
         activation="gelu", family="decoder"
     ),
     # Radford et al. 2019, the 124M GPT-2: LayerNorm, biases, learned positions, tied head, GELU's tanh
-    # approximation (gelu_new), dropout 0.1.
+    # approximation written out (gelu_new), dropout 0.1.
     "gpt2": Shape("gpt2", 12, 768, 12, 12, 3072, 50257, False, True, "layer", True, "learned", 1024).replace(
-        activation="gelu_tanh", dropout=True, family="gpt2"
+        activation="gelu_new", dropout=True, family="gpt2"
     ),
     # Touvron et al. 2023 (Llama 2), Table 1 / the released configs.
     "llama-2-13b": Shape("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, True, False, "rms", False, "rope", 4096),

@@ -18,6 +18,9 @@ class Recipe:
     optimizer: int  # Adam's first and second moments
     master: int  # fp32 master copy kept beside 16-bit weights
     source: str
+    activations: int = 2  # bytes an activation value (Korthikanti et al. count 16-bit ones)
+    autocast: bool = False  # torch.autocast(bfloat16): matmuls in 16 bits, the rest in the weights' fp32
+    grad_buffer: bool = False  # gradients live in a buffer allocated once, resident through the step
 
     def per_param(self) -> int:
         return self.weights + self.gradients + self.optimizer + self.master
@@ -29,6 +32,21 @@ RECIPES: dict[str, Recipe] = {
     "mixed": Recipe("mixed", "mixed-precision Adam", 2, 2, 8, 4, "ZeRO §3.1 (K = 12)"),
     # Kingma & Ba 2015 in fp32: weights, gradients and both moments at 4 bytes; no master copy.
     "fp32": Recipe("fp32", "FP32 Adam", 4, 4, 8, 0, "Adam in fp32 (4 + 4 + 8)"),
+    # The same state, and activations in fp32 too: a model trained in plain fp32.
+    "fp32-full": Recipe("fp32-full", "FP32 Adam, fp32 activations", 4, 4, 8, 0, "Adam in fp32 (4 + 4 + 8)", 4),
+    # torch.autocast(bfloat16) over an fp32 model (PyTorch AMP): the state of "fp32"; Linear layers and
+    # matmuls compute and save 16-bit values, everything else stays fp32 (calc.families).
+    "autocast": Recipe(
+        "autocast", "autocast bf16 over fp32 Adam", 4, 4, 8, 0, "torch.autocast over fp32 Adam (4 + 4 + 8)", 2, True
+    ),
+    # Megatron-LM (megatron/training/theoretical_memory_usage.py): bf16 weights, fp32 main gradients in a
+    # buffer allocated once, fp32 master weights and Adam moments: 2 + 4 + 12 = 18 bytes a parameter
+    # (6 + 12/dp with its distributed optimizer, ZeRO-1 here).
+    "megatron": Recipe(
+        "megatron", "Megatron-LM bf16, fp32 main gradients", 2, 4, 8, 4, "Megatron-LM (6 + 12 bytes)", grad_buffer=True
+    ),
+    # Pure bf16 training: weights, gradients and both Adam moments in bf16, no master copy (2 + 2 + 4).
+    "bf16": Recipe("bf16", "pure bf16 Adam", 2, 2, 4, 0, "bf16 weights, gradients and moments (2 + 2 + 4)"),
 }
 
 

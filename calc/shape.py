@@ -6,9 +6,9 @@ from dataclasses import dataclass, fields
 
 NORMS = ("layer", "rms")
 POSITIONS = ("learned", "rope")
-# The feed-forward activation as transformers' `hidden_act` names it (gelu_new and gelu_pytorch_tanh are
-# both GELU's tanh approximation).
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
+# The feed-forward activation as transformers' `hidden_act` names it: gelu_tanh is gelu_pytorch_tanh (one
+# fused op), gelu_new the same function written in Python (GPT-2's; six ops, four tensors saved).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu")
 # Whose code the eager walk follows (calc.eager): the layer's ops, and so what autograd saves, differ.
 #   llama    transformers' LlamaForCausalLM, and Mistral and Qwen2, which share its code
 #   gpt2     transformers' GPT2LMHeadModel (fused QKV through Conv1D, dropout)

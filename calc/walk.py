@@ -144,7 +144,9 @@ def template(
 
     state = state_bytes(n["total"], recipe, par)
     start = resident_state(n["total"], recipe, par)
-    if accumulating:
+    if r.grad_buffer:  # Megatron-LM allocates its main-gradient buffer once; backward accumulates into it
+        start.append(Event("start", "fp32 main-gradient buffer resident", "gradients", state["gradients"], r.source))
+    elif accumulating:
         start.append(
             Event(
                 "start",
@@ -169,6 +171,8 @@ def template(
     def write_grads(label: str, params: int, fresh: bool) -> list[Event]:
         """A module's gradients land in full. The first micro-batch's stay (ZeRO-2 and 3 reduce-scatter
         them at once and keep 1/dp, §5.2); a later one's are added into the resident ones and freed."""
+        if r.grad_buffer:
+            return [Event("backward", f"{label}: add into the main-gradient buffer", "gradients", 0, zero)]
         out = [Event("backward", f"{label}: write its weight gradients", "gradients", g * params, grads_of)]
         if fresh and sharding_grads:
             out.append(
@@ -275,9 +279,12 @@ def template(
         )
     end.append(Event("optimizer", "Adam step (in place)", "optimizer", 0, "moments and weights updated in place"))
     held = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients")
-    end.append(
-        Event("optimizer", "zero_grad: free gradients", "gradients", -held, "optimizer.zero_grad(set_to_none=True)")
-    )
+    if r.grad_buffer:
+        end.append(Event("optimizer", "zero the main-gradient buffer in place", "gradients", 0, r.source))
+    else:
+        end.append(
+            Event("optimizer", "zero_grad: free gradients", "gradients", -held, "optimizer.zero_grad(set_to_none=True)")
+        )
     segs.append(Segment(tuple(end)))
     return tuple(s for s in segs if s.events)
 

@@ -32,7 +32,16 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
     result = {
         "ok": True,
         "step": step(
-            shape, seq, b, inputs["recipe"], inputs["recompute"], par=par, walk=inputs["walk"], grad_accum=accum
+            shape,
+            seq,
+            b,
+            inputs["recipe"],
+            inputs["recompute"],
+            par=par,
+            walk=inputs["walk"],
+            grad_accum=accum,
+            attention=inputs["attention"],
+            device=inputs["device"],
         ),
         "table": rows,
         "capacity": inputs["capacity"],

@@ -74,7 +74,10 @@ def test_learned_positions_default_to_the_context(capsys):
         (["--layers", "100000"], "layers"),
         (["--seq", "10000000", "--micro-batch", "60000"], "seq"),
         (["--preset", "nope"], "preset"),
-        (["--recipe", "bf16"], "recipe"),
+        (["--recipe", "fp8"], "recipe"),
+        (["--attention", "flash"], "attention"),
+        (["--device", "tpu"], "device"),
+        (["--walk", "eager", "--recompute", "selective"], "recompute"),
         (["--recompute", "some"], "recompute"),
         (["--norm", "batch"], "norm"),
         (["--preset", "gpt2", "--seq", "2048"], "seq"),  # beyond the learned position table

@@ -1,11 +1,13 @@
 """The eager walk (calc.eager): its invariants, and that the deck walk stays the default."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import calc
 from calc import eager
+from calc.inputs import family_problem
+from calc.recipes import state_bytes
 from calc.walk import events, peak
 from strategies import micro_batches, recipes, recomputes, seqs, shapes
 
@@ -13,12 +15,32 @@ DECODER = calc.PRESETS["decoder"]
 PERSISTENT = ("weights", "optimizer", "master")
 
 
+families = st.sampled_from(calc.shape.FAMILIES)
+
+
+def tokens(shape: calc.Shape, seq: int, b: int) -> int:
+    """The token batch a transformers step starts and ends with (the Decoder's walk leaves it out)."""
+    return 0 if shape.family == "decoder" else 8 * seq * b
+
+
 @settings(max_examples=200, deadline=None)
-@given(shapes(), seqs, micro_batches, recipes, recomputes, st.sampled_from([2, 4]))
-def test_eager_walk_invariants(shape, seq, b, recipe, recompute, p):
+@given(
+    shapes(),
+    seqs,
+    micro_batches,
+    recipes,
+    recomputes,
+    st.sampled_from([2, 4]),
+    families,
+    st.sampled_from(["eager", "sdpa"]),
+)
+def test_eager_walk_invariants(shape, seq, b, recipe, recompute, p, family, attention):
     """Peak = the largest running total; allocations minus frees leave the static state; no category
     goes negative; the segment-wise peak equals the expanded walk's."""
-    s = calc.step(shape, seq, b, recipe, recompute, p, walk="eager")
+    shape = shape.replace(family=family)
+    assume(family_problem(shape) is None)
+    assume(family == "decoder" or recompute != "selective")
+    s = calc.step(shape, seq, b, recipe, recompute, p, walk="eager", attention=attention)
     walk = s["events"]
     totals = [e["total"] for e in walk]
     assert s["peak"] == max(totals) == walk[s["peak_index"]]["total"]
@@ -30,20 +52,28 @@ def test_eager_walk_invariants(shape, seq, b, recipe, recompute, p):
         assert e["totals"] == running and e["total"] == sum(running.values())
         assert all(v >= 0 for v in running.values())
         assert e["source"]
-    assert running == {c: s["bytes"][c] if c in PERSISTENT else 0 for c in calc.CATEGORIES}
-    assert sum(e["bytes"] for e in walk) == s["static"] == sum(s["bytes"][c] for c in PERSISTENT)
-    segs = eager.segments(shape, seq, b, recipe, recompute, p)
+    # The step ends where it started: the state (with the token batch; eager PyTorch makes gradients in
+    # backward, whatever their dtype).
+    started = walk[sum(e["phase"] == "start" for e in walk) - 1]
+    assert running == started["totals"] and sum(e["bytes"] for e in walk) == s["static"] == started["total"]
+    state = state_bytes(s["params"], recipe)
+    assert s["static"] == sum(state.values()) - state["gradients"] + tokens(shape, seq, b)
+    segs = eager.segments(shape, seq, b, recipe, recompute, p, attention)
     assert peak(segs) == (s["peak"], s["peak_index"])
     assert len(events(segs)) == len(walk)
 
 
 @settings(max_examples=100, deadline=None)
-@given(shapes(), seqs, micro_batches, recipes, recomputes)
-def test_eager_static_state_matches_the_deck(shape, seq, b, recipe, recompute):
-    """Both walks start from the same resident state and write the same gradients."""
+@given(shapes(), seqs, micro_batches, recipes, recomputes, families)
+def test_eager_static_state_matches_the_deck(shape, seq, b, recipe, recompute, family):
+    """Both walks start from the same resident state (and the token batch) and write the same gradients."""
+    shape = shape.replace(family=family)
+    assume(family_problem(shape) is None)
+    assume(family == "decoder" or recompute != "selective")
+    assume(not calc.RECIPES[recipe].grad_buffer)
     deck = calc.step(shape, seq, b, recipe, recompute)
     ours = calc.step(shape, seq, b, recipe, recompute, walk="eager")
-    assert ours["static"] == deck["static"]
+    assert ours["static"] == deck["static"] + tokens(shape, seq, b)
     written = sum(e["bytes"] for e in ours["events"] if e["label"] == "zero_grad: free gradients")
     assert -written == deck["bytes"]["gradients"]
 
@@ -51,15 +81,19 @@ def test_eager_static_state_matches_the_deck(shape, seq, b, recipe, recompute):
 @settings(max_examples=100, deadline=None)
 @given(shapes(), seqs, micro_batches, recipes, st.sampled_from([2, 4]))
 def test_eager_recomputation_order(shape, seq, b, recipe, p):
-    """What a layer keeps falls from none to selective to full."""
+    """What a Decoder layer keeps falls from none to selective to full."""
+    shape = shape.replace(family="decoder")
     kept = [eager.kept_bytes(shape, seq, b, r, p) for r in calc.RECOMPUTE]
     assert kept[0] > kept[1] > kept[2] > 0
 
 
 @settings(max_examples=100, deadline=None)
-@given(shapes(), seqs, micro_batches, recipes, recomputes, st.integers(1, 8))
-def test_eager_peak_grows_with_tokens(shape, seq, b, recipe, recompute, k):
+@given(shapes(), seqs, micro_batches, recipes, recomputes, st.integers(1, 8), families)
+def test_eager_peak_grows_with_tokens(shape, seq, b, recipe, recompute, k, family):
     """More tokens never need less memory."""
+    shape = shape.replace(family=family)
+    assume(family_problem(shape) is None)
+    assume(family == "decoder" or recompute != "selective")
     base = calc.step(shape, seq, b, recipe, recompute, walk="eager")["peak"]
     assert calc.step(shape, seq + k, b, recipe, recompute, walk="eager")["peak"] >= base
     assert calc.step(shape, seq, b + k, recipe, recompute, walk="eager")["peak"] >= base
@@ -68,6 +102,8 @@ def test_eager_peak_grows_with_tokens(shape, seq, b, recipe, recompute, k):
 @given(shapes())
 def test_layer_params_add_up(shape):
     """Attention's and the feed-forward's parameters make up the layer."""
+    shape = shape.replace(family="decoder")
+    assume(not shape.qkv_bias)
     assert sum(eager._layer_params(shape)) == calc.param_counts(shape)["per_layer"]
 
 

@@ -97,6 +97,13 @@ def test_doubling_a_degree_never_grows_per_device_memory(
     assume(shape.layers % doubled.pp == 0)
     # A tied embedding is copied onto the last stage (Megatron-LM), which can outweigh the halved layers.
     assume(which != "pp" or not shape.tied)
+    # So does a learned position table stay whole on the first stage, which also holds pp micro-batches in
+    # flight: for a model that is mostly that table (width 1, 36 positions), halving the layers saves less.
+    assume(
+        which != "pp"
+        or shape.positions != "learned"
+        or calc.param_counts(shape)["positions"] * 4 < calc.param_counts(shape)["layers"]
+    )
     before = calc.step(shape, seq, b, recipe, recompute, par=par)
     after = calc.step(shape, seq, b, recipe, recompute, par=doubled)
     assert after["peak"] <= before["peak"]

@@ -1,0 +1,183 @@
+"""The eager walk of a transformers model (families "llama" and "gpt2"): one training step replayed op by op.
+
+The step is the loop most people write with transformers: `loss = model(input_ids=x, labels=x).loss`
+(under torch.autocast for the "autocast" recipe), `loss.backward()`, `optimizer.step()` (AdamW as PyTorch
+picks it: single-tensor on the CPU, foreach on CUDA), `optimizer.zero_grad()`. Checkpointing is
+transformers' gradient_checkpointing_enable(): non-reentrant torch.utils.checkpoint around each decoder
+layer, which keeps the layer's input, re-runs the layer's forward when its backward first needs a saved
+value, and saves the CPU generator's state.
+"""
+
+from __future__ import annotations
+
+from .families import Ops, Step, gpt2_layer, llama_layer
+from .recipes import RECIPES
+from .replay import Replay, T
+from .shape import Shape, param_counts
+from .walk import Event, Reps, Segment, resident_state
+
+LAYERS = {"llama": llama_layer, "gpt2": gpt2_layer}
+RNG_STATE = 5056  # torch.get_rng_state(): the CPU generator's state, saved by each checkpointed call
+
+
+def _largest_param(shape: Shape) -> int:
+    """Values in the largest parameter tensor (single-tensor AdamW's temporaries are its size)."""
+    n = param_counts(shape)
+    sizes = [shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.hidden * shape.heads * shape.head_dim]
+    if shape.family == "gpt2":
+        sizes.append(3 * shape.hidden * shape.hidden)
+    return max([*sizes, n["positions"]])
+
+
+def _param_tensors(shape: Shape) -> int:
+    """How many parameter tensors the model has (AdamW keeps a step counter for each)."""
+    if shape.family == "gpt2":  # wte, wpe, ln_f (2); per block ln_1, ln_2 (2 each), 4 Conv1D (2 each)
+        return 4 + 12 * shape.layers
+    bias = 3 if (shape.qkv_bias or shape.bias) else 0
+    per_layer = 2 + 7 + bias + (4 if shape.bias else 0)
+    return 1 + (0 if shape.tied else 1) + (1 if shape.final_norm else 0) + per_layer * shape.layers
+
+
+def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, attention: str, device: str):
+    """The step's events as (layer, Event) pairs; layer 0 for events outside the layers."""
+    r = RECIPES[recipe]
+    st = Step(shape, seq, micro_batch, r.activations if not r.autocast else 4, r.autocast, attention, r.gradients)
+    rp = Replay("forward")
+    ops = Ops(rp, st)
+    h, n, v = shape.hidden, st.tokens, shape.vocab
+    unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
+    ids = T(8 * n, "token ids")  # made before the step, counted in its start
+    # forward: embedding (its backward writes a dense gradient of the table), positions, mask
+    x = ops.new(n * h, unit, "token embeddings", "embedding: s x b x h values")
+    rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
+    if shape.positions == "learned":
+        pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
+        rp.node("embedding", pos, inputs=[("positions", shape.context * h * st.param_bytes, "param")])
+        summed = ops.add(x, pos, "token + position embeddings")
+        rp.drop(x, pos)
+        x = ops.dropout(summed, "embeddings")
+        rp.drop(summed)
+        cos = sin = None
+    else:
+        d = shape.head_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
+        cos = ops.new(seq * d, unit, "rotary cos", "cos(position x inverse frequency)")
+        sin = ops.new(seq * d, unit, "rotary sin", "sin(position x inverse frequency)")
+        cos.requires_grad = sin.requires_grad = False
+    mask = None
+    if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
+        mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
+        mask.requires_grad = False
+    layer_fn = LAYERS[shape.family]
+    for layer in range(1, shape.layers + 1):
+        rp.layer = layer
+        if recompute == "full":
+            x = _checkpointed(ops, layer_fn, x, cos, sin, mask, device)
+        else:
+            y = layer_fn(ops, x, cos, sin, mask)
+            rp.drop(x)
+            x = y
+    rp.layer = 0
+    norm = ops.rms_norm if shape.norm == "rms" else ops.layer_norm
+    final = norm(x, "final norm") if shape.final_norm else rp.keep(x)
+    rp.drop(x)
+    head = "embedding" if shape.tied else "lm_head"
+    logits = ops.linear(final, h, v, head, shape.bias and not shape.tied, "logits", "logits")
+    rp.drop(final)
+    # ForCausalLMLoss: logits.float(), labels shifted (a copy), cross_entropy = log_softmax + nll_loss
+    logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
+    target = ops.new(n, 8, "shifted labels", "labels[..., 1:].contiguous()")
+    logp = ops.new(n * v, 4, "log-probabilities (fp32)", "log_softmax saves its result", "logits")
+    rp.node("log_softmax", logp, saved=[logp], inputs=[(logits32, logits32.nbytes, "new")])
+    loss = T(0, "loss")
+    rp.node("nll_loss", loss, saved=[target], inputs=[(logp, logp.nbytes, "new")])
+    rp.drop(target, logp)
+    if logits32 is not logits:
+        rp.drop(logits32)
+    ops.end_autocast()
+    rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
+    rp.drop(*(t for t in (cos, sin, mask) if t is not None), why="the model's forward returns")
+    # backward
+    rp.grads[id(loss)] = T(0, "1")
+    rp.backward()
+    for g in rp.grads.values():
+        rp.drop(g, why="gradient of an input that needs none")
+    rp.grads.clear()
+    del ids
+    return rp, st
+
+
+def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
+    """A layer under non-reentrant checkpoint: its forward keeps nothing but its input (and the RNG state);
+    its backward re-runs the forward, then runs the re-created nodes' backward."""
+    rp = ops.rp
+    outer, rp.nodes = rp.nodes, []
+    y = layer_fn(ops, x, cos, sin, mask)
+    for node in rp.nodes:  # nothing is saved: release what the nodes held
+        rp.drop(*node.saved, why="checkpoint: not saved")
+    rp.nodes = outer
+    rng = rp.new(RNG_STATE if device == "cpu" else 0, "RNG state", "checkpoint(preserve_rng_state=True)")
+    # the checkpoint keeps every tensor argument for the re-run: the input, and the rotary tables and mask
+    rp.node("checkpoint", y, saved=[x, rng, *(t for t in (cos, sin, mask) if t is not None)])
+    rp.drop(rng)
+    def rerun(x0: T) -> T:  # under the autocast state of the forward, whose weight cache it clears
+        out = layer_fn(ops, x0, cos, sin, mask)
+        ops.end_autocast()
+        return out
+
+    rp.nodes[-1].recompute = rerun
+    rp.drop(x)
+    return y
+
+
+def segments(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, attention: str, device: str):
+    """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
+    repeated over the layers where they are the same), AdamW's step and zero_grad."""
+    r = RECIPES[recipe]
+    rp, st = replay(shape, seq, micro_batch, recipe, recompute, attention, device)
+    start = resident_state(param_counts(shape)["total"], recipe)
+    start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
+    if device == "cpu":  # on CUDA AdamW keeps its step counters on the CPU
+        counters = 4 * _param_tensors(shape)
+        start.append(Event("start", "AdamW's step counters", "optimizer", counters, "a float32 tensor per parameter"))
+    segs = [Segment(tuple(start)), *_compress(rp.events)]
+    grads = sum(rp.param_grads.values())
+    unit = r.optimizer // 2  # bytes of one moment value
+    if device == "cpu":
+        temp = 2 * unit * _largest_param(shape)
+        how = "single-tensor AdamW (PyTorch's CPU default): sqrt(v) and its division, the largest parameter's size"
+    else:
+        temp = unit * param_counts(shape)["total"]
+        how = "foreach AdamW (PyTorch's CUDA default): _foreach_sqrt of every second moment at once"
+    end = [
+        Event("optimizer", "AdamW step: temporaries", "optimizer", temp, how),
+        Event("optimizer", "AdamW step: temporaries freed", "optimizer", -temp, how),
+        Event("optimizer", "zero_grad: free gradients", "gradients", -grads, "optimizer.zero_grad(set_to_none=True)"),
+    ]
+    segs.append(Segment(tuple(end)))
+    return segs
+
+
+def _compress(events: list[tuple[int, Event]]) -> list[Segment]:
+    """Segments of the replayed events: runs of consecutive layers whose events are the same become one
+    segment repeated over those layers."""
+    chunks: list[tuple[int, list[Event]]] = []
+    for layer, e in events:
+        if chunks and chunks[-1][0] == layer and chunks[-1][1][-1].phase == e.phase:
+            chunks[-1][1].append(e)
+        else:
+            chunks.append((layer, [e]))
+    segs: list[Segment] = []
+    i = 0
+    while i < len(chunks):
+        layer, evs = chunks[i]
+        j = i + 1
+        if layer:
+            step = 1 if j < len(chunks) and chunks[j][0] == layer + 1 else -1
+            while j < len(chunks) and chunks[j][0] == chunks[j - 1][0] + step and chunks[j][1] == evs:
+                j += 1
+            last = chunks[j - 1][0]
+            segs.append(Segment(tuple(evs), Reps(range(layer, last + step, step))))
+        else:
+            segs.append(Segment(tuple(evs)))
+        i = j
+    return segs

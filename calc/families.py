@@ -1,0 +1,370 @@
+"""The forward pass of the implementations people train, op by op, for the eager walk (calc.eager).
+
+Each function below follows one model's code in transformers 5 (the modeling_*.py file named), calling a
+Replay (calc.replay) once per op that makes a tensor as large as the tokens or the parameters: its output's
+size, what its autograd node saves (PyTorch's tools/autograd/derivatives.yaml), and the gradients its
+backward makes. Python variables are dropped where the real code lets them go. Sizes are bytes.
+
+Precision: a model computes in `act` bytes a value (4: fp32; 2: a 16-bit model). Under
+torch.autocast(bfloat16) over fp32 weights, every Linear and matmul casts its inputs to 16 bits (a new
+tensor each time, saved for backward; a weight's cast is cached until the autocast region ends) and
+returns 16 bits; everything else follows type promotion, so the residual stream, the norms, rotary
+positions and softmax stay fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .replay import Replay, T
+from .shape import Shape
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the forward of one step needs to know."""
+
+    shape: Shape
+    seq: int
+    micro_batch: int
+    act: int  # bytes of an activation value outside autocast (and of its gradient)
+    autocast: bool  # torch.autocast(bfloat16) over fp32 weights
+    attention: str  # "eager" or "sdpa"
+    param_bytes: int  # bytes of a parameter's gradient
+
+    @property
+    def tokens(self) -> int:
+        return self.seq * self.micro_batch
+
+
+class Ops:
+    """The ops the models are made of, each as PyTorch's eager autograd runs it."""
+
+    def __init__(self, rp: Replay, step: Step):
+        self.rp, self.st = rp, step
+        self.casts: list[T] = []  # autocast's cached 16-bit weights, freed when the region ends
+
+    @property
+    def mm(self) -> int:
+        """Bytes a value of a Linear's or matmul's output: 16 bits under autocast."""
+        return 2 if self.st.autocast else self.st.act
+
+    def new(self, values: int, unit: int, label: str, source: str, category: str = "activations") -> T:
+        return self.rp.new(values * unit, label, source, category, unit)
+
+    def cast16(self, x: T, what: str) -> T:
+        """autocast's 16-bit copy of a wider input (ToCopyBackward0 saves nothing)."""
+        y = self.new(x.nbytes // x.unit, 2, f"16-bit copy of {what}", "torch.autocast casts each input")
+        self.rp.node("to(bfloat16)", y, inputs=[(x, x.nbytes, "new")])
+        return y
+
+    def linear(
+        self, x: T, width_in: int, width_out: int, name: str, bias: bool, label: str, category: str = "activations"
+    ) -> T:
+        """nn.Linear (and GPT-2's Conv1D, an addmm): mm saves its input for the weight's gradient."""
+        rp, st = self.rp, self.st
+        params = width_in * width_out
+        work = []
+        cast = None
+        if st.autocast:
+            if x.unit != 2:
+                x = cast = self.cast16(x, x.label)
+            w16 = rp.new(params * 2, f"16-bit copy of {name}.weight", "autocast caches a weight's cast", "weights")
+            self.casts.append(w16)
+            saved = [x, w16]
+            work = [params * 2]  # the weight's gradient in 16 bits, before ToCopyBackward0 makes it fp32
+        else:
+            saved = [x]
+        inputs = [(x, x.nbytes, "new"), (f"{name}.weight", params * st.param_bytes, "param")]
+        if bias:
+            inputs.append((f"{name}.bias", width_out * st.param_bytes, "param"))
+        y = self.new(st.tokens * width_out, self.mm, label, f"{name}: s x b x {width_out} values", category)
+        rp.node(name, y, saved=saved, inputs=inputs, work=work)
+        rp.drop(cast)
+        return y
+
+    def end_autocast(self) -> None:
+        self.rp.drop(*self.casts, why="autocast's weight cache is cleared when the region ends")
+        self.casts = []
+
+    def unary(self, label: str, x: T, saved: list[T], unit: int | None = None, category: str = "activations") -> T:
+        """An elementwise op of one input whose gradient is as large as the input."""
+        y = self.new(x.nbytes // x.unit, unit or x.unit, label, "elementwise", category)
+        self.rp.node(label, y, saved=saved, inputs=[(x, x.nbytes, "new")])
+        return y
+
+    def add(self, a: T, b: T, label: str) -> T:
+        """a + b: AddBackward0 saves nothing and passes the gradient to both inputs (promoting dtypes)."""
+        unit = max(a.unit, b.unit)
+        y = self.new(max(a.nbytes // a.unit, b.nbytes // b.unit), unit, label, "add saves nothing")
+        self.rp.node("add", y, inputs=[(a, a.nbytes, "pass" if a.unit == unit else "new"),
+                                        (b, b.nbytes, "pass" if b.unit == unit else "new")])  # fmt: skip
+        return y
+
+    def mul(self, a: T, b: T, label: str) -> T:
+        """a * b of one shape: each side's gradient needs the other, so both are saved."""
+        unit = max(a.unit, b.unit)
+        y = self.new(a.nbytes // a.unit, unit, label, "mul saves both operands")
+        self.rp.node("mul", y, saved=[a, b], inputs=[(a, a.nbytes, "new"), (b, b.nbytes, "new")])
+        return y
+
+    def rms_norm(self, x: T, name: str) -> T:
+        """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
+        rp, st = self.rp, self.st
+        h, n = st.shape.hidden, st.tokens
+        x32 = x if x.unit == 4 else self.unary(f"{name}: input in fp32", x, [], 4)
+        sq = self.new(n * h, 4, f"{name}: x^2", "pow(2) saves its input")
+        rp.node("pow", sq, saved=[x32], inputs=[(x32, x32.nbytes, "new")])
+        mean = self.new(n, 4, f"{name}: mean of x^2", "mean(-1)")
+        rp.node("mean", mean, inputs=[(sq, sq.nbytes, "new")])
+        rp.drop(sq)
+        var = self.new(n, 4, f"{name}: variance + eps", "add")
+        rp.node("add", var, inputs=[(mean, mean.nbytes, "pass")])
+        rstd = self.new(n, 4, f"{name}: 1/std", "rsqrt saves its result")
+        rp.node("rsqrt", rstd, saved=[rstd], inputs=[(var, var.nbytes, "new")])
+        rp.drop(var)
+        normed = self.new(n * h, 4, f"{name}: x * 1/std", "mul saves both operands")
+        # 1/std's gradient is an s x b x h product summed over the width
+        rp.node("mul", normed, saved=[x32, rstd], inputs=[(x32, x32.nbytes, "new"), (rstd, rstd.nbytes, "new")],
+                work=[n * h * 4])  # fmt: skip
+        rp.drop(mean, rstd)
+        if x32 is not x:
+            rp.drop(x32)
+        if x.unit != 4:  # .to(input_dtype) back to 16 bits, then the 16-bit weight
+            cast = self.unary(f"{name}: back to 16 bits", normed, [], x.unit)
+            rp.drop(normed)
+            normed = cast
+        out = self.new(n * h, normed.unit, f"{name} output", "weight * x: mul saves x for the weight's gradient")
+        rp.node("mul", out, saved=[normed], work=[normed.nbytes],  # the weight's gradient before its sum
+                inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
+        rp.drop(normed)
+        return out
+
+    def layer_norm(self, x: T, name: str) -> T:
+        """nn.LayerNorm: native_layer_norm saves its input, mean and 1/std (fp32 under autocast too)."""
+        rp, st = self.rp, self.st
+        n, h = st.tokens, st.shape.hidden
+        mean = self.new(n, 4, f"{name}: mean", "native_layer_norm saves mean")
+        rstd = self.new(n, 4, f"{name}: 1/std", "native_layer_norm saves rstd")
+        out = self.new(n * h, x.unit, f"{name} output", "native_layer_norm")
+        rp.node(name, out, saved=[x, mean, rstd],
+                inputs=[(x, x.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param"),
+                        (f"{name}.bias", h * st.param_bytes, "param")])  # fmt: skip
+        rp.drop(mean, rstd)
+        return out
+
+    def dropout(self, x: T, label: str) -> T:
+        """native_dropout in training: a new output and a 1-byte mask, which backward keeps. Without
+        dropout the input itself (a new reference)."""
+        rp = self.rp
+        if not self.st.shape.dropout:
+            return rp.keep(x)
+        mask = self.new(x.nbytes // x.unit, 1, f"{label}: dropout mask", "native_dropout: 1 byte a value")
+        y = self.new(x.nbytes // x.unit, x.unit, f"{label} after dropout", "native_dropout's output")
+        rp.node("dropout", y, saved=[mask], inputs=[(x, x.nbytes, "new")])
+        rp.drop(mask)
+        return y
+
+    def rotary(self, x: T, cos: T, sin: T, label: str) -> T:
+        """apply_rotary_pos_emb: x * cos + rotate_half(x) * sin; the muls save cos and sin (fp32)."""
+        rp = self.rp
+        unit = max(x.unit, cos.unit)
+        n = x.nbytes // x.unit
+        a = self.new(n, unit, f"{label} * cos", "mul")
+        rp.node("mul", a, saved=[cos], inputs=[(x, x.nbytes, "new")])
+        neg = self.new(n // 2, x.unit, f"-(second half of {label})", "neg")
+        rp.node("neg", neg, inputs=[(x, x.nbytes, "new")])  # slice_backward: a full-size zeroed gradient
+        half = self.new(n, x.unit, f"rotate_half({label})", "cat")
+        rp.node("cat", half, inputs=[(neg, neg.nbytes, "new"), (x, x.nbytes, "new")])
+        rp.drop(neg)
+        b = self.new(n, unit, f"rotate_half({label}) * sin", "mul")
+        rp.node("mul", b, saved=[sin], inputs=[(half, half.nbytes, "new")])
+        rp.drop(half)
+        y = self.new(n, unit, f"rotated {label}", "add")
+        rp.node("add", y, inputs=[(a, a.nbytes, "pass"), (b, b.nbytes, "pass")])
+        rp.drop(a, b)
+        return y
+
+    def operand(self, x: T, what: str, copy: bool) -> T:
+        """What matmul saves of a head-split input: autocast's 16-bit cast (strided like its input), and
+        the contiguous copy matmul makes of a view it cannot reshape (`copy`)."""
+        rp = self.rp
+        cast = self.cast16(x, what) if self.st.autocast and x.unit != 2 else None
+        src = cast or x
+        if copy:
+            out = self.new(src.nbytes // src.unit, src.unit, f"contiguous copy of {what}", "matmul's reshape copies")
+            rp.node("clone", out, inputs=[(src, src.nbytes, "new")])
+            rp.drop(cast)
+            return out
+        return src if cast else rp.keep(x)
+
+    def repeat_kv(self, x: T, what: str) -> T:
+        """repeat_kv: key/value heads expanded to every query head and copied by reshape (no copy when
+        there are as many key/value heads as heads)."""
+        sh = self.st.shape
+        groups = sh.heads // sh.kv_heads
+        if groups == 1:
+            return self.rp.keep(x)
+        y = self.new(groups * x.nbytes // x.unit, x.unit, f"{what} repeated to every head", "repeat_kv: reshape")
+        self.rp.node("repeat_kv", y, inputs=[(x, x.nbytes, "new")], work=[y.nbytes])
+        return y
+
+    def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str) -> T:
+        """transformers' eager_attention_forward (modeling_llama.py): repeat_kv, Q K^T (matmul copies the
+        head-split views it cannot reshape), scale, add the mask, softmax in fp32, dropout, times V,
+        transpose(1, 2).contiguous()."""
+        rp, st = self.rp, self.st
+        sh = st.shape
+        scores = sh.heads * st.seq * st.tokens
+        grouped = sh.kv_heads < sh.heads
+        kr, vr = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
+        qc, kc = self.operand(q, "Q", True), self.operand(kr, "K", not grouped)
+        raw = self.new(scores, self.mm, f"{layer}: scores QK^T", "bmm: heads x s x s values a sequence")
+        rp.node("bmm", raw, saved=[qc, kc], inputs=[(qc, qc.nbytes, "new"), (kc, kc.nbytes, "new")])
+        rp.drop(qc, kc)
+        x = self.unary(f"{layer}: scaled scores", raw, [])  # times a Python float saves nothing
+        rp.drop(raw)
+        if mask is not None:
+            masked = self.add(x, mask, f"{layer}: masked scores")
+            rp.drop(x)
+            x = masked
+        probs = self.new(scores, 4, f"{layer}: softmax (fp32)", "softmax saves its result")
+        rp.node("softmax", probs, saved=[probs], inputs=[(x, x.nbytes, "new")])
+        rp.drop(x)
+        if q.unit != 4:  # .to(query.dtype)
+            cast = self.unary(f"{layer}: softmax in 16 bits", probs, [], q.unit)
+            rp.drop(probs)
+            probs = cast
+        dropped = self.dropout(probs, f"{layer}: attention probabilities")
+        rp.drop(probs)
+        pc, vc = self.operand(dropped, "attention probabilities", False), self.operand(vr, "V", not grouped)
+        out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "bmm")
+        rp.node("bmm", out, saved=[pc, vc], inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
+        rp.drop(pc, vc)
+        y = self.unary(f"{layer}: attention output, contiguous", out, [])
+        rp.drop(out, kr, vr)
+        return y, dropped  # the layer holds the returned weights (`hidden_states, _ = ...`) until it returns
+
+    def sdpa(self, q: T, k: T, v: T, layer: str) -> T:
+        """F.scaled_dot_product_attention(is_causal=True, enable_gqa for grouped heads), PyTorch's flash
+        kernel for the CPU: it saves q, k, v (16-bit casts under autocast), its output, laid out so that
+        transpose(1, 2) is contiguous, and the log-sum-exp (fp32, heads x s a sequence); no s x s scores.
+        Its backward makes the three gradients and a working buffer the size of the output."""
+        rp, st = self.rp, self.st
+        sh = st.shape
+        q, k, v = (self.operand(t, what, False) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
+        out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "sdpa output")
+        lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
+        rp.node("sdpa", out, saved=[q, k, v, out, lse],
+                inputs=[(q, q.nbytes, "new"), (k, k.nbytes, "new"), (v, v.nbytes, "new")],
+                work=[out.nbytes])  # fmt: skip
+        rp.drop(lse, q, k, v)
+        return out, None
+
+
+def llama_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
+    """LlamaDecoderLayer (modeling_llama.py); Mistral and Qwen2 run the same code (Qwen2 with q/k/v biases).
+    A shape's other choices (LayerNorm, a plain feed-forward layer, learned positions) swap in the op
+    transformers uses for them."""
+    rp, sh = ops.rp, ops.st.shape
+    h, f = sh.hidden, sh.ffn
+    qw, kw = sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim
+    qkv_bias = sh.bias or sh.qkv_bias
+    norm = ops.rms_norm if sh.norm == "rms" else ops.layer_norm
+    layer = "layer {layer}"
+    normed = norm(x, f"{layer} input_layernorm")
+    q = ops.linear(normed, h, qw, f"{layer} q_proj", qkv_bias, f"{layer}: Q")
+    k = ops.linear(normed, h, kw, f"{layer} k_proj", qkv_bias, f"{layer}: K")
+    v = ops.linear(normed, h, kw, f"{layer} v_proj", qkv_bias, f"{layer}: V")
+    rp.drop(normed)
+    if cos is not None:
+        qr, kr = ops.rotary(q, cos, sin, f"{layer}: Q"), ops.rotary(k, cos, sin, f"{layer}: K")
+        rp.drop(q, k)
+        q, k = qr, kr
+    if ops.st.attention == "sdpa":
+        attn, weights = ops.sdpa(q, k, v, layer)
+    else:
+        attn, weights = ops.eager_attention(q, k, v, mask, layer)
+    rp.drop(q, k, v)
+    o = ops.linear(attn, qw, h, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")
+    rp.drop(attn)
+    mid = ops.add(x, o, f"{layer}: residual after attention")
+    rp.drop(o)
+    normed = norm(mid, f"{layer} post_attention_layernorm")
+    if sh.gated_ffn:
+        gate = ops.linear(normed, h, f, f"{layer} gate_proj", sh.bias, f"{layer}: gate")
+        act = activation(ops, gate, f"{layer}: act(gate)")
+        up = ops.linear(normed, h, f, f"{layer} up_proj", sh.bias, f"{layer}: up")
+        rp.drop(normed, gate)
+        inner = ops.mul(act, up, f"{layer}: act(gate) * up")
+        rp.drop(act, up)
+    else:
+        up = ops.linear(normed, h, f, f"{layer} up_proj", sh.bias, f"{layer}: up")
+        rp.drop(normed)
+        inner = activation(ops, up, f"{layer}: act(up)")
+        rp.drop(up)
+    down = ops.linear(inner, f, h, f"{layer} down_proj", sh.bias, f"{layer}: down")
+    rp.drop(inner)
+    out = ops.add(mid, down, f"{layer}: residual after the feed-forward layer")
+    rp.drop(mid, down, weights)
+    return out
+
+
+def gpt2_layer(ops: Ops, x: T, cos: T, sin: T, mask: T | None) -> T:
+    """GPT2Block (modeling_gpt2.py): LayerNorm, one fused QKV Conv1D whose output the head-split views of
+    Q, K and V keep alive, attention, projection, dropout, residual; LayerNorm, Conv1D, GELU, Conv1D,
+    dropout, residual."""
+    rp, sh = ops.rp, ops.st.shape
+    h, f = sh.hidden, sh.ffn
+    layer = "layer {layer}"
+    normed = ops.layer_norm(x, f"{layer} ln_1")
+    qkv = ops.linear(normed, h, 3 * h, f"{layer} attn.c_attn", sh.bias, f"{layer}: Q, K and V")
+    rp.drop(normed)
+    if ops.st.attention == "sdpa":
+        attn, weights = ops.sdpa(qkv, qkv, qkv, layer)  # views of one buffer
+    else:
+        attn, weights = ops.eager_attention(qkv, qkv, qkv, mask, layer)
+    rp.drop(qkv)
+    o = ops.linear(attn, h, h, f"{layer} attn.c_proj", sh.bias, f"{layer}: attention projection")
+    rp.drop(attn)
+    od = ops.dropout(o, f"{layer}: attention projection")
+    rp.drop(o)
+    mid = ops.add(od, x, f"{layer}: residual after attention")
+    rp.drop(od)
+    normed = ops.layer_norm(mid, f"{layer} ln_2")
+    up = ops.linear(normed, h, f, f"{layer} mlp.c_fc", sh.bias, f"{layer}: c_fc")
+    rp.drop(normed)
+    act = activation(ops, up, f"{layer}: GELU")
+    rp.drop(up)
+    down = ops.linear(act, f, h, f"{layer} mlp.c_proj", sh.bias, f"{layer}: c_proj")
+    rp.drop(act)
+    dd = ops.dropout(down, f"{layer}: feed-forward output")
+    rp.drop(down)
+    out = ops.add(mid, dd, f"{layer}: residual after the feed-forward layer")
+    rp.drop(mid, dd, weights)
+    return out
+
+
+def activation(ops: Ops, x: T, label: str) -> T:
+    """The feed-forward activation. gelu_new (GPT-2's NewGELUActivation) is written in Python:
+    0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), each op a tensor, four of them saved;
+    the others (silu, gelu, gelu_pytorch_tanh, relu) are one fused op that saves its input."""
+    rp = ops.rp
+    if ops.st.shape.activation != "gelu_new":
+        return ops.unary(label, x, [x])
+    cube = ops.unary(f"{label}: x^3", x, [x])
+    scaled = ops.unary(f"{label}: 0.044715 x^3", cube, [])
+    rp.drop(cube)
+    inner = ops.add(x, scaled, f"{label}: x + 0.044715 x^3")
+    rp.drop(scaled)
+    arg = ops.unary(f"{label}: sqrt(2/pi) (...)", inner, [])
+    rp.drop(inner)
+    th = ops.new(arg.nbytes // arg.unit, arg.unit, f"{label}: tanh", "tanh saves its result")
+    rp.node("tanh", th, saved=[th], inputs=[(arg, arg.nbytes, "new")])
+    rp.drop(arg)
+    half = ops.unary(f"{label}: 0.5 x", x, [])
+    one = ops.unary(f"{label}: 1 + tanh", th, [])
+    rp.drop(th)
+    y = ops.mul(half, one, label)
+    rp.drop(half, one)
+    return y

@@ -1,0 +1,58 @@
+"""The eager walk against transformers' own models (not written by this project), measured on the CPU.
+
+Each model is built from a config with random weights (no download), trained for two steps with the loop
+most people write, and the second step's allocator peak compared with what the CLI predicts for the same
+model from the flags a user would type. Slow-ish (a few seconds each); small shapes.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "training"))
+
+import hf_models  # noqa: E402
+import profile_step  # noqa: E402
+
+BOUND = 0.03  # the issue's bound: within 3% of the measured peak
+
+
+def cli_flags(m: hf_models.Model) -> list[str]:
+    """The flags a user would type for this transformers config."""
+    flags = ["--layers", m.layers, "--hidden", m.hidden, "--heads", m.heads, "--kv-heads", m.kv_heads]
+    flags += ["--ffn", m.ffn, "--vocab", m.vocab]
+    if m.model_type == "qwen2":
+        flags.append("--qkv-bias")
+    return [str(f) for f in flags]
+
+
+def predicted(m, precision, attention, checkpointing, seq, b) -> int:
+    argv = [sys.executable, "-m", "calc", *cli_flags(m), "--seq", str(seq), "--micro-batch", str(b)]
+    argv += ["--walk", "eager", "--recipe", precision, "--attention", attention, "--recompute", checkpointing]
+    argv += ["--device", "cpu", "--json"]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(out.stdout)["peak"]
+
+
+CASES = [
+    # (model, precision, attention, checkpointing, seq, micro-batch)
+    (hf_models.Model("llama", 3, 64, 4, 4, 176, 256), "fp32-full", "eager", "none", 128, 2),
+    (hf_models.Model("llama", 3, 64, 4, 1, 176, 256), "fp32-full", "sdpa", "full", 128, 2),
+    (hf_models.Model("llama", 3, 64, 4, 2, 176, 256), "autocast", "sdpa", "none", 128, 2),
+    (hf_models.Model("mistral", 3, 64, 4, 2, 176, 256), "autocast", "eager", "none", 96, 2),
+    (hf_models.Model("qwen2", 3, 64, 4, 2, 176, 256), "fp32-full", "eager", "full", 128, 2),
+    (hf_models.Model("qwen2", 3, 64, 4, 4, 176, 256), "autocast", "sdpa", "full", 128, 2),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].model_type}-kv{c[0].kv_heads}-{'-'.join(c[1:4])}")
+def test_eager_walk_predicts_transformers_step(case):
+    """The CLI's --walk eager peak is within 3% of the measured peak of transformers' own model."""
+    m, precision, attention, checkpointing, seq, b = case
+    measured = profile_step.measure_cpu(m, precision, attention, checkpointing, seq, b)["measured_peak"]
+    ratio = predicted(m, precision, attention, checkpointing, seq, b) / measured
+    assert abs(ratio - 1) <= BOUND, f"predicted / measured = {ratio:.4f}"
