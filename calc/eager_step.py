@@ -41,7 +41,8 @@ def _param_tensors(shape: Shape) -> int:
 def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, attention: str, device: str):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers."""
     r = RECIPES[recipe]
-    st = Step(shape, seq, micro_batch, r.activations if not r.autocast else 4, r.autocast, attention, r.gradients)
+    act = r.activations if not r.autocast else 4
+    st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device)
     rp = Replay("forward")
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
@@ -82,17 +83,19 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     rp.drop(x)
     head = "embedding" if shape.tied else "lm_head"
     logits = ops.linear(final, h, v, head, shape.bias and not shape.tied, "logits", "logits")
-    rp.drop(final)
-    # ForCausalLMLoss: logits.float(), labels shifted (a copy), cross_entropy = log_softmax + nll_loss
+    # ForCausalLMLoss: logits.float(), labels padded and shifted (a copy), cross_entropy = log_softmax +
+    # nll_loss. The model's outputs still hold the final hidden states (last_hidden_state).
     logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
+    padded = ops.new(n + micro_batch, 8, "padded labels", "nn.functional.pad(labels, (0, 1))")
     target = ops.new(n, 8, "shifted labels", "labels[..., 1:].contiguous()")
     logp = ops.new(n * v, 4, "log-probabilities (fp32)", "log_softmax saves its result", "logits")
     rp.node("log_softmax", logp, saved=[logp], inputs=[(logits32, logits32.nbytes, "new")])
     loss = T(0, "loss")
     rp.node("nll_loss", loss, saved=[target], inputs=[(logp, logp.nbytes, "new")])
-    rp.drop(target, logp)
+    rp.drop(target, logp, padded)
     if logits32 is not logits:
         rp.drop(logits32)
+    rp.drop(final, why="the model's forward returns")
     ops.end_autocast()
     rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
     rp.drop(*(t for t in (cos, sin, mask) if t is not None), why="the model's forward returns")

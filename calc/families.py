@@ -31,6 +31,7 @@ class Step:
     autocast: bool  # torch.autocast(bfloat16) over fp32 weights
     attention: str  # "eager" or "sdpa"
     param_bytes: int  # bytes of a parameter's gradient
+    device: str = "cuda"  # "cuda" or "cpu": dropout's mask and sdpa's kernels differ
 
     @property
     def tokens(self) -> int:
@@ -42,12 +43,13 @@ class Ops:
 
     def __init__(self, rp: Replay, step: Step):
         self.rp, self.st = rp, step
+        self.autocast = step.autocast  # off inside a kernel that works in fp32 (sdpa's math fallback)
         self.casts: list[T] = []  # autocast's cached 16-bit weights, freed when the region ends
 
     @property
     def mm(self) -> int:
         """Bytes a value of a Linear's or matmul's output: 16 bits under autocast."""
-        return 2 if self.st.autocast else self.st.act
+        return 2 if self.autocast else self.st.act
 
     def new(self, values: int, unit: int, label: str, source: str, category: str = "activations") -> T:
         return self.rp.new(values * unit, label, source, category, unit)
@@ -66,7 +68,7 @@ class Ops:
         params = width_in * width_out
         work = []
         cast = None
-        if st.autocast:
+        if self.autocast:
             if x.unit != 2:
                 x = cast = self.cast16(x, x.label)
             w16 = rp.new(params * 2, f"16-bit copy of {name}.weight", "autocast caches a weight's cast", "weights")
@@ -154,13 +156,16 @@ class Ops:
         return out
 
     def dropout(self, x: T, label: str) -> T:
-        """native_dropout in training: a new output and a 1-byte mask, which backward keeps. Without
-        dropout the input itself (a new reference)."""
+        """Dropout in training: a new output, and a mask that backward keeps: on CUDA native_dropout's
+        1-byte mask; on the CPU a scaled noise tensor of the input's dtype (aten::dropout's _dropout_impl,
+        input * noise). Without dropout the input itself (a new reference)."""
         rp = self.rp
         if not self.st.shape.dropout:
             return rp.keep(x)
-        mask = self.new(x.nbytes // x.unit, 1, f"{label}: dropout mask", "native_dropout: 1 byte a value")
-        y = self.new(x.nbytes // x.unit, x.unit, f"{label} after dropout", "native_dropout's output")
+        n, cpu = x.nbytes // x.unit, self.st.device == "cpu"
+        how = "_dropout_impl: noise of the input's dtype" if cpu else "native_dropout: a 1-byte mask"
+        mask = self.new(n, x.unit if cpu else 1, f"{label}: dropout mask", how)
+        y = self.new(n, x.unit, f"{label} after dropout", "dropout's output")
         rp.node("dropout", y, saved=[mask], inputs=[(x, x.nbytes, "new")])
         rp.drop(mask)
         return y
@@ -185,40 +190,44 @@ class Ops:
         rp.drop(a, b)
         return y
 
-    def operand(self, x: T, what: str, copy: bool) -> T:
-        """What matmul saves of a head-split input: autocast's 16-bit cast (strided like its input), and
-        the contiguous copy matmul makes of a view it cannot reshape (`copy`)."""
+    def operand(self, x: T, what: str, contiguous: bool = False) -> T:
+        """What matmul saves of a head-split input (b, heads, s, d): autocast's 16-bit cast (strided like its
+        input), and the copy matmul's reshape to (b x heads, s, d) makes where that cannot be a view: a
+        head-split view of a (b, s, heads, d) layout folds into one batch dimension only when b is 1."""
         rp = self.rp
-        cast = self.cast16(x, what) if self.st.autocast and x.unit != 2 else None
+        cast = self.cast16(x, what) if self.autocast and x.unit != 2 else None
         src = cast or x
-        if copy:
-            out = self.new(src.nbytes // src.unit, src.unit, f"contiguous copy of {what}", "matmul's reshape copies")
-            rp.node("clone", out, inputs=[(src, src.nbytes, "new")])
-            rp.drop(cast)
-            return out
-        return src if cast else rp.keep(x)
+        if contiguous or self.st.micro_batch == 1:
+            return src if cast else rp.keep(x)
+        n = self.st.tokens * self.st.shape.heads * self.st.shape.head_dim
+        out = self.new(n, src.unit, f"contiguous copy of {what}", "matmul's reshape copies a head-split view")
+        rp.node("clone", out, inputs=[(src, src.nbytes, "new")])
+        rp.drop(cast)
+        return out
 
-    def repeat_kv(self, x: T, what: str) -> T:
-        """repeat_kv: key/value heads expanded to every query head and copied by reshape (no copy when
-        there are as many key/value heads as heads)."""
+    def repeat_kv(self, x: T, what: str) -> tuple[T, bool]:
+        """repeat_kv: key/value heads expanded to every query head; reshape copies them (contiguous) when
+        there are several key/value heads, and is a view (stride 0) for one. (tensor, contiguous)."""
         sh = self.st.shape
         groups = sh.heads // sh.kv_heads
         if groups == 1:
-            return self.rp.keep(x)
-        y = self.new(groups * x.nbytes // x.unit, x.unit, f"{what} repeated to every head", "repeat_kv: reshape")
-        self.rp.node("repeat_kv", y, inputs=[(x, x.nbytes, "new")], work=[y.nbytes])
-        return y
+            return self.rp.keep(x), False
+        n = groups * x.nbytes // x.unit
+        if sh.kv_heads == 1:
+            y = self.rp.view(x, n, f"{what} expanded to every head")
+        else:
+            y = self.new(n, x.unit, f"{what} repeated to every head", "repeat_kv: reshape of an expand copies")
+        self.rp.node("repeat_kv", y, inputs=[(x, x.nbytes, "new")], work=[n * x.unit])  # expand's sum
+        return y, sh.kv_heads > 1
 
     def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str) -> T:
-        """transformers' eager_attention_forward (modeling_llama.py): repeat_kv, Q K^T (matmul copies the
-        head-split views it cannot reshape), scale, add the mask, softmax in fp32, dropout, times V,
-        transpose(1, 2).contiguous()."""
+        """transformers' eager_attention_forward (modeling_llama.py): repeat_kv, Q K^T, scale, add the mask,
+        softmax in fp32, dropout, times V, transpose(1, 2).contiguous()."""
         rp, st = self.rp, self.st
         sh = st.shape
         scores = sh.heads * st.seq * st.tokens
-        grouped = sh.kv_heads < sh.heads
-        kr, vr = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
-        qc, kc = self.operand(q, "Q", True), self.operand(kr, "K", not grouped)
+        (kr, k_contiguous), (vr, v_contiguous) = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
+        qc, kc = self.operand(q, "Q"), self.operand(kr, "K", k_contiguous)
         raw = self.new(scores, self.mm, f"{layer}: scores QK^T", "bmm: heads x s x s values a sequence")
         rp.node("bmm", raw, saved=[qc, kc], inputs=[(qc, qc.nbytes, "new"), (kc, kc.nbytes, "new")])
         rp.drop(qc, kc)
@@ -237,13 +246,33 @@ class Ops:
             probs = cast
         dropped = self.dropout(probs, f"{layer}: attention probabilities")
         rp.drop(probs)
-        pc, vc = self.operand(dropped, "attention probabilities", False), self.operand(vr, "V", not grouped)
+        pc, vc = self.operand(dropped, "attention probabilities", True), self.operand(vr, "V", v_contiguous)
         out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "bmm")
         rp.node("bmm", out, saved=[pc, vc], inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
         rp.drop(pc, vc)
         y = self.unary(f"{layer}: attention output, contiguous", out, [])
         rp.drop(out, kr, vr)
         return y, dropped  # the layer holds the returned weights (`hidden_states, _ = ...`) until it returns
+
+    def sdpa_math(self, q: T, k: T, v: T, layer: str):
+        """PyTorch's math fallback for scaled_dot_product_attention (dropout in training on the CPU): the
+        tensors of the eager path, with Q scaled first and no mask tensor. It computes 16-bit inputs in
+        fp32 on the CPU (and autocast does not reach inside it), then casts its output back."""
+        rp = self.rp
+        wide = [
+            rp.keep(t) if t.unit == 4 else self.unary(f"{layer}: {what} in fp32", t, [], 4)
+            for t, what in ((q, "Q"), (k, "K"), (v, "V"))
+        ]
+        low, self.autocast = self.autocast, False
+        scaled = self.unary(f"{layer}: Q x scale", wide[0], [])
+        out, weights = self.eager_attention(scaled, wide[1], wide[2], None, layer)
+        self.autocast = low
+        rp.drop(scaled, weights, *wide)
+        if q.unit != 4:
+            back = self.unary(f"{layer}: attention output in 16 bits", out, [], q.unit)
+            rp.drop(out)
+            out = back
+        return out, None
 
     def sdpa(self, q: T, k: T, v: T, layer: str) -> T:
         """F.scaled_dot_product_attention(is_causal=True, enable_gqa for grouped heads), PyTorch's flash
@@ -252,7 +281,7 @@ class Ops:
         Its backward makes the three gradients and a working buffer the size of the output."""
         rp, st = self.rp, self.st
         sh = st.shape
-        q, k, v = (self.operand(t, what, False) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
+        q, k, v = (self.operand(t, what, True) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
         out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "sdpa output")
         lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
         rp.node("sdpa", out, saved=[q, k, v, out, lse],
@@ -320,11 +349,18 @@ def gpt2_layer(ops: Ops, x: T, cos: T, sin: T, mask: T | None) -> T:
     normed = ops.layer_norm(x, f"{layer} ln_1")
     qkv = ops.linear(normed, h, 3 * h, f"{layer} attn.c_attn", sh.bias, f"{layer}: Q, K and V")
     rp.drop(normed)
-    if ops.st.attention == "sdpa":
-        attn, weights = ops.sdpa(qkv, qkv, qkv, layer)  # views of one buffer
-    else:
-        attn, weights = ops.eager_attention(qkv, qkv, qkv, mask, layer)
+    # .split(h, dim=2): three views of the one buffer, whose gradients SplitBackward concatenates
+    n = ops.st.tokens
+    q, k, v = (rp.view(qkv, n * h, f"{layer}: {what}") for what in ("Q", "K", "V"))
+    rp.node("split", None, inputs=[(qkv, qkv.nbytes, "new")], outs=(q, k, v))
     rp.drop(qkv)
+    if ops.st.attention == "eager":
+        attn, weights = ops.eager_attention(q, k, v, mask, layer)
+    elif sh.dropout and ops.st.device == "cpu":
+        attn, weights = ops.sdpa_math(q, k, v, layer)
+    else:
+        attn, weights = ops.sdpa(q, k, v, layer)
+    rp.drop(q, k, v)
     o = ops.linear(attn, h, h, f"{layer} attn.c_proj", sh.bias, f"{layer}: attention projection")
     rp.drop(attn)
     od = ops.dropout(o, f"{layer}: attention projection")
@@ -352,6 +388,7 @@ def activation(ops: Ops, x: T, label: str) -> T:
     rp = ops.rp
     if ops.st.shape.activation != "gelu_new":
         return ops.unary(label, x, [x])
+    half = ops.unary(f"{label}: 0.5 x", x, [])  # Python evaluates 0.5 * input first
     cube = ops.unary(f"{label}: x^3", x, [x])
     scaled = ops.unary(f"{label}: 0.044715 x^3", cube, [])
     rp.drop(cube)
@@ -362,7 +399,6 @@ def activation(ops: Ops, x: T, label: str) -> T:
     th = ops.new(arg.nbytes // arg.unit, arg.unit, f"{label}: tanh", "tanh saves its result")
     rp.node("tanh", th, saved=[th], inputs=[(arg, arg.nbytes, "new")])
     rp.drop(arg)
-    half = ops.unary(f"{label}: 0.5 x", x, [])
     one = ops.unary(f"{label}: 1 + tanh", th, [])
     rp.drop(th)
     y = ops.mul(half, one, label)

@@ -28,6 +28,7 @@ class T:
     category: str = "activations"
     unit: int = 0  # bytes a value (its dtype), where the code that made it knows
     requires_grad: bool = True  # False: a constant (a mask, rotary tables), which gets no gradient
+    base: T | None = None  # a view: it allocates nothing and keeps its base alive
     refs: int = 1  # the variable that made it
     grad_of: T | None = None  # for a gradient: the tensor it is the gradient of
 
@@ -44,6 +45,7 @@ class Node:
     work: list[int] = field(default_factory=list)  # backward temporaries, alive together, freed at the end
     layer: int = 0
     recompute: object = None  # a checkpointed region: a function that re-runs its forward on the input
+    outs: tuple[T, ...] = ()  # a node of several outputs (a split): it waits for all their gradients
 
 
 class Replay:
@@ -66,6 +68,11 @@ class Replay:
         self._emit(label, category, nbytes, source)
         return t
 
+    def view(self, base: T, values: int, label: str) -> T:
+        """A view of part of `base` (a slice, a reshape): no allocation; the base lives while it does."""
+        self.keep(base)
+        return T(values * base.unit, label, base.category, unit=base.unit, base=base)
+
     def keep(self, t: T) -> T:
         t.refs += 1
         return t
@@ -75,7 +82,9 @@ class Replay:
             if t is None:
                 continue
             t.refs -= 1
-            if t.refs == 0:
+            if t.refs == 0 and t.base is not None:
+                self.drop(t.base, why=why)
+            elif t.refs == 0:
                 self._emit(f"free {t.label}", t.category, -t.nbytes, why)
             elif t.refs < 0:
                 raise AssertionError(f"{t.label} freed twice")
@@ -88,11 +97,12 @@ class Replay:
         saved: list[T] = (),
         inputs: list[tuple[T | str, int, str]] = (),
         work: list[int] = (),
+        outs: tuple[T, ...] = (),
     ) -> None:
         """Record an op's autograd node; each saved tensor gains a reference until its backward has run."""
         for t in saved:
             self.keep(t)
-        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer))
+        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs))
 
     def grad(self, t: T, g: T) -> None:
         """Deliver gradient g to tensor t, summing it into one already there (out of place, as autograd's
@@ -124,6 +134,7 @@ class Replay:
         for node in reversed(nodes):
             self.layer = node.layer
             g = self.grads.pop(id(node.out), None) if node.out is not None else None
+            parts = [self.grads.pop(id(t), None) for t in node.outs]  # a split's outputs' gradients
             if node.recompute is not None:
                 self._recompute(node, g)
                 continue
@@ -139,7 +150,7 @@ class Replay:
                     outs.append((t, self.new(nbytes, f"gradient of {t.label}", f"{node.label} backward")))
             temps = [self.new(n, f"{node.label} backward working memory", "derivatives.yaml") for n in node.work]
             self.drop(*temps, why="end of the node")
-            self.drop(g, why="consumed by its node")
+            self.drop(g, *parts, why="consumed by its node")
             self.drop(*node.saved, why=f"{node.label}: saved values released after its backward")
             for t, grad in outs:
                 self.grad(t, grad)

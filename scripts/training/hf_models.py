@@ -10,8 +10,8 @@ random initialisation, on the CPU. The training step is the loop most people wri
 
 Precisions ("recipes" in calc): "fp32-full" (everything fp32) and "autocast" (fp32 weights, gradients
 and AdamW state; the forward under torch.autocast in bfloat16). Checkpointing: transformers'
-`activation_checkpointing_enable()` (formerly gradient_checkpointing_enable) with its defaults (non-reentrant torch.utils.checkpoint around each
-decoder layer), calc's "full" recomputation.
+`activation_checkpointing_enable()` (gradient_checkpointing_enable before) with its defaults:
+non-reentrant torch.utils.checkpoint around each decoder layer, calc's "full" recomputation.
 """
 
 from __future__ import annotations

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Check the eager walk against transformers' own models: every class, precision, attention and checkpointing.
+
+Each run builds a transformers model from a config with random weights (hf_models.py; nothing is
+downloaded), trains it for two steps with the loop most people write, and measures the second step's peak
+(profile_step.py: every allocation of PyTorch's CPU allocator; torch.cuda.max_memory_allocated on a GPU).
+The prediction is the CLI's, from the flags a user would type (`cli_args`), run in-process through
+calc.cli.main. Results go to docs/data/transformers.json, which scripts/make_results.py renders in
+docs/results.md §10.7.
+
+    python scripts/training/measure_transformers.py             # measure on the CPU, print a table
+    python scripts/training/measure_transformers.py --write     # and write docs/data/transformers.json
+    python scripts/training/measure_transformers.py --device cuda --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import itertools
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import hf_models  # noqa: E402
+import profile_step  # noqa: E402
+import torch  # noqa: E402
+
+from calc.cli import main as cli  # noqa: E402
+
+RESULTS = ROOT / "docs" / "data" / "transformers.json"
+
+# Three shapes a class (grouped-query attention with one and with several key/value heads, where the class
+# has it), each with the tokens of one micro-batch: logits, attention scores or the layers take the peak.
+SHAPES = {
+    "llama": [
+        (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2),
+        (hf_models.Model("llama", 4, 64, 4, 1, 176, 256), 256, 1),
+        (hf_models.Model("llama", 3, 128, 8, 2, 344, 1000), 64, 2),
+    ],
+    "mistral": [
+        (hf_models.Model("mistral", 4, 64, 4, 4, 176, 512), 128, 2),
+        (hf_models.Model("mistral", 4, 64, 4, 1, 176, 256), 256, 1),
+        (hf_models.Model("mistral", 3, 128, 8, 2, 344, 1000), 64, 2),
+    ],
+    "qwen2": [
+        (hf_models.Model("qwen2", 4, 64, 4, 4, 176, 512), 128, 2),
+        (hf_models.Model("qwen2", 4, 64, 4, 1, 176, 256), 256, 1),
+        (hf_models.Model("qwen2", 3, 128, 8, 2, 344, 1000), 64, 2),
+    ],
+    "gpt2": [  # GPT-2 has every head's keys and values; its default dropout (0.1) is kept
+        (hf_models.Model("gpt2", 4, 64, 4, 4, 256, 512), 128, 2),
+        (hf_models.Model("gpt2", 4, 64, 4, 4, 256, 256), 256, 1),
+        (hf_models.Model("gpt2", 3, 128, 8, 8, 512, 1000), 64, 2),
+    ],
+}
+GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
+
+
+def cli_args(m: hf_models.Model, seq: int, b: int, precision: str, attention: str, checkpointing: str, device: str):
+    """The command a user types to predict this step."""
+    shape = ["--layers", m.layers, "--hidden", m.hidden, "--heads", m.heads, "--kv-heads", m.kv_heads]
+    shape += ["--ffn", m.ffn, "--vocab", m.vocab]
+    if m.model_type == "qwen2":
+        shape.append("--qkv-bias")
+    if m.model_type == "gpt2":
+        shape = ["--preset", "gpt2", *shape]
+    run = ["--seq", seq, "--micro-batch", b, "--walk", "eager", "--recipe", precision]
+    run += ["--attention", attention, "--recompute", checkpointing, "--device", device]
+    return [str(a) for a in shape + run]
+
+
+def predict(args: list[str]) -> dict:
+    """calc's CLI with these flags and --json, run in-process."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = cli([*args, "--json"])
+    if status:
+        raise RuntimeError(f"the CLI refused {' '.join(args)}")
+    return json.loads(out.getvalue())
+
+
+def measure(m, seq, b, precision, attention, checkpointing, device: str) -> dict:
+    t0 = time.perf_counter()
+    how = profile_step.measure_cpu if device == "cpu" else profile_step.measure_cuda
+    got = how(m, precision, attention, checkpointing, seq, b)
+    args = cli_args(m, seq, b, precision, attention, checkpointing, device)
+    eager = predict(args)
+    deck = predict(_deck_args(args))
+    return {
+        "model_type": m.model_type,
+        "model": asdict(m),
+        "params": eager["params"],
+        "seq": seq,
+        "micro_batch": b,
+        "precision": precision,
+        "attention": attention,
+        "checkpointing": checkpointing,
+        "device": device,
+        **got,
+        "predicted_peak": eager["peak"],
+        "predicted_peak_event": eager["peak_event"],
+        "ratio": round(eager["peak"] / got["measured_peak"], 4),
+        "deck_peak": deck["peak"],
+        "deck_ratio": round(deck["peak"] / got["measured_peak"], 4),
+        "command": "python -m calc " + " ".join(args),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _deck_args(args: list[str]) -> list[str]:
+    """The same model and step through the deck's accounting (its walk, with none of the eager flags)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in ("--walk", "--attention", "--device"):
+            skip = True
+            continue
+        out.append(a)
+    return out
+
+
+def runs(classes=None):
+    for model_type, shapes in SHAPES.items():
+        if classes and model_type not in classes:
+            continue
+        for (m, seq, b), (precision, attention, checkpointing) in itertools.product(shapes, GRID):
+            yield m, seq, b, precision, attention, checkpointing
+
+
+def environment(device: str) -> str:
+    import transformers
+
+    cpu = f"{platform.machine()}, {torch.get_num_threads()} threads"
+    where = torch.cuda.get_device_name() if device == "cuda" else cpu
+    return f"PyTorch {torch.__version__}, transformers {transformers.__version__}, {where}"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="measure_transformers.py", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    p.add_argument("--class", dest="classes", action="append", choices=list(SHAPES), help="only these classes")
+    args = p.parse_args(argv)
+    if args.device not in ("cpu", "cuda"):
+        p.error(f"--device: must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this machine has no CUDA device")
+    rows = []
+    for run in runs(args.classes):
+        row = measure(*run, args.device)
+        rows.append(row)
+        print(
+            f"{row['model_type']:8} kv{row['model']['kv_heads']} {row['precision']:9} {row['attention']:5} "
+            f"{row['checkpointing']:4} {row['measured_peak']:>13,} {row['predicted_peak']:>13,} {row['ratio']:.4f}"
+            f"  deck {row['deck_ratio']:.3f}",
+            flush=True,
+        )
+    if args.write:
+        old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"environment": {}, "runs": []}
+        kept = [r for r in old["runs"] if r["device"] != args.device]
+        data = {"environment": {**old["environment"], args.device: environment(args.device)}, "runs": kept + rows}
+        RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
