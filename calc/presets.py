@@ -1,5 +1,8 @@
-"""Published model shapes, as plain data."""
+"""Published model shapes, as plain data: today's five typed out, the others as their config.json files."""
 
+from importlib import resources
+
+from .hf import shape_from_text
 from .shape import Shape
 
 PRESETS: dict[str, Shape] = {
@@ -21,3 +24,27 @@ PRESETS: dict[str, Shape] = {
     # Llama 2 70B uses grouped-query attention with 8 key/value heads.
     "llama-2-70b": Shape("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, True, False, "rms", False, "rope", 4096),
 }
+
+# calc/configs/NAME.json: the fields of each model's published config.json, typed out from its released
+# hyperparameters (the GPT-3 file describes Brown et al. 2020's 175B model, Table 2.1, in GPT-2's code).
+CONFIG_PRESETS = (
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-7b",
+    "qwen2.5-72b",
+    "gemma-2-9b",
+    "gpt-3-175b",
+)
+
+
+def config_text(name: str) -> str:
+    """The config.json text of a preset stored as a file (read as package data, so Pyodide finds it too)."""
+    return resources.files(__package__).joinpath("configs", f"{name}.json").read_text(encoding="utf-8")
+
+
+PRESETS.update({name: shape_from_text(config_text(name), name) for name in CONFIG_PRESETS})

@@ -13,6 +13,18 @@ PUBLISHED = {
     "llama-2-70b": 68_976_648_192,  # Llama 2 70B with GQA (8 key/value heads); "70B"
     "gpt2": 124_439_808,  # Radford et al. 2019, the "117M"/124M model
     "decoder": 5_376,  # the course's Decoder (chapter 3)
+    # The released checkpoints' totals (their safetensors files' parameter counts, rounded on the model cards).
+    "llama-3.1-8b": 8_030_261_248,  # "8B"
+    "llama-3.1-70b": 70_553_706_496,  # "70B"
+    "llama-3.1-405b": 405_853_388_800,  # "405B"
+    "llama-3.2-1b": 1_235_814_400,  # "1.24B"
+    "llama-3.2-3b": 3_212_749_824,  # "3.21B"
+    "mistral-7b": 7_241_732_096,  # Jiang et al. 2023, "7.3B"
+    "mixtral-8x7b": 46_702_792_704,  # Jiang et al. 2024, "47B" (13B active)
+    "qwen2.5-7b": 7_615_616_512,  # "7.61B"
+    "qwen2.5-72b": 72_706_203_648,  # "72.7B"
+    "gemma-2-9b": 9_241_705_984,  # "9.24B"
+    "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 
 
