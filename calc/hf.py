@@ -130,6 +130,7 @@ def _llama_like(
         "tied": _bool(cfg, "tie_word_embeddings", tied),
         "norm": "rms",
         "bias": False,
+        "head_bias": False,  # the lm_head of every Llama-family model has none
         "positions": "rope",
         "context": _int(cfg, "max_position_embeddings", context),
         "final_norm": True,

@@ -1,0 +1,189 @@
+"""Reading transformers configs: every count equals transformers' own model, every bad config one message."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import calc
+from calc.hf import MAX_CHARS, READERS, ConfigError, compact, parse, shape_from_config, shape_from_text
+from calc.presets import CONFIG_PRESETS, config_text
+
+CONFIGS = Path(__file__).parent / "hf_configs"  # published config.json files of model types no preset uses
+
+
+def transformers_count(cfg: dict) -> int:
+    """Parameters of transformers' own model for this config, built on the meta device (no weights)."""
+    config = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())  # tied matrices are counted once
+
+
+@pytest.mark.parametrize("name", CONFIG_PRESETS)
+def test_preset_count_equals_transformers(name):
+    """Each preset stored as a config.json has exactly the parameters transformers builds from that file."""
+    assert calc.param_counts(calc.PRESETS[name])["total"] == transformers_count(json.loads(config_text(name)))
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.stem)
+def test_published_config_count_equals_transformers(path):
+    """Gemma 7B, Phi-3-mini, Qwen1.5-MoE-A2.7B, GPT-2 and Llama 2 7B: the count transformers builds."""
+    text = path.read_text()
+    assert calc.param_counts(shape_from_text(text))["total"] == transformers_count(json.loads(text))
+
+
+def test_every_model_type_is_checked():
+    """The presets and the test configs cover every model type calc reads."""
+    files = [config_text(n) for n in CONFIG_PRESETS] + [p.read_text() for p in CONFIGS.glob("*.json")]
+    assert {json.loads(t)["model_type"] for t in files} == set(READERS)
+
+
+# The classes' default token ids lie outside a tiny vocabulary (Phi-3's padding row would not exist).
+NO_TOKENS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+
+
+@st.composite
+def small_configs(draw) -> dict:
+    """A small config of any supported type, with the features that change the count drawn at random."""
+    model_type = draw(st.sampled_from(sorted(READERS)))
+    kv_heads = draw(st.sampled_from([1, 2, 4]))
+    heads = kv_heads * draw(st.sampled_from([1, 2, 3]))
+    head_dim = draw(st.sampled_from([4, 8, 12]))
+    hidden = heads * head_dim if draw(st.booleans()) else draw(st.sampled_from([16, 24, 40]))
+    layers = draw(st.integers(1, 4))
+    if model_type == "gpt2":
+        hidden = heads * head_dim
+        return {
+            "model_type": "gpt2",
+            "n_layer": layers,
+            "n_embd": hidden,
+            "n_head": heads,
+            "n_inner": draw(st.sampled_from([None, 8, 20])),
+            "n_positions": draw(st.integers(1, 64)),
+            "vocab_size": draw(st.integers(1, 300)),
+            "tie_word_embeddings": draw(st.booleans()),
+            **NO_TOKENS,
+        }
+    cfg = {
+        "model_type": model_type,
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": draw(st.integers(1, 48)),
+        "vocab_size": draw(st.integers(1, 300)),
+        "tie_word_embeddings": draw(st.booleans()),
+        **NO_TOKENS,
+    }
+    if model_type == "llama":
+        cfg["attention_bias"] = cfg["mlp_bias"] = draw(st.booleans())
+    if model_type == "mixtral":
+        cfg["num_local_experts"] = draw(st.integers(1, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
+    if model_type == "qwen2_moe":
+        cfg["num_experts"] = draw(st.integers(0, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, max(1, cfg["num_experts"])))
+        cfg["moe_intermediate_size"] = draw(st.integers(1, 24))
+        cfg["shared_expert_intermediate_size"] = draw(st.integers(1, 24))
+        cfg["decoder_sparse_step"] = draw(st.integers(1, 3))
+        cfg["mlp_only_layers"] = draw(st.lists(st.integers(0, layers - 1), unique=True))
+        cfg["qkv_bias"] = draw(st.booleans())
+    return cfg
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_configs())
+def test_any_small_config_count_equals_transformers(cfg):
+    """Head sizes apart from width/heads, GQA, biases, tying, experts, shared experts and dense layers: exact."""
+    assert calc.param_counts(shape_from_config(cfg))["total"] == transformers_count(cfg)
+
+
+def test_mixtral_active_parameters():
+    """Mixtral 8x7B: 46.7B parameters, of which a token uses 12.9B (two of eight experts; Jiang et al. 2024)."""
+    counts = calc.param_counts(calc.PRESETS["mixtral-8x7b"])
+    expert = 3 * 4096 * 14336
+    assert counts["experts"] == 32 * 8 * expert
+    assert counts["active"] == counts["total"] - 32 * 6 * expert == 12_879_925_248
+
+
+def test_gemma2_has_four_norms_and_wide_heads():
+    """Gemma 2 9B: 16 heads of 256 (4,096 wide against a 3,584 width) and four RMSNorms a block."""
+    shape = calc.PRESETS["gemma-2-9b"]
+    assert (shape.head_dim, shape.q_width, shape.kv_width, shape.norms_per_layer) == (256, 4096, 2048, 4)
+    h = 3584
+    assert calc.param_counts(shape)["per_layer"] == 2 * h * 4096 + 2 * h * 2048 + 3 * h * 14336 + 4 * h
+
+
+def test_qwen2_biases_are_on_q_k_v_only():
+    """Qwen2.5 7B: q, k and v biases (3,584 + 2 x 512 a layer) and no others."""
+    shape = calc.PRESETS["qwen2.5-7b"]
+    assert shape.qkv_bias and not shape.bias
+    no_bias = calc.param_counts(shape.replace(qkv_bias=False))["total"]
+    assert calc.param_counts(shape)["total"] - no_bias == 28 * (3584 + 2 * 512)
+
+
+def test_compact_round_trips():
+    """A config reduced to what calc reads gives the same shape, and is shorter than the file."""
+    for name in CONFIG_PRESETS:
+        text = config_text(name)
+        short = compact(parse(text))
+        assert shape_from_text(short, name) == calc.PRESETS[name]
+        assert len(short) < len(text) and short == compact(json.loads(short))
+
+
+LLAMA = json.loads(config_text("llama-3.1-8b"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hidden_size": None}, "hidden_size is missing"),
+        ({"num_attention_heads": 0}, "num_attention_heads must be at least 1, got 0"),
+        ({"num_hidden_layers": -2}, "num_hidden_layers must be at least 1, got -2"),
+        ({"vocab_size": 1.5}, "vocab_size must be a whole number, got 1.5"),
+        ({"intermediate_size": "14336"}, 'intermediate_size must be a whole number, got "14336"'),
+        ({"tie_word_embeddings": "no"}, 'tie_word_embeddings must be true or false, got "no"'),
+        ({"num_attention_heads": 30, "num_key_value_heads": 6}, "num_attention_heads (30) does not divide hidden_size"),
+        ({"num_key_value_heads": 5}, "num_key_value_heads (5) does not divide num_attention_heads (32)"),
+        ({"hidden_size": 1 << 21}, "hidden_size must be at most 1,048,576"),
+        ({"model_type": "bert"}, 'model_type "bert" is not supported; supported: llama, mistral'),
+        ({"model_type": None}, "model_type is missing"),
+        ({"hidden_act": "tanh"}, 'hidden_act "tanh" is not supported'),
+        ({"attention_bias": True}, "attention_bias and mlp_bias must be equal"),
+        ({"attention_dropout": 2}, "attention_dropout must be a probability from 0 to 1, got 2"),
+    ],
+)
+def test_bad_config_names_the_field(change, message):
+    """Each bad config raises one message that names the config's key."""
+    cfg = {k: v for k, v in {**LLAMA, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match="^" + __import__("re").escape(message)):
+        shape_from_config(cfg)
+
+
+def test_moe_configs_are_checked():
+    """More experts per token than experts is refused, naming both keys."""
+    cfg = json.loads(config_text("mixtral-8x7b"))
+    with pytest.raises(ConfigError, match=r"num_experts_per_tok \(9\) is more than num_local_experts \(8\)"):
+        shape_from_config({**cfg, "num_experts_per_tok": 9})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
+        ("[1, 2]", "must be a JSON object"),
+        ("", "is not JSON"),
+        (" " * (MAX_CHARS + 1), f"is {MAX_CHARS + 1:,} characters; a config.json has at most {MAX_CHARS:,}"),
+        ("[" * 100_000 + "]" * 100_000, "is not JSON"),
+    ],
+)
+def test_text_that_is_no_config(text, message):
+    """Not JSON, not an object, or too long: one message."""
+    with pytest.raises(ConfigError, match="^" + __import__("re").escape(message)):
+        parse(text)
