@@ -283,17 +283,17 @@ READERS: dict[str, Callable[[Mapping], dict]] = {
 def parse(text: str) -> dict:
     """The JSON object of a config.json's text."""
     if not isinstance(text, str):
-        raise ConfigError("must be the text of a config.json")
+        raise ConfigError("not the text of a config.json")
     if len(text) > MAX_CHARS:
-        raise ConfigError(f"is {len(text):,} characters; a config.json has at most {MAX_CHARS:,}")
+        raise ConfigError(f"too long: {len(text):,} characters, where a config.json has at most {MAX_CHARS:,}")
     try:
         cfg = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         reason = getattr(e, "msg", "nested too deeply")
         where = f" at line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
-        raise ConfigError(f"is not JSON ({reason}{where})") from None
+        raise ConfigError(f"not JSON: {reason}{where}") from None
     if not isinstance(cfg, dict):
-        raise ConfigError("must be a JSON object (a transformers config.json)")
+        raise ConfigError("not a JSON object, as a transformers config.json is")
     return cfg
 
 

@@ -47,7 +47,7 @@ class Shape:
     # and FlashAttention stores no scores either way, so no walk here changes with it.
     experts: int = 0  # E, routed experts in each mixture-of-experts layer; 0: every layer is dense
     experts_per_token: int = 0  # k, experts each token is routed to (top-k)
-    expert_ffn: int = 0  # one routed expert's inner width
+    expert_ffn: int = 0  # one routed expert's inner width; 0: ffn
     shared_expert_ffn: int = 0  # the always-on shared expert's inner width (Qwen2-MoE); 0: none
     shared_expert_gate: bool = False  # a sigmoid gate, h -> 1, scaling the shared expert (Qwen2-MoE)
     dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
@@ -69,9 +69,13 @@ class Shape:
         return self.kv_heads * self.head_dim
 
     @property
+    def expert_width(self) -> int:
+        return self.expert_ffn or self.ffn
+
+    @property
     def moe_layers(self) -> int:
         """Layers whose FFN is a mixture of experts."""
-        return self.layers - self.dense_layers if self.experts else 0
+        return max(0, self.layers - self.dense_layers) if self.experts else 0
 
     def replace(self, **changes) -> Shape:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -79,7 +83,7 @@ class Shape:
         return Shape(**values)
 
 
-def _norm_params(shape: Shape) -> int:
+def norm_params(shape: Shape) -> int:
     # LayerNorm has a gain and a bias per channel; RMSNorm only a gain (Zhang & Sennrich 2019).
     return (2 if shape.norm == "layer" else 1) * shape.hidden
 
@@ -103,7 +107,7 @@ def attention_params(shape: Shape) -> tuple[int, int]:
 def moe_params(shape: Shape) -> dict[str, int]:
     """One mixture-of-experts FFN: E routed experts, the router (E x h, no bias in Mixtral or Qwen2-MoE),
     a shared expert and its h -> 1 gate (Qwen2-MoE)."""
-    routed = shape.experts * sum(mlp_params(shape, shape.expert_ffn))
+    routed = shape.experts * sum(mlp_params(shape, shape.expert_width))
     shared = sum(mlp_params(shape, shape.shared_expert_ffn)) if shape.shared_expert_ffn else 0
     return {
         "experts": routed,
@@ -115,7 +119,7 @@ def moe_params(shape: Shape) -> dict[str, int]:
 def layer_params(shape: Shape, moe: bool) -> int:
     """One block: attention, its FFN (dense, or a mixture of experts) and its norms."""
     ffn = sum(moe_params(shape).values()) if moe else sum(mlp_params(shape, shape.ffn))
-    return sum(attention_params(shape)) + ffn + shape.norms_per_layer * _norm_params(shape)
+    return sum(attention_params(shape)) + ffn + shape.norms_per_layer * norm_params(shape)
 
 
 def param_counts(shape: Shape) -> dict[str, int]:
@@ -132,7 +136,7 @@ def param_counts(shape: Shape) -> dict[str, int]:
         "per_layer": per_layer,
         "per_dense_layer": dense,
         "layers": moe * per_layer + (shape.layers - moe) * dense,
-        "final_norm": _norm_params(shape) if shape.final_norm else 0,
+        "final_norm": norm_params(shape) if shape.final_norm else 0,
         "head": 0 if shape.tied else shape.vocab * h + head_bias,
     }
     counts["total"] = sum(counts[k] for k in ("embedding", "positions", "layers", "final_norm", "head"))
