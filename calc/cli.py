@@ -120,14 +120,17 @@ def format_summary(result: dict) -> str:
 def format_plan(rows: list[dict], capacity: int) -> str:
     if not rows:
         return f"nothing fits in {format_gb(capacity)} GB"
+    experts = any(r["ep"] > 1 for r in rows)  # an ep column only where expert parallelism is among the layouts
     lines = [
-        "devices | dp | tp | pp | ZeRO | recompute | micro-batch | peak GB | extra compute",
-        "---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---:",
+        "devices | dp | tp | pp | " + ("ep | " if experts else "") + "ZeRO | recompute | micro-batch | peak GB | "
+        "extra compute",
+        "---: | ---: | ---: | ---: | " + ("---: | " if experts else "") + "---: | --- | ---: | ---: | ---:",
     ]
     for r in rows:
         lines.append(
-            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | {r['zero']} | {r['recompute']} | "
-            f"{r['micro_batch']} | {format_gb(r['peak'])} | {r['extra_compute']:.1%}"
+            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | " + (f"{r['ep']} | " if experts else "")
+            + f"{r['zero']} | {r['recompute']} | {r['micro_batch']} | {format_gb(r['peak'])} | "
+            f"{r['extra_compute']:.1%}"
         )
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """Reading transformers configs: every count equals transformers' own model, every bad config one message."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import calc
+from calc.cli import main
 from calc.hf import MAX_CHARS, READERS, ConfigError, compact, parse, shape_from_config, shape_from_text
 from calc.presets import CONFIG_PRESETS, config_text
+from calc.web import handle
 
 CONFIGS = Path(__file__).parent / "hf_configs"  # published config.json files of model types no preset uses
 
@@ -164,7 +167,7 @@ LLAMA = json.loads(config_text("llama-3.1-8b"))
 def test_bad_config_names_the_field(change, message):
     """Each bad config raises one message that names the config's key."""
     cfg = {k: v for k, v in {**LLAMA, **change}.items() if v is not None}
-    with pytest.raises(ConfigError, match="^" + __import__("re").escape(message)):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
         shape_from_config(cfg)
 
 
@@ -187,5 +190,61 @@ def test_moe_configs_are_checked():
 )
 def test_text_that_is_no_config(text, message):
     """Not JSON, not an object, or too long: one message."""
-    with pytest.raises(ConfigError, match="^" + __import__("re").escape(message)):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
         parse(text)
+
+
+def test_cli_reads_a_config_and_flags_override_it(capsys):
+    """--hf-config gives the file's model; a flag beside it changes that one field."""
+    path = str(Path(calc.__file__).parent / "configs" / "mixtral-8x7b.json")
+    assert main(["--hf-config", path, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["params"] == 46_702_792_704 and out["config"]["shape"]["experts"] == 8
+    assert main(["--hf-config", path, "--experts-per-token", "1", "--layers", "2", "--json"]) == 0
+    shape = json.loads(capsys.readouterr().out)["config"]["shape"]
+    assert (shape["experts_per_token"], shape["layers"], shape["hidden"], shape["name"]) == (1, 2, 4096, "custom")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read {path}: No such file or directory"),
+        ("dir", "cannot read {path}: Is a directory"),
+        ("not json", "not JSON: Expecting value at line 1, column 1"),
+        (" " * 10_000_000, "too long: 1,000,001 characters, where a config.json has at most 1,000,000"),
+        ('{"model_type": "bert"}', 'model_type "bert" is not supported; supported: llama, mistral, qwen2'),
+        ('{"model_type": "llama", "hidden_size": 4096}', "num_hidden_layers is missing"),
+        (b"\xff\xfe{", "cannot read {path}: UnicodeDecodeError"),
+    ],
+)
+def test_cli_bad_config_file_is_one_line(tmp_path, capsys, content, message):
+    """A missing file, a folder, not JSON, a 10 MB file or a bad config: exit 2, one line naming the problem."""
+    path = tmp_path / "config.json"
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    assert main(["--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --hf-config: " + message.format(path=path)) and err.count("\n") == 1
+
+
+def test_cli_refuses_a_preset_beside_a_config(capsys):
+    """--preset and --hf-config both name the model: one of them."""
+    path = str(Path(calc.__file__).parent / "configs" / "gpt-3-175b.json")
+    assert main(["--preset", "gpt2", "--hf-config", path]) == 2
+    assert capsys.readouterr().err == "error: --preset: give a preset or hf-config, not both\n"
+
+
+def test_web_takes_the_config_text():
+    """The page sends the pasted config.json as the hf-config field; errors come back naming it."""
+    text = config_text("qwen2.5-7b")
+    out = json.loads(handle(json.dumps({"inputs": {"hf-config": text, "seq": "2048"}, "sweep": False})))
+    assert out["ok"] and out["step"]["params"] == calc.param_counts(calc.PRESETS["qwen2.5-7b"])["total"]
+    zero_width = text.replace('"hidden_size": 3584', '"hidden_size": 0')
+    bad = json.loads(handle(json.dumps({"inputs": {"hf-config": zero_width}})))
+    assert bad == {"ok": False, "field": "hf-config", "message": "hidden_size must be at least 1, got 0"}
+    huge = json.loads(handle(json.dumps({"inputs": {"hf-config": "x" * 10_000_000}})))
+    assert huge["field"] == "hf-config" and huge["message"].startswith("too long")
