@@ -227,8 +227,9 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
             "walk",
             "the eager walk is one micro-batch on one device: leave --dp, --tp, --pp, --ep, --zero, --grad-accum unset",
         )
-    if walk == "eager" and shape.moe_layers:
-        raise InputError("walk", "the eager walk does not follow a mixture of experts yet: use the deck walk")
+    missing = walk == "eager" and eager_lacks(shape)
+    if missing:
+        raise InputError("walk", f"the eager walk does not follow {missing} yet: use the deck walk")
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
     capacity = _capacity(given.get("capacity-gb", DEFAULT_CAPACITY_GB))
     return {
@@ -243,6 +244,18 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "global_batch": global_batch,
         "capacity": capacity,
     }
+
+
+def eager_lacks(shape: Shape) -> str | None:
+    """A feature of this shape that calc.eager's walk does not count (it sizes attention by the width and
+    counts two norms a block), or None."""
+    if shape.moe_layers:
+        return "a mixture of experts"
+    if shape.q_width != shape.hidden:
+        return "a head size apart from width / heads"
+    if shape.norms_per_layer != 2:
+        return f"{shape.norms_per_layer} norms a block"
+    return None
 
 
 def _attr(field: str) -> str:

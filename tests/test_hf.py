@@ -248,3 +248,15 @@ def test_web_takes_the_config_text():
     assert bad == {"ok": False, "field": "hf-config", "message": "hidden_size must be at least 1, got 0"}
     huge = json.loads(handle(json.dumps({"inputs": {"hf-config": "x" * 10_000_000}})))
     assert huge["field"] == "hf-config" and huge["message"].startswith("too long")
+
+
+@pytest.mark.parametrize(
+    ("preset", "missing"),
+    [("mixtral-8x7b", "a mixture of experts"), ("gemma-2-9b", "a head size apart from width / heads")],
+)
+def test_eager_walk_refuses_what_it_does_not_follow(capsys, preset, missing):
+    """--walk eager names the feature of the shape that calc.eager does not count, instead of a wrong peak."""
+    assert main(["--preset", preset, "--walk", "eager"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --walk: the eager walk does not follow {missing} yet: use the deck walk\n"
+    assert calc.inputs.eager_lacks(calc.PRESETS["llama-3.2-3b"]) is None

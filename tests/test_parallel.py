@@ -13,7 +13,7 @@ from calc.parallel import Parallel, check, device_params, split
 from calc.plan import TP_DEGREES
 from calc.recipes import state_bytes
 from calc.walk import device_state
-from strategies import micro_batches, moe_shapes, recipes, recomputes, shapes
+from strategies import micro_batches, modern_shapes, moe_shapes, recipes, recomputes, shapes
 
 
 @pytest.mark.parametrize(("zero", "gb"), [(0, "120.0"), (1, "31.4"), (2, "16.6"), (3, "1.9")])
@@ -116,7 +116,7 @@ def test_sharded_state_sums_to_the_unsharded_state(params, dp, recipe, zero):
 
 
 @settings(max_examples=100, deadline=None)
-@given(shapes(), small_degrees(), st.integers(1, 8))
+@given(st.one_of(shapes(), modern_shapes()), small_degrees(), st.integers(1, 8))
 def test_tensor_and_pipeline_shards_sum_to_the_model(shape, tp, pp):
     """Over every stage and tensor rank, the split parameters add up to the model (replicas counted once)."""
     par = Parallel(tp=tp, pp=pp)

@@ -2,9 +2,10 @@
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import calc
-from strategies import shapes
+from strategies import modern_shapes, moe_shapes, shapes
 
 # Published parameter counts (the released checkpoints' totals).
 PUBLISHED = {
@@ -69,3 +70,25 @@ def test_tying_removes_exactly_the_head(shape):
     untied, tied = shape.replace(tied=False), shape.replace(tied=True)
     extra = shape.vocab * shape.hidden + (shape.vocab if shape.bias else 0)
     assert calc.param_counts(untied)["total"] - calc.param_counts(tied)["total"] == extra
+
+
+@given(st.one_of(modern_shapes(), moe_shapes()))
+def test_breakdown_adds_up_with_heads_norms_and_experts(shape):
+    """With any head size, norms and experts: layers are the MoE and dense layers, a token uses k of E experts."""
+    c = calc.param_counts(shape)
+    assert c["layers"] == shape.moe_layers * c["per_layer"] + (shape.layers - shape.moe_layers) * c["per_dense_layer"]
+    assert c["total"] == c["embedding"] + c["positions"] + c["layers"] + c["final_norm"] + c["head"]
+    if shape.moe_layers:
+        assert c["experts"] == shape.moe_layers * shape.experts * (c["experts"] // shape.moe_layers // shape.experts)
+        assert c["total"] - c["active"] == c["experts"] // shape.experts * (shape.experts - shape.experts_per_token)
+    else:
+        assert c["experts"] == 0 and c["active"] == c["total"]
+
+
+@given(modern_shapes())
+def test_attention_is_sized_by_heads_and_head_size(shape):
+    """Q and O are h x (heads x head size), K and V h x (kv_heads x head size), whatever the width."""
+    wider = shape.replace(head_size=shape.head_dim + 1)
+    grown = calc.param_counts(wider)["per_layer"] - calc.param_counts(shape)["per_layer"]
+    biases = shape.heads + 2 * shape.kv_heads if shape.bias or shape.qkv_bias else 0
+    assert grown == 2 * shape.hidden * (shape.heads + shape.kv_heads) + biases
