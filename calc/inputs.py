@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 
 from .activations import layer_bytes
-from .hf import ConfigError, shape_from_text
+from .hf import ConfigError, compact, parse, shape_from_text
 from .parallel import Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
@@ -171,7 +171,8 @@ def _capacity(raw: object) -> int:
 
 def parse_inputs(raw: Mapping[str, object]) -> dict:
     """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "par",
-    "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity"}.
+    "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity",
+    "hf_config" (a given config.json in calc.hf.compact's short form, or None)}.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
     default's) value. Raises InputError naming the first bad field."""
@@ -243,6 +244,8 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "grad_accum": grad_accum,
         "global_batch": global_batch,
         "capacity": capacity,
+        # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
+        "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
     }
 
 

@@ -3,7 +3,7 @@
 from importlib import resources
 
 from .hf import shape_from_text
-from .shape import Shape
+from .shape import Shape, param_counts
 
 PRESETS: dict[str, Shape] = {
     # Touvron et al. 2023 (LLaMA), Table 2: 6.7B; SwiGLU FFN 11,008, RMSNorm, rotary, untied head.
@@ -48,3 +48,23 @@ def config_text(name: str) -> str:
 
 
 PRESETS.update({name: shape_from_text(config_text(name), name) for name in CONFIG_PRESETS})
+
+# The presets by family, for a grouped list (every preset in exactly one group).
+PRESET_GROUPS: dict[str, tuple[str, ...]] = {
+    "The course": ("decoder",),
+    "Llama": ("llama-7b", "llama-2-13b", "llama-2-70b", *(n for n in CONFIG_PRESETS if n.startswith("llama"))),
+    "Mistral": ("mistral-7b", "mixtral-8x7b"),
+    "Qwen": ("qwen2.5-7b", "qwen2.5-72b"),
+    "Gemma": ("gemma-2-9b",),
+    "GPT": ("gpt2", "gpt-3-175b"),
+}
+
+
+def catalog() -> list[dict]:
+    """Each preset with its group, its parameters, and those one token uses (fewer for a mixture of experts)."""
+    out = []
+    for group, names in PRESET_GROUPS.items():
+        for name in names:
+            counts = param_counts(PRESETS[name])
+            out.append({"group": group, "name": name, "params": counts["total"], "active": counts["active"]})
+    return out

@@ -243,6 +243,7 @@ def test_web_takes_the_config_text():
     text = config_text("qwen2.5-7b")
     out = json.loads(handle(json.dumps({"inputs": {"hf-config": text, "seq": "2048"}, "sweep": False})))
     assert out["ok"] and out["step"]["params"] == calc.param_counts(calc.PRESETS["qwen2.5-7b"])["total"]
+    assert out["hf_config"] == compact(json.loads(text))  # the short form the page puts in its address
     zero_width = text.replace('"hidden_size": 3584', '"hidden_size": 0')
     bad = json.loads(handle(json.dumps({"inputs": {"hf-config": zero_width}})))
     assert bad == {"ok": False, "field": "hf-config", "message": "hidden_size must be at least 1, got 0"}

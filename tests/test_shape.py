@@ -92,3 +92,12 @@ def test_attention_is_sized_by_heads_and_head_size(shape):
     grown = calc.param_counts(wider)["per_layer"] - calc.param_counts(shape)["per_layer"]
     biases = shape.heads + 2 * shape.kv_heads if shape.bias or shape.qkv_bias else 0
     assert grown == 2 * shape.hidden * (shape.heads + shape.kv_heads) + biases
+
+
+def test_every_preset_is_in_one_group():
+    """The grouped preset list holds each preset once, with its total and active counts."""
+    rows = calc.presets.catalog()
+    assert sorted(r["name"] for r in rows) == sorted(calc.PRESETS)
+    mixtral = next(r for r in rows if r["name"] == "mixtral-8x7b")
+    assert (mixtral["group"], mixtral["params"], mixtral["active"]) == ("Mistral", 46_702_792_704, 12_879_925_248)
+    assert all(r["active"] == r["params"] for r in rows if r["name"] != "mixtral-8x7b")
