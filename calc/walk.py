@@ -200,7 +200,8 @@ def template(
             out.append(
                 Event(
                     "backward",
-                    f"{label}: reduce-scatter its gradients, keep 1/{par.dp}",
+                    f"{label}: reduce-scatter its gradients, keep 1/{par.dp}"
+                    + (f" (of its experts' 1/{par.dp // par.ep})" if experts and par.ep > 1 else ""),
                     "gradients",
                     -g * (params - zero_kept(params, experts, par)),
                     zero,
@@ -255,8 +256,12 @@ def template(
         return [forward_run(layers, moe, range(mb, mb + 1)) for mb in micro_batches for layers, moe in runs]
 
     def forward_run(layers: range, moe: bool, micro_batches: range) -> Segment:
-        size = "moe:kept" if moe else "kept"
-        forward = Event("forward", f"forward {layer}: keep activations for backward", "activations", size, kept_source)
+        size, source = "kept", kept_source
+        if moe:
+            size = "moe:kept"
+            if recompute != "full":  # the FFN is a mixture of experts (calc.activations.moe_parts)
+                source += "; FFN: router logits and probabilities, the k sb token copies through their experts"
+        forward = Event("forward", f"forward {layer}: keep activations for backward", "activations", size, source)
         body = gathered(f"forward {layer}", layer_params[moe][0], [forward])
         return Segment(tuple(body), Reps(layers, micro_batches))
 

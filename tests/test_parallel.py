@@ -345,3 +345,39 @@ def test_gemma2_norms_keep_their_inputs():
     gemma = calc.PRESETS["gemma-2-9b"]
     sbh = 4096 * 3584
     assert calc.layer_bytes(gemma, 4096, 1) - calc.layer_bytes(gemma.replace(norms_per_layer=2), 4096, 1) == 4 * sbh
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    moe_shapes(),
+    st.integers(1, 512),
+    st.integers(1, 4),
+    recipes,
+    recomputes,
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2]),
+    st.integers(1, 3),
+    st.integers(0, 3),
+    st.integers(1, 4),
+)
+def test_moe_walk_invariants(shape, seq, b, recipe, recompute, ep, tp, pp, zero, accum):
+    """A mixture of experts' walk on any layout (dense layers first, then MoE layers; ep, tp, pp, ZeRO): the fast
+    peak is the expanded walk's, the step ends holding only the persistent state, and the forward pass keeps
+    the activations `bytes` reports."""
+    par = Parallel(dp=2 * ep, tp=tp, pp=pp, zero=zero if pp == 1 else min(zero, 1), ep=ep)
+    assume(check(shape, par) is None and shape.layers >= pp)
+    s = calc.step(shape, seq, b, recipe, recompute, par=par, grad_accum=max(accum, pp))
+    walk = s["events"]
+    assert s["peak"] == max(e["total"] for e in walk) == walk[s["peak_index"]]["total"]
+    last = walk[-1]["totals"]
+    assert last == {**last, "gradients": 0, "activations": 0, "logits": 0}
+    assert (last["weights"], last["optimizer"], last["master"]) == tuple(
+        s["bytes"][c] for c in ("weights", "optimizer", "master")
+    )
+    kept = sum(e["bytes"] for e in walk if e["label"].endswith("keep activations for backward"))
+    assert kept == s["bytes"]["activations"]
+    # A later micro-batch (of the step, or in flight) writes a module's gradients beside the resident ones
+    # before adding them in, and ZeRO-2 and 3 write them whole before the reduce-scatter.
+    whole_gradients = s["in_flight"] == 1 and not s["accumulating"] and par.zero < 2
+    for c in ("optimizer", "master", "logits", *(("gradients",) if whole_gradients else ())):
+        assert max(e["totals"][c] for e in walk) == s["bytes"][c]
