@@ -152,6 +152,8 @@ def _attention_bias(cfg: Mapping, mlp_bias: bool = False) -> dict:
 def _window(cfg: Mapping, use_key: str | None = None, default: int = 0) -> int:
     if use_key and not _bool(cfg, use_key, False):
         return 0
+    if "sliding_window" in cfg and cfg.get("sliding_window") is None:
+        return 0  # null: no window (Mistral 7B v0.2 on); a missing key takes the class's default
     return _int(cfg, "sliding_window", default, smallest=0)
 
 

@@ -261,3 +261,13 @@ def test_eager_walk_refuses_what_it_does_not_follow(capsys, preset, missing):
     err = capsys.readouterr().err
     assert err == f"error: --walk: the eager walk does not follow {missing} yet: use the deck walk\n"
     assert calc.inputs.eager_lacks(calc.PRESETS["llama-3.2-3b"]) is None
+
+
+def test_sliding_window_is_read_as_transformers_reads_it():
+    """Mistral 7B v0.1 attends over 4,096 tokens; null means no window; Qwen2's needs use_sliding_window."""
+    mistral = json.loads(config_text("mistral-7b"))
+    assert shape_from_config(mistral).sliding_window == 4096
+    assert shape_from_config({**mistral, "sliding_window": None}).sliding_window == 0
+    qwen = json.loads(config_text("qwen2.5-7b"))
+    assert shape_from_config(qwen).sliding_window == 0
+    assert shape_from_config({**qwen, "use_sliding_window": True}).sliding_window == 131072
