@@ -86,7 +86,7 @@ def _rate(cfg: Mapping, *keys: str) -> bool:
 
 def _activation(cfg: Mapping, key: str, default: str) -> str:
     value = _get(cfg, key, default)
-    if value not in ACTIVATIONS:
+    if not isinstance(value, str) or value not in ACTIVATIONS:
         raise ConfigError(f"{key} {json.dumps(value)} is not supported; supported: {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[value]
 
@@ -290,10 +290,11 @@ def parse(text: str) -> dict:
         raise ConfigError(f"too long: {len(text):,} characters, where a config.json has at most {MAX_CHARS:,}")
     try:
         cfg = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        reason = getattr(e, "msg", "nested too deeply")
-        where = f" at line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
-        raise ConfigError(f"not JSON: {reason}{where}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    except (ValueError, RecursionError) as e:  # a number of over 4,300 digits, or nesting past the stack
+        reason = "a number too long" if isinstance(e, ValueError) else "nested too deeply"
+        raise ConfigError(f"not JSON: {reason}") from None
     if not isinstance(cfg, dict):
         raise ConfigError("not a JSON object, as a transformers config.json is")
     return cfg
@@ -304,7 +305,7 @@ def shape_from_config(cfg: Mapping, name: str = "hf-config") -> Shape:
     model_type = cfg.get("model_type")
     if model_type is None:
         raise ConfigError(f"model_type is missing; supported: {', '.join(READERS)}")
-    if model_type not in READERS:
+    if not isinstance(model_type, str) or model_type not in READERS:
         raise ConfigError(f"model_type {json.dumps(model_type)} is not supported; supported: {', '.join(READERS)}")
     return Shape(name=name, **READERS[model_type](cfg))
 

@@ -159,6 +159,8 @@ LLAMA = json.loads(config_text("llama-3.1-8b"))
         ({"hidden_size": 1 << 21}, "hidden_size must be at most 1,048,576"),
         ({"model_type": "bert"}, 'model_type "bert" is not supported; supported: llama, mistral'),
         ({"model_type": None}, "model_type is missing"),
+        ({"model_type": ["llama"]}, 'model_type ["llama"] is not supported'),
+        ({"vocab_size": float("nan")}, "vocab_size must be a whole number, got NaN"),
         ({"hidden_act": "tanh"}, 'hidden_act "tanh" is not supported'),
         ({"attention_bias": True}, "attention_bias and mlp_bias must be equal"),
         ({"attention_dropout": 2}, "attention_dropout must be a probability from 0 to 1, got 2"),
@@ -186,6 +188,7 @@ def test_moe_configs_are_checked():
         ("", "not JSON: Expecting value at line 1, column 1"),
         (" " * (MAX_CHARS + 1), f"too long: {MAX_CHARS + 1:,} characters, where a config.json has at most"),
         ("[" * 100_000 + "]" * 100_000, "not JSON: nested too deeply"),
+        ('{"vocab_size": ' + "9" * 5000 + "}", "not JSON: a number too long"),
     ],
 )
 def test_text_that_is_no_config(text, message):
@@ -271,3 +274,24 @@ def test_sliding_window_is_read_as_transformers_reads_it():
     qwen = json.loads(config_text("qwen2.5-7b"))
     assert shape_from_config(qwen).sliding_window == 0
     assert shape_from_config({**qwen, "use_sliding_window": True}).sliding_window == 131072
+
+
+KEYS = sorted({k for name in CONFIG_PRESETS for k in json.loads(config_text(name))} | {"n_inner", "mlp_only_layers"})
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 1 << 30) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(CONFIG_PRESETS), st.dictionaries(st.sampled_from(KEYS), JSON_VALUES, max_size=4))
+def test_any_config_is_read_or_refused_with_a_message(name, changes):
+    """Whatever values a pasted config holds, calc answers with a shape or with an InputError on hf-config."""
+    text = json.dumps({**json.loads(config_text(name)), **changes})
+    try:
+        inputs = calc.parse_inputs({"hf-config": text, "seq": "64"})
+    except calc.InputError as e:
+        assert e.field in calc.inputs.FIELDS and e.message
+    else:
+        assert calc.param_counts(inputs["shape"])["total"] > 0
