@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from . import eager
-from .parallel import SINGLE, Parallel, device_params, stage_layers
-from .recipes import RECIPES, TABLE_ROWS, state_bytes
+from .parallel import SINGLE, Parallel, device_params
+from .recipes import RECIPES, TABLE_ROWS
 from .shape import Shape, param_counts
-from .walk import CATEGORIES, events, peak, segments, seq_sizes, template
+from .walk import CATEGORIES, device_state, events, peak, segments, seq_sizes, stage_kept, template
 
 
 def sizes(
@@ -26,9 +26,10 @@ def sizes(
     what the deck's table shows. (The walk's high-water mark of a category can differ: it adds
     recomputed activations on top of the kept ones.)"""
     tokens = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)  # the walk's own sizes
+    n = device_params(shape, par, stage)
     return {
-        **state_bytes(device_params(shape, par, stage)["total"], recipe, par),
-        "activations": in_flight * len(stage_layers(shape, par.pp, stage)) * tokens["kept"],
+        **device_state(n["total"], n["experts"], recipe, par),
+        "activations": in_flight * stage_kept(shape, tokens, par.pp, stage),
         "logits": tokens["logits16"] + tokens["logits32"] if stage == par.pp - 1 else 0,
     }
 
@@ -111,7 +112,9 @@ def step(
         )
         expanded = events(segs)
         full_sizes = sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage, in_flight)
-        per_layer = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)["kept"]
+        per_layer = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)[
+            "moe:kept" if shape.moe_layers else "kept"
+        ]
     else:
         raise ValueError(f"unknown walk {walk!r}: deck or eager")
     counts = param_counts(shape)

@@ -7,7 +7,8 @@ import json
 import sys
 
 from .api import step, table
-from .inputs import BOOL_FIELDS, CHOICE_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
+from .hf import MAX_CHARS, READERS
+from .inputs import BOOL_FIELDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
 from .plan import plan
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
@@ -25,12 +26,22 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="Memory needed to train a transformer on one device.")
     p.add_argument("--preset", help=f"start from a published shape: {', '.join(PRESETS)} (default llama-7b)")
+    p.add_argument(
+        "--hf-config",
+        metavar="PATH",
+        help=f"start from a transformers config.json instead (model_type {', '.join(READERS)}); flags override it",
+    )
     for field in INT_FIELDS:
         p.add_argument(f"--{field}", metavar="N")
+    for field in COUNT_FIELDS:
+        p.add_argument(f"--{field}", metavar="N", help="0: none" if field != "head-size" else "0: width / heads")
     for field in BOOL_FIELDS:
         p.add_argument(f"--{field}", action=argparse.BooleanOptionalAction, default=None)
     for field, (_, choices) in CHOICE_FIELDS.items():
         p.add_argument(f"--{field}", metavar="|".join(choices))
+    p.add_argument(
+        "--capacity-factor", metavar="C", help="each expert takes at most C k tokens / E (default 0: dropless)"
+    )
     p.add_argument("--seq", metavar="N", help="sequence length s (default 4096)")
     p.add_argument("--micro-batch", metavar="N", help="sequences per step b (default 1)")
     p.add_argument("--recipe", metavar="|".join(RECIPES), help="precision/optimiser recipe (default mixed)")
@@ -46,6 +57,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
     par.add_argument("--tp", metavar="N", help="tensor-parallel ranks (default 1)")
     par.add_argument("--pp", metavar="N", help="pipeline stages (default 1)")
+    par.add_argument("--ep", metavar="N", help="expert-parallel ranks among the dp workers, E/ep experts each")
     par.add_argument("--zero", metavar="0|1|2|3", help="ZeRO stage over the dp workers (default 0)")
     par.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
     par.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention")
@@ -93,7 +105,9 @@ def format_summary(result: dict) -> str:
     if result["devices"] > 1:
         p = cfg["parallel"]
         lines.append(
-            f"per device of {result['devices']} (dp {p['dp']}, tp {p['tp']}, pp {p['pp']}, ZeRO {p['zero']}), "
+            f"per device of {result['devices']} (dp {p['dp']}, tp {p['tp']}, pp {p['pp']}, "
+            + (f"ep {p['ep']}, " if p["ep"] > 1 else "")
+            + f"ZeRO {p['zero']}), "
             f"pipeline stage {result['stage']}: {result['device_params']:,} parameters"
         )
     for c in CATEGORIES:
@@ -108,14 +122,17 @@ def format_summary(result: dict) -> str:
 def format_plan(rows: list[dict], capacity: int) -> str:
     if not rows:
         return f"nothing fits in {format_gb(capacity)} GB"
+    experts = any(r["ep"] > 1 for r in rows)  # an ep column only where expert parallelism is among the layouts
     lines = [
-        "devices | dp | tp | pp | ZeRO | recompute | micro-batch | peak GB | extra compute",
-        "---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---:",
+        "devices | dp | tp | pp | " + ("ep | " if experts else "") + "ZeRO | recompute | micro-batch | peak GB | "
+        "extra compute",
+        "---: | ---: | ---: | ---: | " + ("---: | " if experts else "") + "---: | --- | ---: | ---: | ---:",
     ]
     for r in rows:
         lines.append(
-            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | {r['zero']} | {r['recompute']} | "
-            f"{r['micro_batch']} | {format_gb(r['peak'])} | {r['extra_compute']:.1%}"
+            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | " + (f"{r['ep']} | " if experts else "")
+            + f"{r['zero']} | {r['recompute']} | {r['micro_batch']} | {format_gb(r['peak'])} | "
+            f"{r['extra_compute']:.1%}"
         )
     return "\n".join(lines)
 
@@ -128,10 +145,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 0
 
 
+def read_config(path: str) -> str:
+    """The text of the file --hf-config names, or InputError saying why it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_CHARS + 1)  # a longer file is refused by calc.hf without reading it all
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise InputError("hf-config", f"cannot read {path}: {reason}") from None
+    return text
+
+
 def _main(argv: list[str] | None, prog: str | None) -> int:
     args = build_parser(prog).parse_args(argv)
     raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in ("json", "table", "events", "plan")}
     try:
+        if raw["hf-config"] is not None:
+            raw["hf-config"] = read_config(raw["hf-config"])
         inputs = parse_inputs(raw)
     except InputError as e:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)

@@ -82,7 +82,8 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     final = norm(x, "final norm") if shape.final_norm else rp.keep(x)
     rp.drop(x)
     head = "embedding" if shape.tied else "lm_head"
-    logits = ops.linear(final, h, v, head, shape.bias and not shape.tied, "logits", "logits")
+    head_bias = shape.bias and shape.head_bias and not shape.tied
+    logits = ops.linear(final, h, v, head, head_bias, "logits", "logits")
     # ForCausalLMLoss: logits.float(), labels padded and shifted (a copy), cross_entropy = log_softmax +
     # nll_loss. The model's outputs still hold the final hidden states (last_hidden_state).
     logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from .activations import layer_bytes
+from .hf import ConfigError, compact, parse, shape_from_text
 from .parallel import Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
@@ -19,6 +21,7 @@ MAX_BYTES = 2**53 - 1
 # ASCII digits only, optionally signed (a sign gets its own message below), with thousands separators.
 WHOLE = re.compile(r"[+-]?(?:[0-9]+|[0-9]{1,3}(?:[,_][0-9]{3})+)")
 DECIMAL_GB = re.compile(r"[0-9]+(?:\.[0-9]{1,3})?")
+DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]{1,2})?")
 
 # Field name (the CLI flag without dashes) -> Shape attribute, largest accepted value.
 INT_FIELDS = {
@@ -29,7 +32,22 @@ INT_FIELDS = {
     "ffn": ("ffn", 1 << 24),
     "vocab": ("vocab", 1 << 24),
     "context": ("context", 1 << 24),
+    "norms-per-layer": ("norms_per_layer", 16),
 }
+# Whole numbers where 0 means none (or, for head-size and expert-ffn, the value derived from the others).
+COUNT_FIELDS = {
+    "head-size": ("head_size", 1 << 16),
+    "sliding-window": ("sliding_window", 1 << 24),
+    "experts": ("experts", 1 << 16),
+    "experts-per-token": ("experts_per_token", 1 << 16),
+    "expert-ffn": ("expert_ffn", 1 << 24),
+    "shared-expert-ffn": ("shared_expert_ffn", 1 << 24),
+    "dense-layers": ("dense_layers", 10_000),
+}
+# The mixture-of-experts fields that mean nothing without experts.
+MOE_FIELDS = ("experts-per-token", "expert-ffn", "shared-expert-ffn", "shared-expert-gate", "dense-layers",
+              "capacity-factor")
+MAX_CAPACITY_FACTOR = 64
 BOOL_FIELDS = {
     "gated-ffn": "gated_ffn",
     "tied": "tied",
@@ -37,6 +55,8 @@ BOOL_FIELDS = {
     "final-norm": "final_norm",
     "qkv-bias": "qkv_bias",
     "dropout": "dropout",
+    "head-bias": "head_bias",
+    "shared-expert-gate": "shared_expert_gate",
 }
 CHOICE_FIELDS = {
     "norm": ("norm", NORMS),
@@ -45,7 +65,7 @@ CHOICE_FIELDS = {
     "family": ("family", FAMILIES),
 }
 RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "grad-accum": 1 << 20, "global-batch": 1 << 20}
-PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000}
+PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000, "ep": 1 << 16}
 PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
 DEFAULT_CAPACITY_GB = 80
 WALKS = ("deck", "eager")  # calc.walk (the default) or calc.eager (PyTorch eager autograd, one device)
@@ -53,9 +73,12 @@ ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default
 DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks foreach AdamW on CUDA
 FIELDS = (
     "preset",
+    "hf-config",
     *INT_FIELDS,
+    *COUNT_FIELDS,
     *BOOL_FIELDS,
     *CHOICE_FIELDS,
+    "capacity-factor",
     "seq",
     "micro-batch",
     "recipe",
@@ -81,7 +104,7 @@ class InputError(ValueError):
         self.message = message
 
 
-def _int(field: str, raw: object, largest: int) -> int:
+def _int(field: str, raw: object, largest: int, smallest: int = 1) -> int:
     if isinstance(raw, bool):
         raise InputError(field, f"must be a whole number, got {raw!r}")
     if isinstance(raw, int):
@@ -91,8 +114,8 @@ def _int(field: str, raw: object, largest: int) -> int:
         if not WHOLE.fullmatch(text):
             raise InputError(field, f"must be a whole number, got {text!r}")
         value = int(text.replace(",", "").replace("_", ""))
-    if value <= 0:
-        raise InputError(field, f"must be at least 1, got {value}")
+    if value < smallest:
+        raise InputError(field, f"must be at least {smallest}, got {value}")
     if value > largest:
         raise InputError(field, f"must be at most {largest:,}, got {value:,}")
     return value
@@ -116,6 +139,28 @@ def _choice(field: str, raw: object, choices) -> str:
     return text
 
 
+def _capacity_factor(raw: object) -> float:
+    """A mixture of experts' capacity factor (Fedus et al. 2022): 0 (dropless), or up to two decimals like 1.25."""
+    text = str(raw).strip()
+    if not DECIMAL.fullmatch(text) or float(text) > MAX_CAPACITY_FACTOR:
+        raise InputError(
+            "capacity-factor", f"must be 0 (dropless) or a number like 1.25 up to {MAX_CAPACITY_FACTOR}, got {text!r}"
+        )
+    return float(text)
+
+
+def _base(given: Mapping[str, object]) -> Shape:
+    """The shape the fields change: a preset's, or a transformers config's (the text of a config.json)."""
+    if "hf-config" not in given:
+        return PRESETS[_choice("preset", given.get("preset", DEFAULT_PRESET), tuple(PRESETS))]
+    if "preset" in given:
+        raise InputError("preset", "give a preset or hf-config, not both")
+    try:
+        return shape_from_text(given["hf-config"])
+    except ConfigError as e:
+        raise InputError("hf-config", str(e)) from None
+
+
 def _capacity(raw: object) -> int:
     """Device capacity in GB (10^9 bytes), up to three decimals, as exact bytes."""
     text = str(raw).strip()
@@ -129,8 +174,9 @@ def _capacity(raw: object) -> int:
 
 
 def parse_inputs(raw: Mapping[str, object]) -> dict:
-    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device", "par",
-    "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity"}.
+    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device",
+    "par", "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity",
+    "hf_config" (a given config.json in calc.hf.compact's short form, or None)}.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
     default's) value. Raises InputError naming the first bad field."""
@@ -138,18 +184,25 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     unknown = sorted(set(given) - set(FIELDS))
     if unknown:
         raise InputError(unknown[0], "is not a known field")
-    preset = _choice("preset", given.get("preset", DEFAULT_PRESET), tuple(PRESETS))
-    base = PRESETS[preset]
+    base = _base(given)
     changes: dict[str, object] = {}
     for field, (attr, largest) in INT_FIELDS.items():
         if field in given:
             changes[attr] = _int(field, given[field], largest)
+    for field, (attr, largest) in COUNT_FIELDS.items():
+        if field in given:
+            changes[attr] = _int(field, given[field], largest, smallest=0)
     for field, attr in BOOL_FIELDS.items():
         if field in given:
             changes[attr] = _bool(field, given[field])
     for field, (attr, choices) in CHOICE_FIELDS.items():
         if field in given:
             changes[attr] = _choice(field, given[field], choices)
+    if "capacity-factor" in given:
+        changes["capacity_factor"] = _capacity_factor(given["capacity-factor"])
+    if changes.get("experts") == 0:  # a dense model: the preset's other expert fields go too
+        dense = Shape()
+        changes.update({a: getattr(dense, a) for a in map(_attr, MOE_FIELDS) if a not in changes})
     if "heads" in changes and "kv_heads" not in changes and base.kv_heads == base.heads:
         changes["kv_heads"] = changes["heads"]  # keep multi-head attention multi-head
     shape = base.replace(name=base.name if not changes else "custom", **changes)
@@ -173,7 +226,7 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     if str(zero).strip() not in ("0", "1", "2", "3"):
         raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {str(zero)!r}")
     flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
-    par = Parallel(degrees["dp"], degrees["tp"], degrees["pp"], int(str(zero).strip()), **flags)
+    par = Parallel(degrees["dp"], degrees["tp"], degrees["pp"], int(str(zero).strip()), **flags, ep=degrees["ep"])
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
@@ -181,8 +234,11 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     if walk == "eager" and (par != Parallel() or (grad_accum or 1) > 1):
         raise InputError(
             "walk",
-            "the eager walk is one micro-batch on one device: leave --dp, --tp, --pp, --zero, --grad-accum unset",
+            "the eager walk is one micro-batch on one device: leave --dp, --tp, --pp, --ep, --zero, --grad-accum unset",
         )
+    missing = walk == "eager" and eager_lacks(shape)
+    if missing:
+        raise InputError("walk", f"the eager walk does not follow {missing} yet: use the deck walk")
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
     capacity = _capacity(given.get("capacity-gb", DEFAULT_CAPACITY_GB))
     return {
@@ -198,18 +254,51 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "grad_accum": grad_accum,
         "global_batch": global_batch,
         "capacity": capacity,
+        # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
+        "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
     }
+
+
+def eager_lacks(shape: Shape) -> str | None:
+    """A feature of this shape that calc.eager's walk does not replay yet, or None. (The Decoder's own walk
+    also sizes attention by the width.)"""
+    if shape.moe_layers:
+        return "a mixture of experts"
+    if shape.family not in ("llama", "gpt2", "decoder"):
+        return f"transformers' {shape.family} code (it replays Llama, Mistral, Qwen2 and GPT-2)"
+    if shape.family == "decoder" and shape.q_width != shape.hidden:
+        return "a head size apart from width / heads"
+    if shape.norms_per_layer != 2:
+        return f"{shape.norms_per_layer} norms a block"
+    return None
+
+
+def _attr(field: str) -> str:
+    return field.replace("-", "_")
 
 
 def check_shape(shape: Shape) -> None:
     """Structural checks that the field ranges alone cannot make."""
-    if shape.hidden % shape.heads:
-        raise InputError("heads", f"{shape.heads} heads do not divide the width {shape.hidden}")
+    if not shape.head_size and shape.hidden % shape.heads:
+        raise InputError("heads", f"{shape.heads} heads do not divide the width {shape.hidden} (or give --head-size)")
     if shape.heads % shape.kv_heads:
         raise InputError("kv-heads", f"{shape.kv_heads} key/value heads do not divide {shape.heads} heads")
     problem = family_problem(shape)
     if problem:
         raise InputError(*problem)
+    if not shape.experts:
+        dense = Shape()
+        for field in MOE_FIELDS:
+            if getattr(shape, _attr(field)) != getattr(dense, _attr(field)):
+                raise InputError(field, "applies to a mixture of experts only: give --experts too")
+        return
+    if not 1 <= shape.experts_per_token <= shape.experts:
+        raise InputError(
+            "experts-per-token",
+            f"each token goes to 1 to {shape.experts} experts (--experts), got {shape.experts_per_token}",
+        )
+    if shape.dense_layers > shape.layers:
+        raise InputError("dense-layers", f"{shape.dense_layers} dense layers are more than the {shape.layers} layers")
 
 
 def family_problem(shape: Shape) -> tuple[str, str] | None:
@@ -234,7 +323,8 @@ def check_size(shape: Shape, seq: int, micro_batch: int) -> None:
     state = 16 * param_counts(shape)["total"]
     # Upper bounds: 16 bytes a parameter; activations at up to 4 bytes and recomputation on top (8x the 16-bit
     # count); logits at 12 bytes a value (16-bit, fp32, and 4-byte activations' doubling).
-    activations = 8 * shape.layers * (34 * seq * micro_batch * shape.hidden + 5 * shape.heads * seq * seq * micro_batch)
+    moe = layer_bytes(shape, seq, micro_batch, moe=True) if shape.experts else 0
+    activations = 8 * shape.layers * max(layer_bytes(shape, seq, micro_batch), moe)
     logits = 12 * seq * micro_batch * shape.vocab
     if state + activations + logits <= MAX_BYTES:
         return

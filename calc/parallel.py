@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .shape import Shape, param_counts
+from .shape import Shape, attention_params, mlp_params, moe_params, norm_params, param_counts
 
 
 @dataclass(frozen=True)
@@ -19,10 +19,12 @@ class Parallel:
     zero: int = 0  # ZeRO stage (Rajbhandari et al. 2020): 1 shards Adam, 2 + gradients, 3 + weights
     sequence_parallel: bool = False  # Korthikanti et al. 2022, §4.2.2: norms and dropout split over tp too
     flash: bool = False  # FlashAttention (Dao et al. 2022): the s x s scores are never stored
+    ep: int = 1  # expert parallelism: the routed experts split over ep of the dp workers, each holding E/ep
+    # (Lepikhin et al. 2021, GShard; DeepSpeed-MoE); ZeRO shards the experts over the other dp/ep
 
     @property
     def devices(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp  # ep takes no devices of its own: it splits the dp workers
 
 
 SINGLE = Parallel()
@@ -44,54 +46,101 @@ def stage_layers(shape: Shape, pp: int, stage: int) -> range:
     return range(start + 1, start + split(shape.layers, pp, stage) + 1)
 
 
+def layer_split(shape: Shape, par: Parallel, moe: bool) -> dict[str, int]:
+    """One layer's parameters on one device, as (split over tensor-parallel ranks, replicated on each, routed
+    experts on this device). Column-parallel matrices (Q, K, V, up, gate) and their biases and row-parallel
+    matrices (O, down) are split over tp; the biases after a row-parallel matrix, the norms, the router and the
+    shared expert's gate are replicated (Megatron-LM); the routed experts are split over ep, and each expert
+    over tp."""
+    t = par.tp
+    attention, attention_bias = attention_params(shape)
+    row_bias = shape.hidden if shape.bias else 0  # attention's output projection
+    norms = shape.norms_per_layer * norm_params(shape)
+    if moe:
+        parts = moe_params(shape)
+        shared, shared_bias = mlp_params(shape, shape.shared_expert_ffn) if shape.shared_expert_ffn else (0, 0)
+        gate = parts["shared"] - shared - shared_bias
+        ffn, ffn_bias = shared, shared_bias
+        replicated = parts["router"] + gate
+        experts = parts["experts"] // par.ep // t
+    else:
+        ffn, ffn_bias = mlp_params(shape, shape.ffn)
+        replicated, experts = 0, 0
+    if ffn_bias:
+        row_bias += shape.hidden  # the FFN's down projection
+    split_part = attention + attention_bias + ffn + ffn_bias - row_bias
+    return {"split": split_part // t, "replicated": row_bias + norms + replicated, "experts": experts}
+
+
 def device_params(shape: Shape, par: Parallel = SINGLE, stage: int = 0, tp_rank: int = 0) -> dict[str, int]:
     """Parameters one device holds before ZeRO (see _device_params)."""
     return dict(_device_params(shape, par, stage, tp_rank))
 
 
+def stage_kinds(shape: Shape, pp: int, stage: int) -> list[tuple[range, bool]]:
+    """The stage's layers in runs of one kind, bottom up: (layer numbers, mixture of experts?). The dense
+    layers of a mixture of experts are taken to be its first ones (DeepSeek's first_k_dense_replace)."""
+    layers = stage_layers(shape, pp, stage)
+    if not shape.moe_layers:
+        return [(layers, False)]
+    first_moe = shape.dense_layers + 1
+    runs = [
+        (range(layers.start, min(layers.stop, first_moe)), False),
+        (range(max(layers.start, first_moe), layers.stop), True),
+    ]
+    return [(r, moe) for r, moe in runs if len(r)]
+
+
 @lru_cache(maxsize=256)  # a chart's sweep asks the same question hundreds of times
 def _device_params(shape: Shape, par: Parallel, stage: int, tp_rank: int) -> tuple[tuple[str, int], ...]:
-    """Parameters one device holds before ZeRO: its stage's layers, split over tensor-parallel ranks.
-
-    Matrices are split over tp; norms, position tables and the biases after a row-parallel matrix
-    are replicated on every rank; the embedding and head are split by vocabulary (Megatron-LM)."""
+    """Parameters one device holds before ZeRO: its stage's layers, split over tensor-parallel ranks
+    (layer_split), its share of the routed experts, the embedding and head split by vocabulary (Megatron-LM).
+    `per_layer` is one of its mixture-of-experts layers when it has any (`per_dense_layer` the others), and
+    `experts` the routed experts' parameters it holds, which ZeRO shards over dp / ep workers only."""
     t, n = par.tp, param_counts(shape)
-    if t == 1:
-        per_layer, replicated_per_layer = n["per_layer"], 0
-    else:
-        h, kv_width = shape.hidden, shape.kv_heads * shape.head_dim
-        m = 3 if shape.gated_ffn else 2
-        matrices = 2 * h * h + 2 * h * kv_width + m * h * shape.ffn
-        column_bias = (h + 2 * kv_width + (m - 1) * shape.ffn) if shape.bias else 0
-        row_bias = 2 * h if shape.bias else 0  # after attention's output and the FFN's down projection
-        norms = n["per_layer"] - matrices - column_bias - row_bias
-        replicated_per_layer = row_bias + norms
-        per_layer = (matrices + column_bias) // t + replicated_per_layer
+    kinds = {moe: layer_split(shape, par, moe) for moe in (False, True) if not moe or shape.moe_layers}
+    per = {moe: k["split"] + k["replicated"] + k["experts"] for moe, k in kinds.items()}
     first, last = stage == 0, stage == par.pp - 1
     vocab_rows = split(shape.vocab, t, tp_rank)
-    layers = len(stage_layers(shape, par.pp, stage))
+    runs = stage_kinds(shape, par.pp, stage)
+    layers = sum(len(r) * per[moe] for r, moe in runs)
     # Tied heads share the embedding on one device; a last stage elsewhere keeps its own copy (Megatron-LM).
     has_head = last and (not shape.tied or par.pp > 1)
+    head_bias = 1 if shape.bias and shape.head_bias and not shape.tied else 0
     out = {
         "embedding": vocab_rows * shape.hidden if first else 0,
         "positions": n["positions"] if first else 0,
-        "per_layer": per_layer,
-        "replicated_per_layer": replicated_per_layer,
-        "layers": layers * per_layer,
+        "per_layer": per[bool(shape.moe_layers)],
+        "per_dense_layer": per[False],
+        "replicated_per_layer": kinds[bool(shape.moe_layers)]["replicated"],
+        "layers": layers,
         "final_norm": n["final_norm"] if last else 0,
-        "head": vocab_rows * (shape.hidden + (1 if shape.bias and not shape.tied else 0)) if has_head else 0,
+        "head": vocab_rows * (shape.hidden + head_bias) if has_head else 0,
+        "experts": sum(len(r) * kinds[moe]["experts"] for r, moe in runs),
+        "experts_per_layer": kinds[True]["experts"] if shape.moe_layers else 0,
     }
     out["total"] = out["embedding"] + out["positions"] + out["layers"] + out["final_norm"] + out["head"]
     # Held whole by every tensor-parallel rank of the stage.
-    out["replicated"] = out["positions"] + out["final_norm"] + layers * replicated_per_layer
+    out["replicated"] = out["positions"] + out["final_norm"] + sum(len(r) * kinds[moe]["replicated"] for r, moe in runs)
     return tuple(out.items())
 
 
 def check(shape: Shape, par: Parallel) -> tuple[str, str] | None:
     """Why this layout cannot split this shape, as (field, reason), or None."""
-    for what, n in (("heads", shape.heads), ("key/value heads", shape.kv_heads), ("FFN width", shape.ffn)):
+    widths = [("heads", shape.heads), ("key/value heads", shape.kv_heads), ("FFN width", shape.ffn)]
+    if shape.moe_layers:
+        widths.append(("expert FFN width", shape.expert_width))
+        if shape.shared_expert_ffn:
+            widths.append(("shared-expert FFN width", shape.shared_expert_ffn))
+    for what, n in widths:
         if n % par.tp:
             return "tp", f"{par.tp} tensor-parallel ranks do not divide the {n:,} {what}"
+    if par.ep > 1 and not shape.moe_layers:
+        return "ep", "expert parallelism needs a mixture of experts (--experts)"
+    if shape.experts % par.ep:
+        return "ep", f"{par.ep} expert-parallel ranks do not divide the {shape.experts} experts"
+    if par.dp % par.ep:
+        return "ep", f"{par.ep} expert-parallel ranks do not divide the {par.dp} data-parallel workers"
     if par.pp > shape.layers:
         return "pp", f"{par.pp} pipeline stages are more than the {shape.layers} layers"
     return None

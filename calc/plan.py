@@ -19,10 +19,11 @@ def recompute_overhead(shape: Shape, seq: int, recompute: str, flash: bool = Fal
     Matmuls cost 2 FLOPs per parameter per token and attention's QK^T and PV 4 s^2 h per sequence
     (Korthikanti et al. 2022, §6); backward costs twice forward, so a step is three forwards. Full
     recomputation repeats each layer's forward; selective repeats only QK^T and PV, which FlashAttention
-    recomputes anyway."""
+    recomputes anyway. A mixture of experts computes with the parameters a token uses: k of its E experts."""
     n = param_counts(shape)
-    attention = 4 * seq * seq * shape.hidden
-    layer = 2 * seq * n["per_layer"] + attention  # per sequence, forward
+    attention = 4 * seq * seq * shape.q_width
+    active_per_layer = (n["active"] - n["embedding"] - n["positions"] - n["final_norm"] - n["head"]) // shape.layers
+    layer = 2 * seq * active_per_layer + attention  # per sequence, forward
     step = 3 * (shape.layers * layer + 2 * seq * shape.vocab * shape.hidden)
     extra = {"none": 0, "selective": 0 if flash else attention, "full": layer}[recompute]
     return shape.layers * extra / step
@@ -48,7 +49,8 @@ def plan(
     """Layouts (dp, tp, pp, ZeRO stage, recomputation, micro-batch) whose per-device peak fits in
     `capacity` bytes: fewest devices first, then the least extra compute, then the largest
     micro-batch (fewest accumulation steps), the lowest ZeRO stage (least communication) and the
-    lowest peak; at most `limit` of them.
+    lowest peak; at most `limit` of them. A mixture of experts also tries every expert parallelism ep that
+    divides both its experts and dp.
 
     Every dp worker takes global_batch / dp sequences per step, as micro-batches; a pipeline needs
     at least pp micro-batches per step to keep its stages busy (1F1B). ZeRO stages 2 and 3 are not
@@ -71,8 +73,9 @@ def plan(
             [b for b in _divisors(per_worker) if per_worker // b > pp],
             [b for b in _divisors(per_worker) if per_worker // b == pp],
         ]
-        for zero in range(4 if pp == 1 else 2) if dp > 1 else (0,):
-            par = Parallel(dp, tp, pp, zero, sequence_parallel and tp > 1, flash)
+        eps = [e for e in _divisors(shape.experts) if dp % e == 0] if shape.moe_layers else [1]
+        for zero, ep in ((z, e) for z in (range(4 if pp == 1 else 2) if dp > 1 else (0,)) for e in eps):
+            par = Parallel(dp, tp, pp, zero, sequence_parallel and tp > 1, flash, ep)
             if check(shape, par):
                 break
             for recompute in RECOMPUTE:
@@ -87,6 +90,7 @@ def plan(
                                 "dp": dp,
                                 "tp": tp,
                                 "pp": pp,
+                                "ep": ep,
                                 "zero": zero,
                                 "recompute": recompute,
                                 "micro_batch": micro_batch,
@@ -98,5 +102,7 @@ def plan(
                                 "extra_compute": recompute_overhead(shape, seq, recompute, flash),
                             }
                         )
-        found.sort(key=lambda f: (f["devices"], f["extra_compute"], -f["micro_batch"], f["zero"], f["peak"]))
+        found.sort(
+            key=lambda f: (f["devices"], f["extra_compute"], -f["micro_batch"], f["zero"], f["peak"], f["ep"])
+        )
     return found[:limit]

@@ -1,6 +1,9 @@
-"""Published model shapes, as plain data."""
+"""Published model shapes, as plain data: today's five typed out, the others as their config.json files."""
 
-from .shape import Shape
+from importlib import resources
+
+from .hf import shape_from_text
+from .shape import Shape, param_counts
 
 PRESETS: dict[str, Shape] = {
     # Touvron et al. 2023 (LLaMA), Table 2: 6.7B; SwiGLU FFN 11,008, RMSNorm, rotary, untied head.
@@ -21,3 +24,47 @@ PRESETS: dict[str, Shape] = {
     # Llama 2 70B uses grouped-query attention with 8 key/value heads.
     "llama-2-70b": Shape("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, True, False, "rms", False, "rope", 4096),
 }
+
+# calc/configs/NAME.json: the fields of each model's published config.json, typed out from its released
+# hyperparameters (the GPT-3 file describes Brown et al. 2020's 175B model, Table 2.1, in GPT-2's code).
+CONFIG_PRESETS = (
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-7b",
+    "qwen2.5-72b",
+    "gemma-2-9b",
+    "gpt-3-175b",
+)
+
+
+def config_text(name: str) -> str:
+    """The config.json text of a preset stored as a file (read as package data, so Pyodide finds it too)."""
+    return resources.files(__package__).joinpath("configs", f"{name}.json").read_text(encoding="utf-8")
+
+
+PRESETS.update({name: shape_from_text(config_text(name), name) for name in CONFIG_PRESETS})
+
+# The presets by family, for a grouped list (every preset in exactly one group).
+PRESET_GROUPS: dict[str, tuple[str, ...]] = {
+    "The course": ("decoder",),
+    "Llama": ("llama-7b", "llama-2-13b", "llama-2-70b", *(n for n in CONFIG_PRESETS if n.startswith("llama"))),
+    "Mistral": ("mistral-7b", "mixtral-8x7b"),
+    "Qwen": ("qwen2.5-7b", "qwen2.5-72b"),
+    "Gemma": ("gemma-2-9b",),
+    "GPT": ("gpt2", "gpt-3-175b"),
+}
+
+
+def catalog() -> list[dict]:
+    """Each preset with its group, its parameters, and those one token uses (fewer for a mixture of experts)."""
+    out = []
+    for group, names in PRESET_GROUPS.items():
+        for name in names:
+            counts = param_counts(PRESETS[name])
+            out.append({"group": group, "name": name, "params": counts["total"], "active": counts["active"]})
+    return out

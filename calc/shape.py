@@ -13,7 +13,8 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu")
 #   llama    transformers' LlamaForCausalLM, and Mistral and Qwen2, which share its code
 #   gpt2     transformers' GPT2LMHeadModel (fused QKV through Conv1D, dropout)
 #   decoder  the course's reference Decoder (scripts/training/reference.py)
-FAMILIES = ("llama", "gpt2", "decoder")
+#   gemma, gemma2, phi3  transformers' code for these (from a config): counted by the deck walk only
+FAMILIES = ("llama", "gpt2", "decoder", "gemma", "gemma2", "phi3")
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,12 @@ class Shape:
     hidden: int = 4096  # h, model width
     heads: int = 32  # a, attention (query) heads
     kv_heads: int = 32  # key/value heads; fewer than `heads` is grouped-query attention
-    ffn: int = 11008  # feed-forward inner width
+    ffn: int = 11008  # feed-forward inner width (of the dense layers, when there are experts)
     vocab: int = 32000  # V
     gated_ffn: bool = True  # SwiGLU: three h x ffn matrices instead of two
     tied: bool = False  # output head shares the token embedding matrix
     norm: str = "rms"  # "layer" (weight + bias) or "rms" (weight only)
-    bias: bool = False  # biases on every linear layer (and on an untied head)
+    bias: bool = False  # biases on every linear layer (and on an untied head, see head_bias)
     positions: str = "rope"  # "learned" (a context x h table) or "rope" (no parameters)
     context: int = 4096  # longest sequence; sizes the learned position table
     final_norm: bool = True  # a norm after the last block, before the head
@@ -39,10 +40,43 @@ class Shape:
     dropout: bool = False  # dropout in training: after the embedding, on attention's probabilities, after
     # each block's two output projections (GPT-2's 0.1); Llama-family models have none by default
     family: str = "llama"  # whose code the eager walk follows (FAMILIES)
+    head_size: int = 0  # d, width of one attention head; 0: hidden // heads (Gemma's is 256 at any width)
+    norms_per_layer: int = 2  # norms in a block: before attention and the FFN; Gemma 2 adds one after each
+    head_bias: bool = True  # an untied head has biases when `bias` is on (GPT-2's lm_head has none)
+    sliding_window: int = 0  # tokens a query attends to (Mistral 7B v0.1, Gemma 2); 0: the whole sequence.
+    # Recorded, not counted: eager and SDPA attention still build the full s x s scores with a band mask,
+    # and FlashAttention stores no scores either way, so no walk here changes with it.
+    experts: int = 0  # E, routed experts in each mixture-of-experts layer; 0: every layer is dense
+    experts_per_token: int = 0  # k, experts each token is routed to (top-k)
+    expert_ffn: int = 0  # one routed expert's inner width; 0: ffn
+    shared_expert_ffn: int = 0  # the always-on shared expert's inner width (Qwen2-MoE); 0: none
+    shared_expert_gate: bool = False  # a sigmoid gate, h -> 1, scaling the shared expert (Qwen2-MoE)
+    dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
+    capacity_factor: float = 0.0  # each expert takes at most factor x k x tokens / E tokens, padded to that
+    # many (Fedus et al. 2022, Switch Transformer); 0: dropless, each expert takes what it is routed
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries (and of attention's output): heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the keys and of the values: kv_heads x head_dim (Ainslie et al. 2023, GQA)."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn or self.ffn
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose FFN is a mixture of experts."""
+        return max(0, self.layers - self.dense_layers) if self.experts else 0
 
     def replace(self, **changes) -> Shape:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -50,32 +84,64 @@ class Shape:
         return Shape(**values)
 
 
-def _norm_params(shape: Shape) -> int:
+def norm_params(shape: Shape) -> int:
     # LayerNorm has a gain and a bias per channel; RMSNorm only a gain (Zhang & Sennrich 2019).
     return (2 if shape.norm == "layer" else 1) * shape.hidden
 
 
-def param_counts(shape: Shape) -> dict[str, int]:
-    """Exact parameter count, broken down by where the parameters live."""
-    h, kv_width = shape.hidden, shape.kv_heads * shape.head_dim
-    # Attention: Q and O are h x h; K and V are h x (kv_heads * head_dim) (Ainslie et al. 2023, GQA).
-    attention = 2 * h * h + 2 * h * kv_width
-    # Feed-forward: up and down projections, plus SwiGLU's gate (Shazeer 2020).
-    ffn_matrices = 3 if shape.gated_ffn else 2
-    ffn = ffn_matrices * h * shape.ffn
+def mlp_params(shape: Shape, width: int) -> tuple[int, int]:
+    """(matrices, biases) of one feed-forward network of inner width `width`: up and down projections,
+    plus SwiGLU's gate (Shazeer 2020); biases on every projection but the gate."""
+    m = 3 if shape.gated_ffn else 2
+    return m * shape.hidden * width, ((m - 1) * width + shape.hidden) if shape.bias else 0
+
+
+def attention_params(shape: Shape) -> tuple[int, int]:
+    """(matrices, biases) of attention: Q is h x (heads x d), O the reverse, K and V h x (kv_heads x d)."""
+    h, q, kv = shape.hidden, shape.q_width, shape.kv_width
+    matrices = 2 * h * q + 2 * h * kv
     if shape.bias:
-        attention += 2 * h + 2 * kv_width
-        ffn += (ffn_matrices - 1) * shape.ffn + h
-    elif shape.qkv_bias:
-        attention += h + 2 * kv_width
-    per_layer = attention + ffn + 2 * _norm_params(shape)  # a norm before attention and before the FFN
+        return matrices, q + 2 * kv + h
+    return matrices, q + 2 * kv if shape.qkv_bias else 0
+
+
+def moe_params(shape: Shape) -> dict[str, int]:
+    """One mixture-of-experts FFN: E routed experts, the router (E x h, no bias in Mixtral or Qwen2-MoE),
+    a shared expert and its h -> 1 gate (Qwen2-MoE)."""
+    routed = shape.experts * sum(mlp_params(shape, shape.expert_width))
+    shared = sum(mlp_params(shape, shape.shared_expert_ffn)) if shape.shared_expert_ffn else 0
+    return {
+        "experts": routed,
+        "router": shape.experts * shape.hidden,
+        "shared": shared + (shape.hidden if shape.shared_expert_gate else 0),
+    }
+
+
+def layer_params(shape: Shape, moe: bool) -> int:
+    """One block: attention, its FFN (dense, or a mixture of experts) and its norms."""
+    ffn = sum(moe_params(shape).values()) if moe else sum(mlp_params(shape, shape.ffn))
+    return sum(attention_params(shape)) + ffn + shape.norms_per_layer * norm_params(shape)
+
+
+def param_counts(shape: Shape) -> dict[str, int]:
+    """Exact parameter count, broken down by where the parameters live. `per_layer` is a mixture-of-experts
+    block when the model has experts (`per_dense_layer` the others); `experts` all routed experts'
+    parameters; `active` those one token uses (k of the E routed experts in each MoE layer)."""
+    h, moe = shape.hidden, shape.moe_layers
+    dense = layer_params(shape, False)
+    per_layer = layer_params(shape, True) if moe else dense
+    head_bias = shape.vocab if shape.bias and shape.head_bias else 0
     counts = {
         "embedding": shape.vocab * h,
         "positions": shape.context * h if shape.positions == "learned" else 0,
         "per_layer": per_layer,
-        "layers": shape.layers * per_layer,
-        "final_norm": _norm_params(shape) if shape.final_norm else 0,
-        "head": 0 if shape.tied else shape.vocab * h + (shape.vocab if shape.bias else 0),
+        "per_dense_layer": dense,
+        "layers": moe * per_layer + (shape.layers - moe) * dense,
+        "final_norm": norm_params(shape) if shape.final_norm else 0,
+        "head": 0 if shape.tied else shape.vocab * h + head_bias,
     }
-    counts["total"] = sum(v for k, v in counts.items() if k != "per_layer")
+    counts["total"] = sum(counts[k] for k in ("embedding", "positions", "layers", "final_norm", "head"))
+    routed = moe * moe_params(shape)["experts"]
+    counts["experts"] = routed
+    counts["active"] = counts["total"] - routed + (routed // shape.experts * shape.experts_per_token if moe else 0)
     return counts

@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from . import activations as act
-from .parallel import SINGLE, Parallel, device_params, split, stage_layers
+from .parallel import SINGLE, Parallel, device_params, split, stage_kinds
 from .recipes import RECIPES, state_bytes
 from .shape import Shape
 
@@ -58,9 +58,28 @@ class Segment(NamedTuple):
         return 1 if self.reps is None else len(self.reps)
 
 
-def resident_state(params: int, recipe: str, par: Parallel = SINGLE) -> list[Event]:
+def expert_group(par: Parallel) -> Parallel:
+    """The workers ZeRO shards a device's routed experts over: the dp / ep that hold the same experts."""
+    return Parallel(dp=par.dp // par.ep, zero=par.zero)
+
+
+def device_state(params: int, experts: int, recipe: str, par: Parallel = SINGLE, rank: int = 0) -> dict[str, int]:
+    """Weights, gradients, Adam moments and master copy of a device holding `params` parameters, `experts` of
+    them routed experts' (ZeRO shards those over dp / ep workers, the rest over dp), as data-parallel worker
+    `rank`."""
+    dense = state_bytes(params - experts, recipe, par, rank)
+    routed = state_bytes(experts, recipe, expert_group(par), rank // par.ep)
+    return {c: dense[c] + routed[c] for c in dense}
+
+
+def zero_kept(params: int, experts: int, par: Parallel) -> int:
+    """What ZeRO-2 and 3 keep of a module's fresh gradients after the reduce-scatter (§5.2)."""
+    return split(params - experts, par.dp) + split(experts, par.dp // par.ep)
+
+
+def resident_state(params: int, recipe: str, par: Parallel = SINGLE, experts: int = 0) -> list[Event]:
     """The state resident before a step: weights, Adam's moments and the master copy (ZeRO-sharded)."""
-    r, state = RECIPES[recipe], state_bytes(params, recipe, par)
+    r, state = RECIPES[recipe], device_state(params, experts, recipe, par)
     out = [Event("start", "weights resident", "weights", state["weights"], r.source)]
     if r.optimizer:
         out.append(Event("start", "Adam moments resident", "optimizer", state["optimizer"], r.source))
@@ -74,19 +93,26 @@ def seq_sizes(
 ) -> dict[str, int]:
     """The sizes that depend on the tokens in flight, by the names a template's events use."""
     scale = activation_bytes // 2  # Korthikanti's counts are for 16-bit activations
-    full = act.layer_bytes(shape, seq, micro_batch, par) * scale
-    kept = act.kept_bytes(shape, seq, micro_batch, recompute, par) * scale
     logits16 = act.logits_16bit_bytes(shape, seq, micro_batch, par) * scale
     logits32 = act.logits_fp32_bytes(shape, seq, micro_batch, par)
-    return {
-        "kept": kept,
-        "recomputed": full - kept,
-        "-full": -full,
+    out = {
         "logits16": logits16,
         "-logits16": -logits16,
         "logits32": logits32,
         "-logits32": -logits32,
     }
+    # A dense layer's sizes as "kept", "recomputed", "-full"; a mixture-of-experts layer's as "moe:kept", ...
+    for moe in (False, True) if shape.moe_layers else (False,):
+        full = act.layer_bytes(shape, seq, micro_batch, par, moe) * scale
+        kept = act.kept_bytes(shape, seq, micro_batch, recompute, par, moe) * scale
+        prefix = "moe:" if moe else ""
+        out.update({prefix + "kept": kept, prefix + "recomputed": full - kept, prefix + "-full": -full})
+    return out
+
+
+def stage_kept(shape: Shape, sizes: dict[str, int], pp: int, stage: int) -> int:
+    """What the layers of pipeline stage `stage` keep through the forward pass of one micro-batch."""
+    return sum(len(layers) * sizes["moe:kept" if moe else "kept"] for layers, moe in stage_kinds(shape, pp, stage))
 
 
 def segments(
@@ -142,8 +168,8 @@ def template(
     zero = "Rajbhandari et al. 2020 (ZeRO)"
     sharding_grads = par.zero >= 2 and par.dp > 1
 
-    state = state_bytes(n["total"], recipe, par)
-    start = resident_state(n["total"], recipe, par)
+    state = device_state(n["total"], n["experts"], recipe, par)
+    start = resident_state(n["total"], recipe, par, n["experts"])
     if r.grad_buffer:  # Megatron-LM allocates its main-gradient buffer once; backward accumulates into it
         start.append(Event("start", "fp32 main-gradient buffer resident", "gradients", state["gradients"], r.source))
     elif accumulating:
@@ -168,7 +194,7 @@ def template(
             Event(phase, f"{label}: release the gathered weights", "weights", -w * params, zero),
         ]
 
-    def write_grads(label: str, params: int, fresh: bool) -> list[Event]:
+    def write_grads(label: str, params: int, fresh: bool, experts: int = 0) -> list[Event]:
         """A module's gradients land in full. The first micro-batch's stay (ZeRO-2 and 3 reduce-scatter
         them at once and keep 1/dp, §5.2); a later one's are added into the resident ones and freed."""
         if r.grad_buffer:
@@ -178,9 +204,10 @@ def template(
             out.append(
                 Event(
                     "backward",
-                    f"{label}: reduce-scatter its gradients, keep 1/{par.dp}",
+                    f"{label}: reduce-scatter its gradients, keep 1/{par.dp}"
+                    + (f" (of its experts' 1/{par.dp // par.ep})" if experts and par.ep > 1 else ""),
                     "gradients",
-                    -g * (params - split(params, par.dp)),
+                    -g * (params - zero_kept(params, experts, par)),
                     zero,
                 )
             )
@@ -196,7 +223,9 @@ def template(
             )
         return out
 
-    def backward_layer(fresh: bool) -> list[Event]:
+    def backward_layer(fresh: bool, moe: bool) -> list[Event]:
+        params, experts = layer_params[moe]
+        size = "moe:" if moe else ""
         body = []
         if recompute != "none":
             body.append(
@@ -204,7 +233,7 @@ def template(
                     "backward",
                     f"backward {layer}: recompute dropped activations",
                     "activations",
-                    "recomputed",
+                    size + "recomputed",
                     f"{korthikanti}, less what was kept",
                 )
             )
@@ -213,23 +242,48 @@ def template(
                 "backward",
                 f"backward {layer}: free its activations",
                 "activations",
-                "-full",
+                size + "-full",
                 "everything the layer held for backward",
             )
         )
-        body += write_grads(f"backward {layer}", n["per_layer"], fresh)
-        return gathered(f"backward {layer}", n["per_layer"], body)
+        body += write_grads(f"backward {layer}", params, fresh, experts)
+        return gathered(f"backward {layer}", params, body)
 
-    layers = stage_layers(shape, par.pp, stage)
-    down = range(layers.stop - 1, layers.start - 1, -1)
+    # One layer's parameters (and routed experts' among them) on this device, dense and mixture of experts.
+    layer_params = {False: (n["per_dense_layer"], 0), True: (n["per_layer"], n["experts_per_layer"])}
+    runs = stage_kinds(shape, par.pp, stage)  # the stage's layers in runs of one kind, bottom up
+
+    def forward_layers(micro_batches: range) -> list[Segment]:
+        """Each run of layers keeps its activations; one segment when every layer is alike."""
+        if len(runs) == 1:
+            return [forward_run(*runs[0], micro_batches)]
+        return [forward_run(layers, moe, range(mb, mb + 1)) for mb in micro_batches for layers, moe in runs]
+
+    def forward_run(layers: range, moe: bool, micro_batches: range) -> Segment:
+        size, source = "kept", kept_source
+        if moe:
+            size = "moe:kept"
+            if recompute != "full":  # the FFN is a mixture of experts (calc.activations.moe_parts)
+                source += "; FFN: router logits and probabilities, the k sb token copies through their experts"
+        forward = Event("forward", f"forward {layer}: keep activations for backward", "activations", size, source)
+        body = gathered(f"forward {layer}", layer_params[moe][0], [forward])
+        return Segment(tuple(body), Reps(layers, micro_batches))
+
+    def backward_layers(fresh: bool, micro_batches: range) -> list[Segment]:
+        """Each run of layers from the top down frees its activations and writes its gradients."""
+        if len(runs) == 1:
+            return [backward_run(*runs[0], fresh, micro_batches)]
+        return [backward_run(r, moe, fresh, range(mb, mb + 1)) for mb in micro_batches for r, moe in reversed(runs)]
+
+    def backward_run(layers: range, moe: bool, fresh: bool, micro_batches: range) -> Segment:
+        down = range(layers.stop - 1, layers.start - 1, -1)
+        return Segment(tuple(backward_layer(fresh, moe)), Reps(down, micro_batches))
+
     segs = [Segment(tuple(start))]
     if first and par.zero >= 3:
         lookup = Event("forward", "embedding lookup", "activations", 0, "Korthikanti et al. count no embedding output")
         segs.append(Segment(tuple(gathered("embedding", n["embedding"] + n["positions"], [lookup]))))
-    forward = Event("forward", f"forward {layer}: keep activations for backward", "activations", "kept", kept_source)
-    segs.append(
-        Segment(tuple(gathered(f"forward {layer}", n["per_layer"], [forward])), Reps(layers, range(1, in_flight + 1)))
-    )
+    segs += forward_layers(range(1, in_flight + 1))
     if last:
         # A tied head on one device is the embedding matrix: ZeRO-3 gathers it, its gradient is the embedding's.
         head_params = n["head"] or n["embedding"]
@@ -257,7 +311,7 @@ def template(
         segs.append(Segment(tuple(gathered("head backward", head_params, head))))
         if n["final_norm"]:
             segs.append(Segment(tuple(write_grads("final norm backward", n["final_norm"], not accumulating))))
-    segs.append(Segment(tuple(backward_layer(not accumulating)), Reps(down)))
+    segs += backward_layers(not accumulating, range(1, 2))
     if first:
         # Untied: the embedding's own gradient; tied on one device: it accumulates into the head's.
         embed = n["positions"] + (0 if shape.tied and last else n["embedding"])
@@ -265,7 +319,7 @@ def template(
             grads = write_grads("embedding backward", embed, not accumulating)
             segs.append(Segment(tuple(gathered("embedding backward", n["embedding"] + n["positions"], grads))))
     if in_flight > 1:  # this stage's other micro-batches in flight: their gradients are added in place
-        segs.append(Segment(tuple(backward_layer(False)), Reps(down, range(2, in_flight + 1))))
+        segs += backward_layers(False, range(2, in_flight + 1))
     end = []
     if last:
         end.append(

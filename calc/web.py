@@ -48,6 +48,8 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
         "global_batch": inputs["global_batch"],
     }
     result["fits"] = result["step"]["peak"] <= inputs["capacity"]
+    if inputs.get("hf_config"):
+        result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
     if want_plan:
         result["plan"] = plan(
             shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash

@@ -34,3 +34,33 @@ seqs = st.integers(1, 1 << 15)
 micro_batches = st.integers(1, 64)
 recipes = st.sampled_from(list(calc.RECIPES))
 recomputes = st.sampled_from(calc.RECOMPUTE)
+
+
+@st.composite
+def modern_shapes(draw) -> calc.Shape:
+    """Any valid shape with today's features too: a head size apart from width / heads (Gemma), q/k/v-only
+    biases (Qwen2), four norms a block (Gemma 2), a sliding window (Mistral)."""
+    shape = draw(shapes())
+    return shape.replace(
+        head_size=draw(st.sampled_from([0, 0, 1, 8, 256])),
+        qkv_bias=draw(st.booleans()),
+        norms_per_layer=draw(st.sampled_from([2, 4])),
+        sliding_window=draw(st.sampled_from([0, 16, 4096])),
+    )
+
+
+@st.composite
+def moe_shapes(draw) -> calc.Shape:
+    """Any valid mixture of experts: E experts, top-k, an optional shared expert and gate, some dense layers."""
+    shape = draw(modern_shapes())
+    experts = draw(st.sampled_from([1, 2, 4, 6, 8, 16, 60, 64]))
+    shared = draw(st.sampled_from([0, 0, 8, 1408]))
+    return shape.replace(
+        experts=experts,
+        experts_per_token=draw(st.integers(1, experts)),
+        expert_ffn=draw(st.sampled_from([0, 4, 32, 1408, 14336])),
+        shared_expert_ffn=shared,
+        shared_expert_gate=shared > 0 and draw(st.booleans()),
+        dense_layers=draw(st.integers(0, shape.layers)),
+        capacity_factor=draw(st.sampled_from([0.0, 0.0, 1.0, 1.25, 2.0])),
+    )

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import calc
 from calc import eager
-from calc.inputs import family_problem
+from calc.inputs import eager_lacks, family_problem
 from calc.recipes import state_bytes
 from calc.walk import events, peak
 from strategies import micro_batches, recipes, recomputes, seqs, shapes
@@ -38,7 +38,7 @@ def test_eager_walk_invariants(shape, seq, b, recipe, recompute, p, family, atte
     """Peak = the largest running total; allocations minus frees leave the static state; no category
     goes negative; the segment-wise peak equals the expanded walk's."""
     shape = shape.replace(family=family)
-    assume(family_problem(shape) is None)
+    assume(family_problem(shape) is None and eager_lacks(shape) is None)
     assume(family == "decoder" or recompute != "selective")
     s = calc.step(shape, seq, b, recipe, recompute, p, walk="eager", attention=attention)
     walk = s["events"]
@@ -68,7 +68,7 @@ def test_eager_walk_invariants(shape, seq, b, recipe, recompute, p, family, atte
 def test_eager_static_state_matches_the_deck(shape, seq, b, recipe, recompute, family):
     """Both walks start from the same resident state (and the token batch) and write the same gradients."""
     shape = shape.replace(family=family)
-    assume(family_problem(shape) is None)
+    assume(family_problem(shape) is None and eager_lacks(shape) is None)
     assume(family == "decoder" or recompute != "selective")
     assume(not calc.RECIPES[recipe].grad_buffer)
     deck = calc.step(shape, seq, b, recipe, recompute)
@@ -92,7 +92,7 @@ def test_eager_recomputation_order(shape, seq, b, recipe, p):
 def test_eager_peak_grows_with_tokens(shape, seq, b, recipe, recompute, k, family):
     """More tokens never need less memory."""
     shape = shape.replace(family=family)
-    assume(family_problem(shape) is None)
+    assume(family_problem(shape) is None and eager_lacks(shape) is None)
     assume(family == "decoder" or recompute != "selective")
     base = calc.step(shape, seq, b, recipe, recompute, walk="eager")["peak"]
     assert calc.step(shape, seq + k, b, recipe, recompute, walk="eager")["peak"] >= base

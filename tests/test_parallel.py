@@ -12,7 +12,8 @@ from calc.cli import main
 from calc.parallel import Parallel, check, device_params, split
 from calc.plan import TP_DEGREES
 from calc.recipes import state_bytes
-from strategies import micro_batches, recipes, recomputes, shapes
+from calc.walk import device_state
+from strategies import micro_batches, modern_shapes, moe_shapes, recipes, recomputes, shapes
 
 
 @pytest.mark.parametrize(("zero", "gb"), [(0, "120.0"), (1, "31.4"), (2, "16.6"), (3, "1.9")])
@@ -97,15 +98,10 @@ def test_doubling_a_degree_never_grows_per_device_memory(
     assume(shape.layers % doubled.pp == 0)
     # A tied embedding is copied onto the last stage (Megatron-LM), which can outweigh the halved layers.
     assume(which != "pp" or not shape.tied)
-    # So does a learned position table stay whole on the first stage, which also holds pp micro-batches in
-    # flight: for a model that is mostly that table (width 1, 36 positions), halving the layers saves less.
-    assume(
-        which != "pp"
-        or shape.positions != "learned"
-        or calc.param_counts(shape)["positions"] * 4 < calc.param_counts(shape)["layers"]
-    )
-    before = calc.step(shape, seq, b, recipe, recompute, par=par)
-    after = calc.step(shape, seq, b, recipe, recompute, par=doubled)
+    # The same step on both: as many micro-batches as the deeper pipeline needs (later ones start with the
+    # gradients resident, which a one-micro-batch step never does).
+    before = calc.step(shape, seq, b, recipe, recompute, par=par, grad_accum=doubled.pp)
+    after = calc.step(shape, seq, b, recipe, recompute, par=doubled, grad_accum=doubled.pp)
     assert after["peak"] <= before["peak"]
 
 
@@ -120,7 +116,7 @@ def test_sharded_state_sums_to_the_unsharded_state(params, dp, recipe, zero):
 
 
 @settings(max_examples=100, deadline=None)
-@given(shapes(), small_degrees(), st.integers(1, 8))
+@given(st.one_of(shapes(), modern_shapes()), small_degrees(), st.integers(1, 8))
 def test_tensor_and_pipeline_shards_sum_to_the_model(shape, tp, pp):
     """Over every stage and tensor rank, the split parameters add up to the model (replicas counted once)."""
     par = Parallel(tp=tp, pp=pp)
@@ -226,3 +222,163 @@ def test_plan_equals_brute_force():
     assert sorted(
         (r["devices"], r["dp"], r["tp"], r["pp"], r["zero"], r["recompute"], r["micro_batch"], r["peak"]) for r in got
     ) == sorted(want)
+
+
+MIXTRAL = calc.PRESETS["mixtral-8x7b"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(moe_shapes(), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 3]), recipes, st.integers(0, 3))
+def test_expert_parallel_state_sums_to_the_unsharded_state(shape, ep, groups, recipe, zero):
+    """With --ep, adding every worker's state gives the model's: each expert lives on dp/ep workers (ZeRO
+    shards it over them), everything else on all dp; with ZeRO-3 exactly the unsharded state."""
+    par = Parallel(dp=ep * groups, zero=zero, ep=ep)
+    assume(check(shape, par) is None)
+    n, counts = device_params(shape, par), calc.param_counts(shape)
+    assert n["experts"] * ep == counts["experts"] and n["total"] - n["experts"] == counts["total"] - counts["experts"]
+    whole, experts = state_bytes(counts["total"], recipe), state_bytes(counts["experts"], recipe)
+    total = dict.fromkeys(whole, 0)
+    for rank in range(par.dp):
+        for category, size in device_state(n["total"], n["experts"], recipe, par, rank).items():
+            total[category] += size
+    for category, from_stage in (("optimizer", 1), ("master", 1), ("gradients", 2), ("weights", 3)):
+        copies = (whole[category] - experts[category]) * par.dp + experts[category] * groups
+        assert total[category] == (whole[category] if zero >= from_stage else copies)
+
+
+@settings(max_examples=100, deadline=None)
+@given(moe_shapes(), small_degrees(), st.integers(1, 4), st.sampled_from([1, 2, 4]))
+def test_expert_tensor_and_pipeline_shards_sum_to_the_model(shape, tp, pp, ep):
+    """Over every stage, tensor rank and expert rank, a mixture of experts' split parameters add up to the model."""
+    par = Parallel(dp=ep, tp=tp, pp=pp, ep=ep)
+    assume(check(shape, par) is None)
+    total = 0
+    for stage in range(pp):
+        parts = [device_params(shape, par, stage, rank) for rank in range(tp)]
+        total += sum(p["total"] - p["experts"] for p in parts) - (tp - 1) * parts[0]["replicated"]
+        total += ep * sum(p["experts"] for p in parts)  # each expert rank holds different experts
+    extra_head_copy = shape.vocab * shape.hidden if shape.tied and pp > 1 else 0
+    assert total == calc.param_counts(shape)["total"] + extra_head_copy
+
+
+@settings(max_examples=100, deadline=None)
+@given(moe_shapes(), st.integers(1, 2048), micro_batches, recipes, recomputes)
+def test_peak_grows_with_experts_per_token(shape, seq, b, recipe, recompute):
+    """Routing each token to one more expert never lowers the peak."""
+    assume(shape.experts_per_token < shape.experts and shape.moe_layers)
+    more = shape.replace(experts_per_token=shape.experts_per_token + 1)
+    before = calc.step(shape, seq, b, recipe, recompute)["peak"]
+    after = calc.step(more, seq, b, recipe, recompute)["peak"]
+    assert after >= before
+
+
+@pytest.mark.parametrize("recompute", calc.RECOMPUTE)
+def test_mixtral_peak_grows_with_each_expert_per_token(recompute):
+    """Mixtral 8x7B at 4,096 tokens: each further expert per token raises the peak, whatever is recomputed."""
+    peaks = [calc.step(MIXTRAL.replace(experts_per_token=k), 4096, 1, "mixed", recompute)["peak"] for k in range(1, 9)]
+    assert peaks == sorted(set(peaks))
+
+
+def test_mixtral_routed_activations():
+    """Mixtral 8x7B, s = 4,096: its FFN keeps the router's logits and fp32 softmax (6 sbE) and, for the 2 sb
+    token copies routed, each expert's input and output (4h) and two inner activations (4 x 14,336), in place
+    of the dense FFN's 16 sbh."""
+    sb, h = 4096, 4096
+    moe = calc.layer_bytes(MIXTRAL, 4096, 1, moe=True) - calc.layer_bytes(MIXTRAL, 4096, 1)
+    assert moe == 6 * sb * 8 + 2 * sb * (4 * h + 4 * 14336) - 16 * sb * h
+    mistral = calc.PRESETS["mistral-7b"]
+    assert calc.layer_bytes(MIXTRAL, 4096, 1) == calc.layer_bytes(mistral, 4096, 1)  # same attention
+
+
+@pytest.mark.parametrize(("factor", "copies"), [(0.0, 2 * 4096), (1.0, 2 * 4096), (1.25, 8 * 1280), (2.0, 4 * 4096)])
+def test_capacity_factor_pads_each_expert(factor, copies):
+    """Dropless routing keeps k sb token copies; a capacity factor c pads each of the E experts to c k sb / E."""
+    assert calc.activations.routed_tokens(MIXTRAL.replace(capacity_factor=factor), 4096) == copies
+
+
+def test_expert_parallelism_splits_the_experts():
+    """Mixtral over 8 workers with --ep 8: each holds one expert a layer and everything else."""
+    counts = calc.param_counts(MIXTRAL)
+    n = device_params(MIXTRAL, Parallel(dp=8, ep=8))
+    assert n["total"] == counts["total"] - counts["experts"] + counts["experts"] // 8
+    one = calc.step(MIXTRAL, par=Parallel(dp=8))
+    eight = calc.step(MIXTRAL, par=Parallel(dp=8, ep=8))
+    assert one["bytes"]["activations"] == eight["bytes"]["activations"]  # balanced routing: as many tokens
+    # The peak is the head's gradient, before any expert's gradient: 2 + 8 + 4 bytes less per expert parameter.
+    assert one["peak_event"] == eight["peak_event"] == "loss and head backward: write its weight gradients"
+    assert one["peak"] - eight["peak"] == (2 + 8 + 4) * (counts["experts"] - counts["experts"] // 8)
+
+
+@pytest.mark.parametrize(
+    ("shape", "par", "message"),
+    [
+        ("llama-7b", Parallel(dp=2, ep=2), "expert parallelism needs a mixture of experts (--experts)"),
+        ("mixtral-8x7b", Parallel(dp=6, ep=3), "3 expert-parallel ranks do not divide the 8 experts"),
+        ("mixtral-8x7b", Parallel(dp=2, ep=4), "4 expert-parallel ranks do not divide the 2 data-parallel workers"),
+    ],
+)
+def test_expert_parallel_layouts_are_checked(shape, par, message):
+    """--ep needs experts, and must divide both the experts and the data-parallel workers."""
+    assert check(calc.PRESETS[shape], par) == ("ep", message)
+
+
+def test_plan_tries_expert_parallelism():
+    """For Mixtral the planner lists layouts with ep > 1, each with the peak its walk gives."""
+    rows = calc.plan(MIXTRAL, 4096, 64, 80 * calc.GB, limit=40)
+    assert any(r["ep"] > 1 for r in rows)
+    for r in rows:
+        par = Parallel(r["dp"], r["tp"], r["pp"], r["zero"], r["sequence_parallel"], r["flash"], r["ep"])
+        s = calc.step(MIXTRAL, 4096, r["micro_batch"], "mixed", r["recompute"], par=par, grad_accum=r["grad_accum"])
+        assert s["peak"] == r["peak"] <= 80 * calc.GB
+
+
+def test_sliding_window_changes_no_memory():
+    """Mistral 7B's 4,096-token window: eager and SDPA attention still hold s x s scores, so no walk changes."""
+    mistral = calc.PRESETS["mistral-7b"]
+    assert mistral.sliding_window == 4096
+    for seq in (4096, 16384):
+        assert calc.step(mistral, seq)["peak"] == calc.step(mistral.replace(sliding_window=0), seq)["peak"]
+
+
+def test_gemma2_norms_keep_their_inputs():
+    """Gemma 2's two extra norms each keep their 16-bit input: 4 sbh more a layer than with two norms."""
+    gemma = calc.PRESETS["gemma-2-9b"]
+    sbh = 4096 * 3584
+    assert calc.layer_bytes(gemma, 4096, 1) - calc.layer_bytes(gemma.replace(norms_per_layer=2), 4096, 1) == 4 * sbh
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    moe_shapes(),
+    st.integers(1, 512),
+    st.integers(1, 4),
+    recipes,
+    recomputes,
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2]),
+    st.integers(1, 3),
+    st.integers(0, 3),
+    st.integers(1, 4),
+)
+def test_moe_walk_invariants(shape, seq, b, recipe, recompute, ep, tp, pp, zero, accum):
+    """A mixture of experts' walk on any layout (dense layers first, then MoE layers; ep, tp, pp, ZeRO): the fast
+    peak is the expanded walk's, the step ends holding only the persistent state, and the forward pass keeps
+    the activations `bytes` reports."""
+    par = Parallel(dp=2 * ep, tp=tp, pp=pp, zero=zero if pp == 1 else min(zero, 1), ep=ep)
+    assume(check(shape, par) is None and shape.layers >= pp)
+    s = calc.step(shape, seq, b, recipe, recompute, par=par, grad_accum=max(accum, pp))
+    walk = s["events"]
+    assert s["peak"] == max(e["total"] for e in walk) == walk[s["peak_index"]]["total"]
+    last = walk[-1]["totals"]
+    kept_grads = s["bytes"]["gradients"] if calc.RECIPES[recipe].grad_buffer else 0  # Megatron's buffer stays
+    assert last == {**last, "gradients": kept_grads, "activations": 0, "logits": 0}
+    assert (last["weights"], last["optimizer"], last["master"]) == tuple(
+        s["bytes"][c] for c in ("weights", "optimizer", "master")
+    )
+    kept = sum(e["bytes"] for e in walk if e["label"].endswith("keep activations for backward"))
+    assert kept == s["bytes"]["activations"]
+    # A later micro-batch (of the step, or in flight) writes a module's gradients beside the resident ones
+    # before adding them in, and ZeRO-2 and 3 write them whole before the reduce-scatter.
+    whole_gradients = s["in_flight"] == 1 and not s["accumulating"] and par.zero < 2
+    for c in ("optimizer", "master", "logits", *(("gradients",) if whole_gradients else ())):
+        assert max(e["totals"][c] for e in walk) == s["bytes"][c]

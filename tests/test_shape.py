@@ -2,9 +2,10 @@
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import calc
-from strategies import shapes
+from strategies import modern_shapes, moe_shapes, shapes
 
 # Published parameter counts (the released checkpoints' totals).
 PUBLISHED = {
@@ -13,6 +14,18 @@ PUBLISHED = {
     "llama-2-70b": 68_976_648_192,  # Llama 2 70B with GQA (8 key/value heads); "70B"
     "gpt2": 124_439_808,  # Radford et al. 2019, the "117M"/124M model
     "decoder": 5_376,  # the course's Decoder (chapter 3)
+    # The released checkpoints' totals (their safetensors files' parameter counts, rounded on the model cards).
+    "llama-3.1-8b": 8_030_261_248,  # "8B"
+    "llama-3.1-70b": 70_553_706_496,  # "70B"
+    "llama-3.1-405b": 405_853_388_800,  # "405B"
+    "llama-3.2-1b": 1_235_814_400,  # "1.24B"
+    "llama-3.2-3b": 3_212_749_824,  # "3.21B"
+    "mistral-7b": 7_241_732_096,  # Jiang et al. 2023, "7.3B"
+    "mixtral-8x7b": 46_702_792_704,  # Jiang et al. 2024, "47B" (13B active)
+    "qwen2.5-7b": 7_615_616_512,  # "7.61B"
+    "qwen2.5-72b": 72_706_203_648,  # "72.7B"
+    "gemma-2-9b": 9_241_705_984,  # "9.24B"
+    "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 
 
@@ -57,3 +70,34 @@ def test_tying_removes_exactly_the_head(shape):
     untied, tied = shape.replace(tied=False), shape.replace(tied=True)
     extra = shape.vocab * shape.hidden + (shape.vocab if shape.bias else 0)
     assert calc.param_counts(untied)["total"] - calc.param_counts(tied)["total"] == extra
+
+
+@given(st.one_of(modern_shapes(), moe_shapes()))
+def test_breakdown_adds_up_with_heads_norms_and_experts(shape):
+    """With any head size, norms and experts: layers are the MoE and dense layers, a token uses k of E experts."""
+    c = calc.param_counts(shape)
+    assert c["layers"] == shape.moe_layers * c["per_layer"] + (shape.layers - shape.moe_layers) * c["per_dense_layer"]
+    assert c["total"] == c["embedding"] + c["positions"] + c["layers"] + c["final_norm"] + c["head"]
+    if shape.moe_layers:
+        assert c["experts"] == shape.moe_layers * shape.experts * (c["experts"] // shape.moe_layers // shape.experts)
+        assert c["total"] - c["active"] == c["experts"] // shape.experts * (shape.experts - shape.experts_per_token)
+    else:
+        assert c["experts"] == 0 and c["active"] == c["total"]
+
+
+@given(modern_shapes())
+def test_attention_is_sized_by_heads_and_head_size(shape):
+    """Q and O are h x (heads x head size), K and V h x (kv_heads x head size), whatever the width."""
+    wider = shape.replace(head_size=shape.head_dim + 1)
+    grown = calc.param_counts(wider)["per_layer"] - calc.param_counts(shape)["per_layer"]
+    biases = shape.heads + 2 * shape.kv_heads if shape.bias or shape.qkv_bias else 0
+    assert grown == 2 * shape.hidden * (shape.heads + shape.kv_heads) + biases
+
+
+def test_every_preset_is_in_one_group():
+    """The grouped preset list holds each preset once, with its total and active counts."""
+    rows = calc.presets.catalog()
+    assert sorted(r["name"] for r in rows) == sorted(calc.PRESETS)
+    mixtral = next(r for r in rows if r["name"] == "mixtral-8x7b")
+    assert (mixtral["group"], mixtral["params"], mixtral["active"]) == ("Mistral", 46_702_792_704, 12_879_925_248)
+    assert all(r["active"] == r["params"] for r in rows if r["name"] != "mixtral-8x7b")

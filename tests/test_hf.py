@@ -1,0 +1,300 @@
+"""Reading transformers configs: every count equals transformers' own model, every bad config one message."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import calc
+from calc.cli import main
+from calc.hf import MAX_CHARS, READERS, ConfigError, compact, parse, shape_from_config, shape_from_text
+from calc.presets import CONFIG_PRESETS, config_text
+from calc.web import handle
+
+CONFIGS = Path(__file__).parent / "hf_configs"  # published config.json files of model types no preset uses
+
+
+def transformers_count(cfg: dict) -> int:
+    """Parameters of transformers' own model for this config, built on the meta device (no weights)."""
+    config = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())  # tied matrices are counted once
+
+
+@pytest.mark.parametrize("name", CONFIG_PRESETS)
+def test_preset_count_equals_transformers(name):
+    """Each preset stored as a config.json has exactly the parameters transformers builds from that file."""
+    assert calc.param_counts(calc.PRESETS[name])["total"] == transformers_count(json.loads(config_text(name)))
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.stem)
+def test_published_config_count_equals_transformers(path):
+    """Gemma 7B, Phi-3-mini, Qwen1.5-MoE-A2.7B, GPT-2 and Llama 2 7B: the count transformers builds."""
+    text = path.read_text()
+    assert calc.param_counts(shape_from_text(text))["total"] == transformers_count(json.loads(text))
+
+
+def test_every_model_type_is_checked():
+    """The presets and the test configs cover every model type calc reads."""
+    files = [config_text(n) for n in CONFIG_PRESETS] + [p.read_text() for p in CONFIGS.glob("*.json")]
+    assert {json.loads(t)["model_type"] for t in files} == set(READERS)
+
+
+# The classes' default token ids lie outside a tiny vocabulary (Phi-3's padding row would not exist).
+NO_TOKENS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+
+
+@st.composite
+def small_configs(draw) -> dict:
+    """A small config of any supported type, with the features that change the count drawn at random."""
+    model_type = draw(st.sampled_from(sorted(READERS)))
+    kv_heads = draw(st.sampled_from([1, 2, 4]))
+    heads = kv_heads * draw(st.sampled_from([1, 2, 3]))
+    head_dim = draw(st.sampled_from([4, 8, 12]))
+    # A head size apart from width / heads half the time (LlamaConfig and Gemma2Config insist that the heads
+    # divide the width all the same).
+    hidden = heads * (head_dim if draw(st.booleans()) else draw(st.sampled_from([2, 6, 10])))
+    layers = draw(st.integers(1, 4))
+    if model_type == "gpt2":
+        hidden = heads * head_dim
+        return {
+            "model_type": "gpt2",
+            "n_layer": layers,
+            "n_embd": hidden,
+            "n_head": heads,
+            "n_inner": draw(st.sampled_from([None, 8, 20])),
+            "n_positions": draw(st.integers(1, 64)),
+            "vocab_size": draw(st.integers(1, 300)),
+            "tie_word_embeddings": draw(st.booleans()),
+            **NO_TOKENS,
+        }
+    cfg = {
+        "model_type": model_type,
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": draw(st.integers(1, 48)),
+        "vocab_size": draw(st.integers(1, 300)),
+        "tie_word_embeddings": draw(st.booleans()),
+        **NO_TOKENS,
+    }
+    if model_type == "llama":
+        cfg["attention_bias"] = cfg["mlp_bias"] = draw(st.booleans())
+    if model_type == "mixtral":
+        cfg["num_local_experts"] = draw(st.integers(1, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
+    if model_type == "qwen2_moe":
+        cfg["num_experts"] = draw(st.integers(0, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, max(1, cfg["num_experts"])))
+        cfg["moe_intermediate_size"] = draw(st.integers(1, 24))
+        cfg["shared_expert_intermediate_size"] = draw(st.integers(1, 24))
+        cfg["decoder_sparse_step"] = draw(st.integers(1, 3))
+        cfg["mlp_only_layers"] = draw(st.lists(st.integers(0, layers - 1), unique=True))
+        cfg["qkv_bias"] = draw(st.booleans())
+    return cfg
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_configs())
+def test_any_small_config_count_equals_transformers(cfg):
+    """Head sizes apart from width/heads, GQA, biases, tying, experts, shared experts and dense layers: exact."""
+    assert calc.param_counts(shape_from_config(cfg))["total"] == transformers_count(cfg)
+
+
+def test_mixtral_active_parameters():
+    """Mixtral 8x7B: 46.7B parameters, of which a token uses 12.9B (two of eight experts; Jiang et al. 2024)."""
+    counts = calc.param_counts(calc.PRESETS["mixtral-8x7b"])
+    expert = 3 * 4096 * 14336
+    assert counts["experts"] == 32 * 8 * expert
+    assert counts["active"] == counts["total"] - 32 * 6 * expert == 12_879_925_248
+
+
+def test_gemma2_has_four_norms_and_wide_heads():
+    """Gemma 2 9B: 16 heads of 256 (4,096 wide against a 3,584 width) and four RMSNorms a block."""
+    shape = calc.PRESETS["gemma-2-9b"]
+    assert (shape.head_dim, shape.q_width, shape.kv_width, shape.norms_per_layer) == (256, 4096, 2048, 4)
+    h = 3584
+    assert calc.param_counts(shape)["per_layer"] == 2 * h * 4096 + 2 * h * 2048 + 3 * h * 14336 + 4 * h
+
+
+def test_qwen2_biases_are_on_q_k_v_only():
+    """Qwen2.5 7B: q, k and v biases (3,584 + 2 x 512 a layer) and no others."""
+    shape = calc.PRESETS["qwen2.5-7b"]
+    assert shape.qkv_bias and not shape.bias
+    no_bias = calc.param_counts(shape.replace(qkv_bias=False))["total"]
+    assert calc.param_counts(shape)["total"] - no_bias == 28 * (3584 + 2 * 512)
+
+
+def test_compact_round_trips():
+    """A config reduced to what calc reads gives the same shape, and is shorter than the file."""
+    for name in CONFIG_PRESETS:
+        text = config_text(name)
+        short = compact(parse(text))
+        assert shape_from_text(short, name) == calc.PRESETS[name]
+        assert len(short) < len(text) and short == compact(json.loads(short))
+
+
+LLAMA = json.loads(config_text("llama-3.1-8b"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hidden_size": None}, "hidden_size is missing"),
+        ({"num_attention_heads": 0}, "num_attention_heads must be at least 1, got 0"),
+        ({"num_hidden_layers": -2}, "num_hidden_layers must be at least 1, got -2"),
+        ({"vocab_size": 1.5}, "vocab_size must be a whole number, got 1.5"),
+        ({"intermediate_size": "14336"}, 'intermediate_size must be a whole number, got "14336"'),
+        ({"tie_word_embeddings": "no"}, 'tie_word_embeddings must be true or false, got "no"'),
+        ({"num_attention_heads": 30, "num_key_value_heads": 6}, "num_attention_heads (30) does not divide hidden_size"),
+        ({"num_key_value_heads": 5}, "num_key_value_heads (5) does not divide num_attention_heads (32)"),
+        ({"hidden_size": 1 << 21}, "hidden_size must be at most 1,048,576"),
+        ({"model_type": "bert"}, 'model_type "bert" is not supported; supported: llama, mistral'),
+        ({"model_type": None}, "model_type is missing"),
+        ({"model_type": ["llama"]}, 'model_type ["llama"] is not supported'),
+        ({"vocab_size": float("nan")}, "vocab_size must be a whole number, got NaN"),
+        ({"hidden_act": "tanh"}, 'hidden_act "tanh" is not supported'),
+        ({"attention_bias": True}, "attention_bias and mlp_bias must be equal"),
+        ({"attention_dropout": 2}, "attention_dropout must be a probability from 0 to 1, got 2"),
+    ],
+)
+def test_bad_config_names_the_field(change, message):
+    """Each bad config raises one message that names the config's key."""
+    cfg = {k: v for k, v in {**LLAMA, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        shape_from_config(cfg)
+
+
+def test_moe_configs_are_checked():
+    """More experts per token than experts is refused, naming both keys."""
+    cfg = json.loads(config_text("mixtral-8x7b"))
+    with pytest.raises(ConfigError, match=r"num_experts_per_tok \(9\) is more than num_local_experts \(8\)"):
+        shape_from_config({**cfg, "num_experts_per_tok": 9})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not JSON: Expecting property name enclosed in double quotes at line 1, column 2"),
+        ("[1, 2]", "not a JSON object"),
+        ("", "not JSON: Expecting value at line 1, column 1"),
+        (" " * (MAX_CHARS + 1), f"too long: {MAX_CHARS + 1:,} characters, where a config.json has at most"),
+        ("[" * 100_000 + "]" * 100_000, "not JSON: nested too deeply"),
+        ('{"vocab_size": ' + "9" * 5000 + "}", "not JSON: a number too long"),
+    ],
+)
+def test_text_that_is_no_config(text, message):
+    """Not JSON, not an object, or too long: one message."""
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        parse(text)
+
+
+def test_cli_reads_a_config_and_flags_override_it(capsys):
+    """--hf-config gives the file's model; a flag beside it changes that one field."""
+    path = str(Path(calc.__file__).parent / "configs" / "mixtral-8x7b.json")
+    assert main(["--hf-config", path, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["params"] == 46_702_792_704 and out["config"]["shape"]["experts"] == 8
+    assert main(["--hf-config", path, "--experts-per-token", "1", "--layers", "2", "--json"]) == 0
+    shape = json.loads(capsys.readouterr().out)["config"]["shape"]
+    assert (shape["experts_per_token"], shape["layers"], shape["hidden"], shape["name"]) == (1, 2, 4096, "custom")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read {path}: No such file or directory"),
+        ("dir", "cannot read {path}: Is a directory"),
+        ("not json", "not JSON: Expecting value at line 1, column 1"),
+        (" " * 10_000_000, "too long: 1,000,001 characters, where a config.json has at most 1,000,000"),
+        ('{"model_type": "bert"}', 'model_type "bert" is not supported; supported: llama, mistral, qwen2'),
+        ('{"model_type": "llama", "hidden_size": 4096}', "num_hidden_layers is missing"),
+        (b"\xff\xfe{", "cannot read {path}: UnicodeDecodeError"),
+    ],
+)
+def test_cli_bad_config_file_is_one_line(tmp_path, capsys, content, message):
+    """A missing file, a folder, not JSON, a 10 MB file or a bad config: exit 2, one line naming the problem."""
+    path = tmp_path / "config.json"
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    assert main(["--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --hf-config: " + message.format(path=path)) and err.count("\n") == 1
+
+
+def test_cli_refuses_a_preset_beside_a_config(capsys):
+    """--preset and --hf-config both name the model: one of them."""
+    path = str(Path(calc.__file__).parent / "configs" / "gpt-3-175b.json")
+    assert main(["--preset", "gpt2", "--hf-config", path]) == 2
+    assert capsys.readouterr().err == "error: --preset: give a preset or hf-config, not both\n"
+
+
+def test_web_takes_the_config_text():
+    """The page sends the pasted config.json as the hf-config field; errors come back naming it."""
+    text = config_text("qwen2.5-7b")
+    out = json.loads(handle(json.dumps({"inputs": {"hf-config": text, "seq": "2048"}, "sweep": False})))
+    assert out["ok"] and out["step"]["params"] == calc.param_counts(calc.PRESETS["qwen2.5-7b"])["total"]
+    assert out["hf_config"] == compact(json.loads(text))  # the short form the page puts in its address
+    zero_width = text.replace('"hidden_size": 3584', '"hidden_size": 0')
+    bad = json.loads(handle(json.dumps({"inputs": {"hf-config": zero_width}})))
+    assert bad == {"ok": False, "field": "hf-config", "message": "hidden_size must be at least 1, got 0"}
+    huge = json.loads(handle(json.dumps({"inputs": {"hf-config": "x" * 10_000_000}})))
+    assert huge["field"] == "hf-config" and huge["message"].startswith("too long")
+
+
+@pytest.mark.parametrize(
+    ("preset", "missing"),
+    [
+        ("mixtral-8x7b", "a mixture of experts"),
+        ("gemma-2-9b", "transformers' gemma2 code (it replays Llama, Mistral, Qwen2 and GPT-2)"),
+    ],
+)
+def test_eager_walk_refuses_what_it_does_not_follow(capsys, preset, missing):
+    """--walk eager names the feature of the shape that calc.eager does not count, instead of a wrong peak."""
+    assert main(["--preset", preset, "--walk", "eager"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --walk: the eager walk does not follow {missing} yet: use the deck walk\n"
+    assert calc.inputs.eager_lacks(calc.PRESETS["llama-3.2-3b"]) is None
+
+
+def test_sliding_window_is_read_as_transformers_reads_it():
+    """Mistral 7B v0.1 attends over 4,096 tokens; null means no window; Qwen2's needs use_sliding_window."""
+    mistral = json.loads(config_text("mistral-7b"))
+    assert shape_from_config(mistral).sliding_window == 4096
+    assert shape_from_config({**mistral, "sliding_window": None}).sliding_window == 0
+    qwen = json.loads(config_text("qwen2.5-7b"))
+    assert shape_from_config(qwen).sliding_window == 0
+    assert shape_from_config({**qwen, "use_sliding_window": True}).sliding_window == 131072
+
+
+KEYS = sorted({k for name in CONFIG_PRESETS for k in json.loads(config_text(name))} | {"n_inner", "mlp_only_layers"})
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 1 << 30) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(CONFIG_PRESETS), st.dictionaries(st.sampled_from(KEYS), JSON_VALUES, max_size=4))
+def test_any_config_is_read_or_refused_with_a_message(name, changes):
+    """Whatever values a pasted config holds, calc answers with a shape or with an InputError on hf-config."""
+    text = json.dumps({**json.loads(config_text(name)), **changes})
+    try:
+        inputs = calc.parse_inputs({"hf-config": text, "seq": "64"})
+    except calc.InputError as e:
+        assert e.field in calc.inputs.FIELDS and e.message
+    else:
+        assert calc.param_counts(inputs["shape"])["total"] > 0
