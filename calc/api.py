@@ -105,7 +105,11 @@ def step(
         top, at = peak(segs)
         expanded = events(segs)
         full_sizes = {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
-        per_layer = next(sum(e.bytes for e in s.events) for s in segs if s.reps and s.events[0].phase == "forward")
+        per_layer = next(
+            sum(e.bytes for e in s.events if e.category == "activations")
+            for s in segs
+            if s.reps and s.events[0].phase == "forward"
+        )
     elif walk == "deck":
         (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
             shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum

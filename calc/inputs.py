@@ -218,8 +218,6 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     walk = _choice("walk", given.get("walk", "deck"), WALKS)
     attention = _choice("attention", given.get("attention", ATTENTIONS[0]), ATTENTIONS)
     device = _choice("device", given.get("device", DEVICES[0]), DEVICES)
-    if walk == "eager" and shape.family != "decoder" and recompute == "selective":
-        raise InputError("recompute", "transformers checkpoints whole layers: none or full with the eager walk")
     check_size(shape, seq, micro_batch)
     degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
     zero = given.get("zero", 0)
@@ -231,14 +229,9 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     if problem:
         raise InputError(*problem)
     grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
-    if walk == "eager" and (par != Parallel() or (grad_accum or 1) > 1):
-        raise InputError(
-            "walk",
-            "the eager walk is one micro-batch on one device: leave --dp, --tp, --pp, --ep, --zero, --grad-accum unset",
-        )
-    missing = walk == "eager" and eager_lacks(shape)
-    if missing:
-        raise InputError("walk", f"the eager walk does not follow {missing} yet: use the deck walk")
+    problem = walk == "eager" and eager_problem(shape, recompute, par, grad_accum)
+    if problem:
+        raise InputError(*problem)
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
     capacity = _capacity(given.get("capacity-gb", DEFAULT_CAPACITY_GB))
     return {
@@ -257,6 +250,21 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
         "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
     }
+
+
+def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int | None) -> tuple[str, str] | None:
+    """(field, message) where the eager walk cannot answer for this step, or None."""
+    if par != Parallel() or (grad_accum or 1) > 1:
+        return (
+            "walk",
+            "the eager walk is one micro-batch on one device: leave --dp, --tp, --pp, --ep, --zero, --grad-accum unset",
+        )
+    missing = eager_lacks(shape)
+    if missing:
+        return "walk", f"the eager walk does not follow {missing} yet: use the deck walk"
+    if shape.family != "decoder" and recompute == "selective":
+        return "recompute", "transformers checkpoints whole layers: none or full with the eager walk"
+    return None
 
 
 def eager_lacks(shape: Shape) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .api import step, sweep, table
-from .inputs import InputError, parse_inputs
+from .inputs import InputError, eager_problem, parse_inputs
 from .plan import plan
 from .units import format_gb, format_gib
 
@@ -20,6 +20,33 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
     """Sequence lengths from 1/8 to 2x the chosen one (and the chosen one), for the peak-versus-sequence chart."""
     lo, hi = max(1, seq // 8), seq * 2
     return sorted({seq} | {lo + (hi - lo) * i // (points - 1) for i in range(points)})
+
+
+def eager_beside(inputs: dict) -> dict:
+    """The step as PyTorch's eager autograd allocates it (calc.eager), for the page to show beside the
+    deck's accounting: {"available": true, "peak", "peak_event", "display", "family"}, or
+    {"available": false, "reason"}."""
+    shape = inputs["shape"]
+    problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"])
+    if problem:
+        return {"available": False, "reason": problem[1]}
+    s = step(
+        shape,
+        inputs["seq"],
+        inputs["micro_batch"],
+        inputs["recipe"],
+        inputs["recompute"],
+        walk="eager",
+        attention=inputs["attention"],
+        device=inputs["device"],
+    )
+    return {
+        "available": True,
+        "peak": s["peak"],
+        "peak_event": s["peak_event"],
+        "display": _display(s["peak"]),
+        "family": shape.family,
+    }
 
 
 def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> dict:
@@ -48,6 +75,7 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
         "global_batch": inputs["global_batch"],
     }
     result["fits"] = result["step"]["peak"] <= inputs["capacity"]
+    result["eager"] = eager_beside(inputs)
     if inputs.get("hf_config"):
         result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
     if want_plan:

@@ -71,3 +71,25 @@ def test_parallel_inputs_make_the_table_per_device():
     out = call(inputs={"dp": "8", "zero": "3"})
     assert out["table"][0]["bytes"]["weights"] == 2 * -(-calc.param_counts(calc.PRESETS["llama-7b"])["total"] // 8)
     assert call(inputs={"tp": "3"})["field"] == "tp"
+
+
+def test_eager_walk_beside_the_deck():
+    """The page gets the eager walk's peak for the same step beside the deck's, or the reason it has none."""
+    out = json.loads(web.handle(json.dumps({"inputs": {"preset": "llama-7b", "seq": 512, "attention": "eager"}})))
+    eager = calc.step(calc.PRESETS["llama-7b"], 512, walk="eager", attention="eager")
+    assert out["eager"] == {
+        "available": True,
+        "peak": eager["peak"],
+        "peak_event": eager["peak_event"],
+        "display": {"gb": calc.format_gb(eager["peak"]), "gib": calc.format_gib(eager["peak"])},
+        "family": "llama",
+    }
+    assert out["eager"]["peak"] != out["step"]["peak"]  # the deck's accounting is another figure
+    sharded = json.loads(web.handle(json.dumps({"inputs": {"dp": 4, "zero": 1}})))
+    assert sharded["ok"] and sharded["eager"]["available"] is False
+    assert "one device" in sharded["eager"]["reason"]
+    moe = json.loads(web.handle(json.dumps({"inputs": {"preset": "mixtral-8x7b", "seq": 512}})))
+    assert moe["eager"] == {
+        "available": False,
+        "reason": "the eager walk does not follow a mixture of experts yet: use the deck walk",
+    }
