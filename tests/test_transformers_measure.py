@@ -16,24 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "training"))
 
 import hf_models  # noqa: E402
+import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 
 BOUND = 0.03  # the issue's bound: within 3% of the measured peak
 
 
-def cli_flags(m: hf_models.Model) -> list[str]:
-    """The flags a user would type for this transformers config."""
-    flags = ["--layers", m.layers, "--hidden", m.hidden, "--heads", m.heads, "--kv-heads", m.kv_heads]
-    flags += ["--ffn", m.ffn, "--vocab", m.vocab]
-    if m.model_type == "qwen2":
-        flags.append("--qkv-bias")
-    return [str(f) for f in flags]
-
-
 def predicted(m, precision, attention, checkpointing, seq, b) -> int:
-    argv = [sys.executable, "-m", "calc", *cli_flags(m), "--seq", str(seq), "--micro-batch", str(b)]
-    argv += ["--walk", "eager", "--recipe", precision, "--attention", attention, "--recompute", checkpointing]
-    argv += ["--device", "cpu", "--json"]
+    """The peak the CLI prints, run as a user runs it (the flags from measure_transformers.cli_args)."""
+    args = measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, "cpu")
+    argv = [sys.executable, "-m", "calc", *args, "--json"]
     out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=True)
     return json.loads(out.stdout)["peak"]
 
@@ -46,6 +38,9 @@ CASES = [
     (hf_models.Model("mistral", 3, 64, 4, 2, 176, 256), "autocast", "eager", "none", 96, 2),
     (hf_models.Model("qwen2", 3, 64, 4, 2, 176, 256), "fp32-full", "eager", "full", 128, 2),
     (hf_models.Model("qwen2", 3, 64, 4, 4, 176, 256), "autocast", "sdpa", "full", 128, 2),
+    (hf_models.Model("mistral", 3, 64, 4, 1, 176, 256), "fp32-full", "sdpa", "none", 128, 1),
+    (hf_models.Model("gpt2", 3, 64, 4, 4, 256, 256), "fp32-full", "eager", "full", 128, 2),
+    (hf_models.Model("gpt2", 3, 64, 4, 4, 256, 256), "autocast", "sdpa", "none", 128, 2),
 ]
 
 
