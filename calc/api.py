@@ -8,7 +8,7 @@ from . import eager
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .shape import Shape, param_counts
-from .walk import CATEGORIES, device_state, events, peak, segments, seq_sizes, stage_kept, template
+from .walk import CATEGORIES, device_state, events, label_at, peak, segments, seq_sizes, stage_kept, template
 
 
 def sizes(
@@ -151,6 +151,21 @@ def step(
         "peak_index": at,
         "events": expanded,
     }
+
+
+def eager_peak(
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    attention: str = "sdpa",
+    device: str = "cuda",
+) -> tuple[int, str]:
+    """(peak bytes, the event that sets it) of the eager walk on one device, without expanding its events."""
+    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, None, attention, device)
+    top, at = peak(segs)
+    return top, label_at(segs, at)
 
 
 def table(

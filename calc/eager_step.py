@@ -133,18 +133,31 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
     return y
 
 
+SMALL = 4  # layers replayed: the first, two in the middle (which every deeper model repeats), the last
+
+
 def segments(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, attention: str, device: str):
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
-    repeated over the layers where they are the same), AdamW's step and zero_grad."""
+    repeated over the layers where they are the same), AdamW's step and zero_grad.
+
+    A deep model is replayed with SMALL layers: every layer but the first and the last runs the same ops
+    on the same sizes, so the middle layers' segments are stretched to the real depth (checked: where the
+    middle layers' events differ, the whole model is replayed)."""
     r = RECIPES[recipe]
-    rp, st = replay(shape, seq, micro_batch, recipe, recompute, attention, device)
+    small = shape.replace(layers=SMALL) if shape.layers > SMALL else shape
+    rp, st = replay(small, seq, micro_batch, recipe, recompute, attention, device)
+    replayed = _compress(rp.events)
+    if small is not shape:
+        replayed = _stretch(replayed, shape.layers)
+        if replayed is None:
+            replayed = _compress(replay(shape, seq, micro_batch, recipe, recompute, attention, device)[0].events)
     start = resident_state(param_counts(shape)["total"], recipe)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
     if device == "cpu":  # on CUDA AdamW keeps its step counters on the CPU
         counters = 4 * _param_tensors(shape)
         start.append(Event("start", "AdamW's step counters", "optimizer", counters, "a float32 tensor per parameter"))
-    segs = [Segment(tuple(start)), *_compress(rp.events)]
-    grads = sum(rp.param_grads.values())
+    segs = [Segment(tuple(start)), *replayed]
+    grads = sum(seg.repeats * e.bytes for seg in replayed for e in seg.events if e.category == "gradients")
     unit = r.optimizer // 2  # bytes of one moment value
     if device == "cpu":
         temp = 2 * unit * _largest_param(shape)
@@ -159,6 +172,25 @@ def segments(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: s
     ]
     segs.append(Segment(tuple(end)))
     return segs
+
+
+def _stretch(segs: list[Segment], layers: int) -> list[Segment] | None:
+    """The segments of a SMALL-layer replay for a model of `layers`: layer 1 stays 1, SMALL becomes `layers`,
+    the middle ones cover 2 to layers - 1. None if a segment splits the middle layers."""
+    big = {1: 1, SMALL: layers, **{k: (2 if k == 2 else layers - 1) for k in range(2, SMALL)}}
+    out = []
+    for seg in segs:
+        if seg.reps is None:
+            out.append(seg)
+            continue
+        small = list(seg.reps.layers)
+        middle = set(range(2, SMALL))
+        if middle & set(small) and not middle <= set(small):
+            return None
+        first, last = big[small[0]], big[small[-1]]
+        step = 1 if last >= first else -1
+        out.append(Segment(seg.events, Reps(range(first, last + step, step))))
+    return out
 
 
 def _compress(events: list[tuple[int, Event]]) -> list[Segment]:

@@ -44,7 +44,7 @@ class Ops:
     def __init__(self, rp: Replay, step: Step):
         self.rp, self.st = rp, step
         self.autocast = step.autocast  # off inside a kernel that works in fp32 (sdpa's math fallback)
-        self.casts: list[T] = []  # autocast's cached 16-bit weights, freed when the region ends
+        self.casts: list[tuple[int, T]] = []  # autocast's cached 16-bit weights (by layer), freed when it ends
 
     @property
     def mm(self) -> int:
@@ -72,7 +72,7 @@ class Ops:
             if x.unit != 2:
                 x = cast = self.cast16(x, x.label)
             w16 = rp.new(params * 2, f"16-bit copy of {name}.weight", "autocast caches a weight's cast", "weights")
-            self.casts.append(w16)
+            self.casts.append((rp.layer, w16))
             saved = [x, w16]
             work = [params * 2]  # the weight's gradient in 16 bits, before ToCopyBackward0 makes it fp32
         else:
@@ -86,8 +86,12 @@ class Ops:
         return y
 
     def end_autocast(self) -> None:
-        self.rp.drop(*self.casts, why="autocast's weight cache is cleared when the region ends")
-        self.casts = []
+        """The autocast region ends: its cache lets go of every layer's weight casts, layer by layer."""
+        rp, here = self.rp, self.rp.layer
+        for layer, cast in self.casts:
+            rp.layer = layer
+            rp.drop(cast, why="autocast's weight cache is cleared when the region ends")
+        rp.layer, self.casts = here, []
 
     def unary(self, label: str, x: T, saved: list[T], unit: int | None = None, category: str = "activations") -> T:
         """An elementwise op of one input whose gradient is as large as the input."""

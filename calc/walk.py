@@ -365,6 +365,18 @@ def events(segs: list[Segment]) -> list[dict]:
     return out
 
 
+def label_at(segs: list[Segment], index: int) -> str:
+    """The label of event `index` of the expanded walk, without expanding it."""
+    for seg in segs:
+        n = len(seg.events) * seg.repeats
+        if index < n:
+            rep, i = divmod(index, len(seg.events))
+            label = seg.events[i].label
+            return label if seg.reps is None else label.format(**list(seg.reps)[rep])
+        index -= n
+    raise IndexError("no such event")
+
+
 def peak(segs, sizes: dict[str, int] | None = None) -> tuple[int, int]:
     """(peak bytes, index of the first event where it occurs) without expanding the repetitions.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .api import step, sweep, table
+from .api import eager_peak, step, sweep, table
 from .inputs import InputError, eager_problem, parse_inputs
 from .plan import plan
 from .units import format_gb, format_gib
@@ -30,21 +30,20 @@ def eager_beside(inputs: dict) -> dict:
     problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"])
     if problem:
         return {"available": False, "reason": problem[1]}
-    s = step(
+    top, event = eager_peak(
         shape,
         inputs["seq"],
         inputs["micro_batch"],
         inputs["recipe"],
         inputs["recompute"],
-        walk="eager",
-        attention=inputs["attention"],
-        device=inputs["device"],
+        inputs["attention"],
+        inputs["device"],
     )
     return {
         "available": True,
-        "peak": s["peak"],
-        "peak_event": s["peak_event"],
-        "display": _display(s["peak"]),
+        "peak": top,
+        "peak_event": event,
+        "display": _display(top),
         "family": shape.family,
     }
 

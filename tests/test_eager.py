@@ -5,7 +5,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import calc
-from calc import eager
+from calc import eager, eager_step
 from calc.inputs import eager_lacks, family_problem
 from calc.recipes import state_bytes
 from calc.walk import events, peak
@@ -160,3 +160,24 @@ def test_cli_walk_flag(capsys):
     assert main(["--walk", "eager", "--table"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --walk:")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shapes(),
+    st.integers(1, 64),
+    st.integers(1, 4),
+    recipes,
+    st.sampled_from(["none", "full"]),
+    st.sampled_from(["eager", "sdpa"]),
+    st.sampled_from(["llama", "gpt2"]),
+    st.sampled_from(["cuda", "cpu"]),
+)
+def test_a_deep_model_is_its_middle_layer_repeated(shape, seq, b, recipe, recompute, attention, family, device):
+    """The walk replays four layers and stretches the middle ones: event for event the replay of every layer."""
+    shape = shape.replace(family=family, layers=max(shape.layers, eager_step.SMALL + 1))
+    assume(family_problem(shape) is None and eager_lacks(shape) is None)
+    stretched = eager_step.segments(shape, seq, b, recipe, recompute, attention, device)
+    whole = eager_step._compress(eager_step.replay(shape, seq, b, recipe, recompute, attention, device)[0].events)
+    replayed = [(e["label"], e["bytes"]) for e in events(stretched)][len(stretched[0].events) :]
+    assert replayed[: -len(stretched[-1].events)] == [(e["label"], e["bytes"]) for e in events(whole)]
