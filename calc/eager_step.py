@@ -51,11 +51,13 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     # forward: embedding (its backward writes a dense gradient of the table), positions, mask
     x = ops.new(n * h, unit, "token embeddings", "embedding: s x b x h values")
     rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
+    held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
     if shape.positions == "learned":
         pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
         rp.node("embedding", pos, inputs=[("positions", shape.context * h * st.param_bytes, "param")])
+        held.append(pos)
         summed = ops.add(x, pos, "token + position embeddings")
-        rp.drop(x, pos)
+        rp.drop(x)
         x = ops.dropout(summed, "embeddings")
         rp.drop(summed)
         cos = sin = None
@@ -81,6 +83,9 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     norm = ops.rms_norm if shape.norm == "rms" else ops.layer_norm
     final = norm(x, "final norm") if shape.final_norm else rp.keep(x)
     rp.drop(x)
+    # the base model's forward returns (LlamaModel, GPT2Model), letting go of what it held; its output
+    # (last_hidden_state) stays with the causal-LM forward, which applies the head and the loss
+    rp.drop(*held, *(t for t in (cos, sin, mask) if t is not None), why="the base model's forward returns")
     head = "embedding" if shape.tied else "lm_head"
     head_bias = shape.bias and shape.head_bias and not shape.tied
     logits = ops.linear(final, h, v, head, head_bias, "logits", "logits")
@@ -99,7 +104,6 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     rp.drop(final, why="the model's forward returns")
     ops.end_autocast()
     rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
-    rp.drop(*(t for t in (cos, sin, mask) if t is not None), why="the model's forward returns")
     # backward
     rp.grads[id(loss)] = T(0, "1")
     rp.backward()

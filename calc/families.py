@@ -260,7 +260,7 @@ class Ops:
 
     def sdpa_math(self, q: T, k: T, v: T, layer: str):
         """PyTorch's math fallback for scaled_dot_product_attention (dropout in training on the CPU): the
-        tensors of the eager path, with Q scaled first and no mask tensor. It computes 16-bit inputs in
+        tensors of the eager path, with Q and K scaled first and no mask tensor. It computes 16-bit inputs in
         fp32 on the CPU (and autocast does not reach inside it), then casts its output back."""
         rp = self.rp
         wide = [
@@ -268,10 +268,11 @@ class Ops:
             for t, what in ((q, "Q"), (k, "K"), (v, "V"))
         ]
         low, self.autocast = self.autocast, False
-        scaled = self.unary(f"{layer}: Q x scale", wide[0], [])
-        out, weights = self.eager_attention(scaled, wide[1], wide[2], None, layer)
+        # Q and K^T are each scaled by sqrt(scale) before their product (new tensors, strided like them)
+        qs, ks = (self.unary(f"{layer}: {w} x sqrt(scale)", t, []) for w, t in (("Q", wide[0]), ("K", wide[1])))
+        out, weights = self.eager_attention(qs, ks, wide[2], None, layer)
         self.autocast = low
-        rp.drop(scaled, weights, *wide)
+        rp.drop(qs, ks, weights, *wide)
         if q.unit != 4:
             back = self.unary(f"{layer}: attention output in 16 bits", out, [], q.unit)
             rp.drop(out)
