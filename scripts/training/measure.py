@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from profile_step import events as _events  # noqa: E402
 from reference import RECOMPUTE, Config, Decoder, batch, make_optimizer, synthetic_stream, train_step  # noqa: E402
 from torch._C._profiler import _EventType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
@@ -258,15 +259,6 @@ KINDS = (
     "backward working",
     "optimizer working",
 )
-
-
-def _events(prof) -> list:
-    out, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        e = stack.pop()
-        out.append(e)
-        stack.extend(e.children)
-    return out
 
 
 def _names(event) -> list[str]:

@@ -17,7 +17,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 STEP_MARK = "measure: training step"
 
 
-def _events(prof) -> list:
+def events(prof) -> list:
+    """Every event the profiler recorded, nested ones included."""
     out, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         e = stack.pop()
@@ -37,9 +38,9 @@ def measure_cpu(model: hf_models.Model, precision: str, attention: str, checkpoi
         x = batches[1].clone()
         with record_function(STEP_MARK):
             hf_models.train_step(net, optimizer, x, precision)
-    events = _events(prof)
-    step = next(e for e in events if e.name == STEP_MARK)
-    allocations = sorted((e for e in events if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
+    recorded = events(prof)
+    step = next(e for e in recorded if e.name == STEP_MARK)
+    allocations = sorted((e for e in recorded if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
     running, start, end, peak = 0, None, None, -1
     for e in allocations:
         if start is None and e.start_time_ns >= step.start_time_ns:
