@@ -18,6 +18,7 @@ from .walk import Event, Reps, Segment, resident_state
 
 LAYERS = {"llama": llama_layer, "gpt2": gpt2_layer}
 RNG_STATE = 5056  # torch.get_rng_state(): the CPU generator's state, saved by each checkpointed call
+CUDA_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize, every allocation is rounded up to it
 
 
 def _largest_param(shape: Shape) -> int:
@@ -43,7 +44,7 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     r = RECIPES[recipe]
     act = r.activations if not r.autocast else 4
     st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device)
-    rp = Replay("forward")
+    rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1)
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
     unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype

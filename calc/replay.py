@@ -51,7 +51,8 @@ class Node:
 class Replay:
     """Allocation events of one step, with the phase and layer they belong to."""
 
-    def __init__(self, phase: str = "forward"):
+    def __init__(self, phase: str = "forward", block: int = 1):
+        self.block = block  # the allocator's granularity: CUDA's caching allocator hands out multiples of 512
         self.events: list[tuple[int, Event]] = []  # (layer, event)
         self.nodes: list[Node] = []
         self.phase, self.layer = phase, 0
@@ -60,6 +61,8 @@ class Replay:
 
     # --- the allocator -------------------------------------------------------------------------------
     def _emit(self, label: str, category: str, nbytes: int, source: str) -> None:
+        """An allocation (nbytes > 0) or a free, in blocks of the allocator's size."""
+        nbytes = (1 if nbytes > 0 else -1) * -(-abs(nbytes) // self.block) * self.block
         if nbytes:
             self.events.append((self.layer, Event(self.phase, label, category, nbytes, source)))
 

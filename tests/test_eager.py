@@ -72,10 +72,25 @@ def test_eager_static_state_matches_the_deck(shape, seq, b, recipe, recompute, f
     assume(family == "decoder" or recompute != "selective")
     assume(not calc.RECIPES[recipe].grad_buffer)
     deck = calc.step(shape, seq, b, recipe, recompute)
-    ours = calc.step(shape, seq, b, recipe, recompute, walk="eager")
-    assert ours["static"] == deck["static"] + tokens(shape, seq, b)
+    ours = calc.step(shape, seq, b, recipe, recompute, walk="eager", device="cpu")  # bytes as asked, unrounded
+    counters = sum(e["bytes"] for e in ours["events"] if e["label"] == "AdamW's step counters")
+    assert ours["static"] == deck["static"] + tokens(shape, seq, b) + counters
     written = sum(e["bytes"] for e in ours["events"] if e["label"] == "zero_grad: free gradients")
     assert -written == deck["bytes"]["gradients"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(shapes(), st.integers(1, 64), st.integers(1, 4), recipes, families)
+def test_cuda_allocations_come_in_512_byte_blocks(shape, seq, b, recipe, family):
+    """On CUDA every allocation and free of the replayed step is a multiple of 512 bytes (the caching
+    allocator's block), each at least the bytes asked for on the CPU."""
+    shape = shape.replace(family=family)
+    assume(family != "decoder" and family_problem(shape) is None and eager_lacks(shape) is None)
+    cuda = eager_step.replay(shape, seq, b, recipe, "none", "sdpa", "cuda")[0].events
+    cpu = eager_step.replay(shape, seq, b, recipe, "none", "sdpa", "cpu")[0].events
+    assert [e.label for _, e in cuda] == [e.label for _, e in cpu]
+    for (_, c), (_, p) in zip(cuda, cpu, strict=True):
+        assert c.bytes % 512 == 0 and abs(c.bytes) >= abs(p.bytes) and abs(c.bytes) - abs(p.bytes) < 512
 
 
 @settings(max_examples=100, deadline=None)
