@@ -1,25 +1,39 @@
 // Runs calc inside Pyodide, off the page's main thread: a JSON request in, calc.web.handle's JSON out.
-// Pyodide and the calc wheel are files of this site (hooks/assets.py); nothing comes from another host.
-// The wheel is unpacked with unpackArchive: calc is pure Python with no dependencies, so micropip
-// (and the pyodide-build toolchain, which needs a second, newer Python) is not needed.
+// Everything is a file of this site (hooks/assets.py, hooks/pyodide_site.py); nothing comes from another host:
+//   assets/pyodide/   Pyodide 314, its standard library cut to what calc uses and precompiled to .pyc;
+//   assets/wheels/    calc's wheel and the site's pyodide-lock.json (made by pyodide-build), which holds
+//                     the wheel's sha256: loadPackage("calc") refuses a wheel whose bytes differ.
+// Messages to the page: {progress: {done, total, label}} while loading, then {type: "ready"} or
+// {type: "failed", message}; then {id, answer} or {id, error} for each {id, request}.
 import { loadPyodide } from "../assets/pyodide/pyodide.mjs";
 
-const wheelUrl = new URL(self.location.href).searchParams.get("wheel");
-
-async function fetchWheel() {
-  const response = await fetch(wheelUrl);
-  if (!response.ok) throw new Error(`could not fetch the calc wheel (HTTP ${response.status})`);
-  return response.arrayBuffer();
+const assets = new URL("../assets/", import.meta.url);
+// The steps, in order; the first (about 5 MB to download, then WebAssembly to compile) is the long one.
+const STEPS = ["Downloading and starting Python (Pyodide) and calc", "Starting calc"];
+let shown = -1;  // progress only moves forward
+function progress(done, label = STEPS[done]) {
+  if (done <= shown) return;
+  shown = done;
+  postMessage({ progress: { done, total: STEPS.length, label } });
 }
 
-// Start Pyodide and fetch the wheel at the same time; the wheel is small and arrives first.
 const handle = (async () => {
-  const [pyodide, wheel] = await Promise.all([
-    loadPyodide({ indexURL: new URL("../assets/pyodide/", import.meta.url).href }),
-    fetchWheel(),
-  ]);
-  pyodide.unpackArchive(wheel, "wheel");
-  return pyodide.pyimport("calc.web").handle;
+  progress(0);
+  const pyodide = await loadPyodide({
+    indexURL: new URL("pyodide/", assets).href,
+    lockFileURL: new URL("wheels/pyodide-lock.json", assets).href,  // packages are found beside it
+    packages: ["calc"],  // fetched as soon as the lock file is in, alongside the runtime's own downloads
+  });
+  if (!pyodide.loadedPackages.calc) {
+    // Refused (its sha256 differs from the lock file's) or not found: ask again to learn why.
+    const problems = [];
+    await pyodide.loadPackage("calc", { messageCallback: () => {}, errorCallback: (m) => problems.push(m) });
+    throw new Error(`the calc package was refused or could not load (${problems.join("; ") || "no detail"})`);
+  }
+  progress(1);
+  const entry = pyodide.pyimport("calc.web").handle;
+  progress(STEPS.length, "Ready");
+  return entry;
 })();
 
 handle.then(
