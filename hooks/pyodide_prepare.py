@@ -13,10 +13,13 @@ import zipfile
 from importlib._bootstrap_external import _code_to_hash_pyc
 
 EPOCH = (1980, 1, 1, 0, 0, 0)
+# The standard library is compiled as `python -OO` would (no docstrings, no asserts): 15% fewer bytes to
+# download. calc keeps both, so it runs exactly as under CPython in the tests.
+STDLIB_OPTIMIZE, CALC_OPTIMIZE = 2, 0
 
 
-def pyc(source: bytes, filename: str) -> bytes:
-    code = compile(source, filename, "exec", dont_inherit=True)
+def pyc(source: bytes, filename: str, optimize: int) -> bytes:
+    code = compile(source, filename, "exec", dont_inherit=True, optimize=optimize)
     return _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
 
 
@@ -36,7 +39,7 @@ def compile_stdlib(out: str) -> None:
         for name in USED:  # noqa: F821
             if not name.endswith(".py"):
                 raise RuntimeError(f"{name}: only .py modules are expected in the standard library zip")
-            entries.append((name + "c", pyc(full.read(name), STDLIB + name)))  # noqa: F821
+            entries.append((name + "c", pyc(full.read(name), STDLIB + name, STDLIB_OPTIMIZE)))  # noqa: F821
     write_zip(out, sorted(entries))
 
 
@@ -51,7 +54,7 @@ def compile_wheel(wheel: str, out: str, site_packages: str) -> None:
                 continue
             data = archive.read(name)
             if name.endswith(".py"):
-                entries.append((name + "c", pyc(data, f"{site_packages}/{name}")))
+                entries.append((name + "c", pyc(data, f"{site_packages}/{name}", CALC_OPTIMIZE)))
             else:
                 entries.append((name, data))
     lines = []

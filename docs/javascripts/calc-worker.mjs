@@ -17,19 +17,34 @@ function progress(done, label = STEPS[done]) {
   postMessage({ progress: { done, total: STEPS.length, label } });
 }
 
+const lockUrl = new URL("wheels/pyodide-lock.json", assets);
+
+// loadPackage only reports "Failed to fetch" when the bytes do not match: fetch the wheel again, unchecked,
+// and say whether it is missing or differs from the lock file's sha256.
+async function whyNotLoaded() {
+  try {
+    const { file_name: name, sha256 } = (await (await fetch(lockUrl)).json()).packages.calc;
+    const response = await fetch(new URL(name, lockUrl), { cache: "no-store" });
+    if (!response.ok) return `calc's wheel could not be fetched (HTTP ${response.status})`;
+    const digest = await crypto.subtle.digest("SHA-256", await response.arrayBuffer());
+    const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+    if (hex !== sha256) {
+      return `calc's wheel was refused: its sha256 is ${hex.slice(0, 12)}…, the lock file says ${sha256.slice(0, 12)}…`;
+    }
+    return "calc's wheel matches the lock file but could not be installed";
+  } catch (error) {
+    return `calc's wheel could not be fetched or checked (${error?.message ?? error})`;
+  }
+}
+
 const handle = (async () => {
   progress(0);
   const pyodide = await loadPyodide({
     indexURL: new URL("pyodide/", assets).href,
-    lockFileURL: new URL("wheels/pyodide-lock.json", assets).href,  // packages are found beside it
+    lockFileURL: lockUrl.href,  // packages are found beside it
     packages: ["calc"],  // fetched as soon as the lock file is in, alongside the runtime's own downloads
   });
-  if (!pyodide.loadedPackages.calc) {
-    // Refused (its sha256 differs from the lock file's) or not found: ask again to learn why.
-    const problems = [];
-    await pyodide.loadPackage("calc", { messageCallback: () => {}, errorCallback: (m) => problems.push(m) });
-    throw new Error(`the calc package was refused or could not load (${problems.join("; ") || "no detail"})`);
-  }
+  if (!pyodide.loadedPackages.calc) throw new Error(await whyNotLoaded());
   progress(1);
   const entry = pyodide.pyimport("calc.web").handle;
   progress(STEPS.length, "Ready");
