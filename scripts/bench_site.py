@@ -10,6 +10,9 @@ both on localhost and throttled to 10 Mbit/s down and up with 40 ms latency (Chr
 Protocol, Network.emulateNetworkConditions), with the bytes each load received (encoded, gzip where
 the server sends it: a `.gz` sibling or on-the-fly gzip, as a static host does). Our time to live is
 reported as a ratio to the bare start in the same condition.
+With --snapshot, a third page measures Pyodide's memory snapshot (private options of pyodide 314):
+a snapshot taken in this browser after `import calc.web`, served gzipped, restored by a worker that
+then answers the page's first request; it is measured, not shipped (see README).
 Then, on one live page, the latency from an input change to the redrawn chart (event "calc:drawn")
 over many changes: median and p95; last the planner's time in the worker (event "calc:planned").
 
@@ -48,6 +51,38 @@ BARE_WORKER_JS = """import { loadPyodide } from "./pyodide/pyodide.mjs";
 const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
 postMessage(pyodide.runPython("1+1"));
 """
+# The memory snapshot: taken once in the browser (after `import calc.web`), then restored per load.
+MAKE_SNAPSHOT_HTML = """<!doctype html><meta charset="utf-8"><title>take a snapshot</title>
+<p>Taking a memory snapshot…</p>
+<script>
+const worker = new Worker("make-snapshot-worker.mjs", {type: "module"});
+worker.onmessage = async ({data}) => {
+  await fetch("upload-snapshot", {method: "POST", body: data});
+  document.body.dataset.state = "ready";
+};
+</script>"""
+SITE_RUNTIME = """import { loadPyodide } from "../assets/pyodide/pyodide.mjs";
+const assets = new URL("../assets/", import.meta.url);
+const options = { indexURL: new URL("pyodide/", assets).href,
+                  lockFileURL: new URL("wheels/pyodide-lock.json", assets).href };
+"""
+MAKE_SNAPSHOT_WORKER_JS = SITE_RUNTIME + """
+// A snapshot refuses loaded packages (pyodide.loadedPackages must be empty): unpack the wheel instead.
+// It does not keep the file system either, so calc.web must be imported (in memory) before it is taken.
+const pyodide = await loadPyodide({ ...options, _makeSnapshot: true });
+const lock = await (await fetch(options.lockFileURL)).json();
+const wheel = await fetch(new URL(lock.packages.calc.file_name, options.lockFileURL));
+pyodide.unpackArchive(await wheel.arrayBuffer(), "wheel");
+pyodide.runPython("import calc.web");  // no proxy may be alive when the snapshot is taken
+const snapshot = pyodide.makeMemorySnapshot();
+postMessage(snapshot, [snapshot.buffer]);
+"""
+SNAPSHOT_HTML = BARE_HTML.replace("bare-worker.mjs", "snapshot-worker.mjs")
+SNAPSHOT_WORKER_JS = SITE_RUNTIME + """
+const snapshot = fetch(new URL("snapshot.bin", import.meta.url)).then((r) => r.arrayBuffer());
+const pyodide = await loadPyodide({ ...options, _loadSnapshot: snapshot });
+postMessage(pyodide.pyimport("calc.web").handle('{"inputs": {}, "sweep": true}').length);
+"""
 CONDITIONS = {  # name -> Network.emulateNetworkConditions parameters (None: no throttling)
     "localhost": None,
     "10 Mbit/s": {"offline": False, "latency": 40, "downloadThroughput": 10e6 / 8, "uploadThroughput": 10e6 / 8},
@@ -79,6 +114,10 @@ def bench_root(site: Path):
         (bench / "pyodide").mkdir(parents=True)
         (bench / "bare.html").write_text(BARE_HTML)
         (bench / "bare-worker.mjs").write_text(BARE_WORKER_JS)
+        (bench / "make-snapshot.html").write_text(MAKE_SNAPSHOT_HTML)
+        (bench / "make-snapshot-worker.mjs").write_text(MAKE_SNAPSHOT_WORKER_JS)
+        (bench / "snapshot.html").write_text(SNAPSHOT_HTML)
+        (bench / "snapshot-worker.mjs").write_text(SNAPSHOT_WORKER_JS)
         for name in STOCK_FILES:
             (bench / "pyodide" / name).symlink_to(PYODIDE / name)
             if (site / "assets" / "pyodide" / f"{name}.gz").is_file():  # the same .gz the site ships
@@ -93,6 +132,25 @@ def percentile(values: list[float], q: float) -> float:
     k = (len(ordered) - 1) * q
     lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def take_snapshot(browser, base: str, root: Path) -> int:
+    """Takes the memory snapshot in the browser and writes __bench__/snapshot.bin and its .gz; returns its size."""
+    context = browser.new_context()
+    got = []
+
+    def upload(route):
+        got.append(route.request.post_data_buffer)
+        route.fulfill(body="ok")
+
+    context.route("**/__bench__/upload-snapshot", upload)
+    page = context.new_page()
+    page.goto(base + "__bench__/make-snapshot.html")
+    page.wait_for_selector("body[data-state=ready]", timeout=180_000)
+    context.close()
+    (root / "__bench__" / "snapshot.bin").write_bytes(got[0])
+    (root / "__bench__" / "snapshot.bin.gz").write_bytes(gzip.compress(got[0], 6, mtime=0))
+    return len(got[0])
 
 
 def load(browser, url: str, ready_selector: str, throttle: dict | None) -> dict:
@@ -158,18 +216,22 @@ def main() -> int:
     parser.add_argument("--site", type=Path, default=site_browser.SITE, help="the built site (default site/)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the loads' shuffled order")
+    parser.add_argument("--snapshot", action="store_true", help="also measure a memory snapshot (not shipped)")
     args = parser.parse_args()
 
     pages = {"site": ("", "[data-calc][data-state=ready]"), "bare": (BARE_PAGE, "body[data-state=ready]")}
+    if args.snapshot:
+        pages["snapshot"] = ("__bench__/snapshot.html", "body[data-state=ready]")
     plan = [(c, p) for c in CONDITIONS for p in pages] * args.runs
     random.Random(args.seed).shuffle(plan)  # interleaved: every variant sees the same machine load
     results: dict[tuple[str, str], list[dict]] = {key: [] for key in plan}
     with bench_root(args.site) as root, site_browser.serve(root) as base, sync_playwright() as p:
         browser = site_browser.launch(p)
+        snapshot_bytes = take_snapshot(browser, base, root) if args.snapshot else None
         for i, (condition, name) in enumerate(plan):
             path, ready = pages[name]
             results[condition, name].append(load(browser, base + path, ready, CONDITIONS[condition]))
-            print(f"  load {i + 1}/{len(plan)}: {name:4} {condition:9} {results[condition, name][-1]['live']:7.0f} ms",
+            print(f"  load {i + 1}/{len(plan)}: {name:8} {condition:9} {results[condition, name][-1]['live']:7.0f} ms",
                   file=sys.stderr, flush=True)
         latencies = update_latencies(browser, base, max(args.changes, 50))
         plans = plan_times(browser, base)
@@ -189,6 +251,11 @@ def main() -> int:
             "site_bytes": statistics.median(t["bytes"] for t in ours),
             "bare_bytes": statistics.median(t["bytes"] for t in bare),
         }
+        if args.snapshot:
+            snap = results[condition, "snapshot"]
+            row["snapshot_ms"] = statistics.median(t["live"] for t in snap)
+            row["snapshot_ratio_to_bare"] = row["snapshot_ms"] / bare_live
+            row["snapshot_bytes"] = statistics.median(t["bytes"] for t in snap)
         report["conditions"][condition] = row
         aim = {"localhost": 0.5, "10 Mbit/s": 0.75}[condition]
         print(f"{condition}:")
@@ -196,6 +263,9 @@ def main() -> int:
         print(f"  calculator live            {live:8.0f} ms   {row['site_bytes'] / 1e6:5.2f} MB received")
         print(f"  bare Pyodide start         {bare_live:8.0f} ms   {row['bare_bytes'] / 1e6:5.2f} MB received")
         print(f"  live / bare                {row['live_ratio_to_bare']:8.2f}   (aim: <= {aim})")
+        if args.snapshot:
+            print(f"  memory snapshot, 1st answer{row['snapshot_ms']:8.0f} ms   {row['snapshot_bytes'] / 1e6:5.2f} MB "
+                  f"received, {row['snapshot_ratio_to_bare']:.2f} x bare (snapshot {snapshot_bytes / 1e6:.1f} MB raw)")
     report["update_ms"] = {"changes": len(latencies), "median": statistics.median(latencies),
                            "p95": percentile(latencies, 0.95), "max": max(latencies)}
     report["plan_ms"] = {"questions": len(plans), "median": statistics.median(plans), "max": max(plans)}

@@ -50,7 +50,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             path = os.path.join(path, "index.html")
         ctype = self.guess_type(path)
         if ("gzip" not in self.headers.get("Accept-Encoding", "") or not os.path.isfile(path)
-                or not ctype.startswith(COMPRESSED_TYPES)):
+                or not (os.path.isfile(path + ".gz") or ctype.startswith(COMPRESSED_TYPES))):
             return super().send_head()
         if os.path.isfile(path + ".gz"):
             with open(path + ".gz", "rb") as f:
