@@ -8,6 +8,8 @@
 PYTHON ?= python3
 PORT ?= 8000
 VENV := .venv
+TOOL_VENV := .venv-pyodide
+PYODIDE_PYTHON ?=
 BIN := $(VENV)/bin
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -15,12 +17,27 @@ export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: setup setup-browser build serve live test check bench clean
 
-setup: $(VENV)/.installed node_modules/.installed
+setup: $(VENV)/.installed node_modules/.installed $(TOOL_VENV)/.installed
 
 # Python: calc (editable) with the tools of its tests, the site, the browser tests and the measurements.
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,browser,measure]'
+	touch $@
+
+# pyodide-build (`pyodide lockfile add-wheels` writes the site's lock file) needs Python 3.12 or newer,
+# in its own tool environment. The first interpreter that is 3.12+ wins: $(PYODIDE_PYTHON) if given,
+# then python3.14, python3.13, python3.12 and python3 on PATH, then pyenv's versions.
+$(TOOL_VENV)/.installed: pyproject.toml Makefile
+	@py="$$(for c in $(PYODIDE_PYTHON) python3.14 python3.13 python3.12 python3 \
+	        $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
+	      $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { command -v $$c; break; }; \
+	    done)"; \
+	if [ -z "$$py" ]; then echo "make: no Python 3.12 or newer found for pyodide-build: install python3.12 (apt-get install python3.12, or pyenv) or pass PYODIDE_PYTHON=/path/to/python3.12" >&2; exit 1; fi; \
+	echo "pyodide-build runs on $$py ($$($$py --version))"; \
+	test -x $(TOOL_VENV)/bin/python || $$py -m venv $(TOOL_VENV)
+	$(TOOL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$($(TOOL_VENV)/bin/python -c \
+	  "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['pyodide-build']))")
 	touch $@
 
 # Node: Pyodide and KaTeX, vendored into the site by hooks/assets.py (exact versions: package-lock.json).
@@ -53,4 +70,4 @@ bench: build setup-browser
 	$(BIN)/python scripts/bench_site.py
 
 clean:
-	rm -rf site test-artifacts
+	rm -rf site test-artifacts build/pyodide-site

@@ -1,8 +1,11 @@
 """MkDocs hook: put everything the pages load into the site itself.
 
-- Pyodide's runtime, from the npm package ``pyodide`` (node_modules, see package.json);
+- Pyodide's runtime, from the npm package ``pyodide`` (node_modules, see package.json), with its
+  standard library cut to what calc uses and precompiled (hooks/pyodide_site.py);
+- calc's wheel (.pyc) and the site's ``pyodide-lock.json`` holding its sha256, in assets/wheels/,
+  which the worker loads with ``pyodide.loadPackage("calc")``;
+- a gzip sibling (``name.gz``) of each compressible runtime file, for hosts that serve them;
 - KaTeX's stylesheet and fonts (the formulas are typeset at build time, hooks/katex.py);
-- calc as a wheel built from calc/ (hooks/wheel.py), which the worker unpacks;
 - static figures of the deck's configuration (hooks/figures.py), drawn from calc.
 
 Nothing is written into docs/: the files are added to the build as generated
@@ -12,6 +15,9 @@ serves the same. A missing node_modules fails the build with what to run.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import mimetypes
 import sys
 from pathlib import Path
 
@@ -19,11 +25,30 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: hooks/ and calc/
-from hooks import deck, figures, wheel
+from hooks import deck, figures, pyodide_site, wheel
 
 NODE_MODULES = deck.ROOT / "node_modules"
-# What loadPyodide() fetches for a pure-Python program: no packages from the lock file.
-PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
+# Pyodide's runtime as the npm package ships it; its python_stdlib.zip is replaced by the cut one.
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm")
+# Compressible files that get a .gz sibling (a .zip or .whl is compressed already).
+GZIP_SUFFIXES = (".mjs", ".wasm", ".json")
+GZIP_CACHE = deck.ROOT / "build" / "gzip"
+# `mkdocs serve` too must send WebAssembly as application/wasm: Pyodide 314 hangs on anything else.
+mimetypes.add_type("application/wasm", ".wasm")
+mimetypes.add_type("text/javascript", ".mjs")
+
+
+def gzipped(data: bytes) -> bytes:
+    """gzip -9 with no timestamp or name (the same bytes each build), cached by content under build/gzip/."""
+    path = GZIP_CACHE / f"{hashlib.sha256(data).hexdigest()}.gz"
+    if path.is_file():
+        return path.read_bytes()
+    out = gzip.compress(data, compresslevel=9, mtime=0)
+    GZIP_CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{id(out)}.tmp")
+    tmp.write_bytes(out)
+    tmp.replace(path)
+    return out
 
 
 def _vendored(config, src_uri: str, path: Path) -> File:
@@ -43,15 +68,35 @@ def figure_files() -> dict[str, bytes]:
     }
 
 
-def on_files(files, config):
+def runtime_files() -> dict[str, bytes]:
+    """Everything the calculator's worker loads, by its path in the site, .gz siblings included."""
     pyodide = NODE_MODULES / "pyodide"
     for name in PYODIDE_FILES:
-        files.append(_vendored(config, f"assets/pyodide/{name}", pyodide / name))
+        if not (pyodide / name).is_file():
+            raise PluginError(f"{pyodide / name} is missing: run `make setup` (npm ci) first")
+    try:
+        built = pyodide_site.outputs()
+    except pyodide_site.BuildError as error:
+        raise PluginError(str(error)) from error
+    out = {f"assets/pyodide/{name}": (pyodide / name).read_bytes() for name in PYODIDE_FILES}
+    out["assets/pyodide/python_stdlib.zip"] = (built / pyodide_site.STDLIB).read_bytes()
+    out[f"assets/wheels/{wheel.filename()}"] = (built / wheel.filename()).read_bytes()
+    out[f"assets/wheels/{pyodide_site.LOCK}"] = (built / pyodide_site.LOCK).read_bytes()
+    out["javascripts/calc-worker.mjs"] = (deck.ROOT / "docs" / "javascripts" / "calc-worker.mjs").read_bytes()
+    for path, data in list(out.items()):
+        if path.endswith(GZIP_SUFFIXES):
+            out[f"{path}.gz"] = gzipped(data)
+    del out["javascripts/calc-worker.mjs"]  # a page of docs/ already; only its .gz is added here
+    return out
+
+
+def on_files(files, config):
+    for path, data in runtime_files().items():
+        files.append(File.generated(config, path, content=data))
     katex = NODE_MODULES / "katex" / "dist"
     files.append(_vendored(config, "assets/katex/katex.min.css", katex / "katex.min.css"))
     for font in sorted((katex / "fonts").glob("*.woff2")):  # every browser we target reads woff2 first
         files.append(_vendored(config, f"assets/katex/fonts/{font.name}", font))
-    files.append(File.generated(config, f"assets/wheels/{wheel.filename()}", content=wheel.build()))
     for name, svg in figure_files().items():
         files.append(File.generated(config, f"figures/{name}", content=svg))
     return files

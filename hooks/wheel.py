@@ -1,33 +1,39 @@
-"""Build calc's pure-Python wheel with the standard library alone.
+"""Build calc's wheel with the standard build front end (``python -m build``, PyPA's ``build``).
 
-The browser installs it with ``pyodide.unpackArchive(buffer, "wheel")``: calc has
-no dependencies, so neither micropip nor pyodide-build (which needs Python 3.12+)
-is needed, and the wheel is made by the same interpreter that runs MkDocs.
+The sources (calc/, pyproject.toml and the files its metadata names) are copied into a scratch
+directory first, so setuptools leaves no ``build/`` or ``*.egg-info`` in the work tree and a module
+deleted from calc/ cannot linger in the wheel. Whatever package data pyproject.toml declares goes
+in, because setuptools reads the same declaration. ``SOURCE_DATE_EPOCH`` fixes the timestamps in
+the zip: the same sources give the same bytes.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import tomllib
-import zipfile
-from io import BytesIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "calc"
 TAG = "py3-none-any"
-EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the same bytes
+SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip can hold
+# Besides calc/ itself, what setuptools may read to build the wheel.
+PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "LICENSE.txt")
+
+
+def _project(root: Path) -> dict:
+    pyproject = root / "pyproject.toml"
+    return tomllib.loads(pyproject.read_text()).get("project", {}) if pyproject.exists() else {}
 
 
 def version(root: Path = ROOT) -> str:
     """calc's version from pyproject.toml's [project] table, else "0"."""
-    pyproject = root / "pyproject.toml"
-    if pyproject.exists():
-        project = tomllib.loads(pyproject.read_text()).get("project", {})
-        if isinstance(project.get("version"), str):
-            return project["version"]
-    return "0"
+    ver = _project(root).get("version")
+    return ver if isinstance(ver, str) else "0"
 
 
 def filename(root: Path = ROOT) -> str:
@@ -35,33 +41,32 @@ def filename(root: Path = ROOT) -> str:
     return f"{PACKAGE}-{version(root)}-{TAG}.whl"
 
 
-def _record_line(path: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{path},sha256={digest},{len(data)}"
+def sources(root: Path = ROOT) -> list[Path]:
+    """Every file the wheel is built from (caches and editor leftovers aside), in a stable order."""
+    files = [p for p in (root / PACKAGE).rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith((".pyc", "~", ".swp"))]
+    files += [root / name for name in PROJECT_FILES if (root / name).is_file()]
+    return sorted(files)
 
 
 def build(root: Path = ROOT) -> bytes:
-    """The wheel's bytes: every module of calc/ plus its .dist-info (no caches, no editor backups)."""
-    sources = sorted(p for p in (root / PACKAGE).rglob("*.py") if "__pycache__" not in p.parts)
-    if not any(p.name == "__init__.py" for p in sources):
+    """The wheel's bytes, from ``python -m build --wheel --no-isolation`` (offline: setuptools is installed)."""
+    if not (root / PACKAGE / "__init__.py").is_file():
         raise RuntimeError(f"{root / PACKAGE} has no __init__.py: nothing to put in the wheel")
-    ver = version(root)
-    dist_info = f"{PACKAGE}-{ver}.dist-info"
-    entries = [(p.relative_to(root).as_posix(), p.read_bytes()) for p in sources]
-    entries += [
-        (f"{dist_info}/METADATA",
-         f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {ver}\n".encode()),
-        (f"{dist_info}/WHEEL",
-         f"Wheel-Version: 1.0\nGenerator: hooks/wheel.py\nRoot-Is-Purelib: true\nTag: {TAG}\n".encode()),
-    ]
-    record = "\n".join([_record_line(path, data) for path, data in entries] + [f"{dist_info}/RECORD,,", ""])
-    entries.append((f"{dist_info}/RECORD", record.encode()))
-
-    buffer = BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, data in entries:
-            info = zipfile.ZipInfo(path, EPOCH)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, data)
-    return buffer.getvalue()
+    with tempfile.TemporaryDirectory(prefix="calc-wheel-") as scratch:
+        src, dist = Path(scratch) / "src", Path(scratch) / "dist"
+        for path in sources(root):
+            target = src / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH, "PYTHONHASHSEED": "0"}
+        out = subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
+            capture_output=True, text=True, env=env, check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"python -m build failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        wheel = dist / filename(root)
+        if not wheel.is_file():
+            raise RuntimeError(f"python -m build made {sorted(p.name for p in dist.iterdir())}, not {wheel.name}")
+        return wheel.read_bytes()

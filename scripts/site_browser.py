@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import http.server
+import io
 import os
 import threading
 from collections.abc import Iterator
@@ -34,8 +36,36 @@ MIME_TYPES = {  # what a module worker and streaming WebAssembly compilation ins
 }
 
 
+# Sent gzipped, as a static host would: a file's prebuilt `.gz` sibling when there is one (hooks/assets.py
+# writes them for the runtime), else compressed here; a .zip, .whl, image or font goes as it is.
+COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "image/svg+xml", "application/wasm")
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME_TYPES}
+
+    def send_head(self):
+        path = self.translate_path(self.path)
+        if os.path.isdir(path) and self.path.split("?")[0].endswith("/"):
+            path = os.path.join(path, "index.html")
+        ctype = self.guess_type(path)
+        if ("gzip" not in self.headers.get("Accept-Encoding", "") or not os.path.isfile(path)
+                or not (os.path.isfile(path + ".gz") or ctype.startswith(COMPRESSED_TYPES))):
+            return super().send_head()
+        if os.path.isfile(path + ".gz"):
+            with open(path + ".gz", "rb") as f:
+                body = f.read()
+        else:
+            with open(path, "rb") as f:
+                body = gzip.compress(f.read(), compresslevel=6, mtime=0)
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Vary", "Accept-Encoding")
+        self.send_header("Last-Modified", self.date_time_string(int(os.path.getmtime(path))))
+        self.end_headers()
+        return io.BytesIO(body)
 
     def log_message(self, format, *args):  # keep test output quiet
         pass

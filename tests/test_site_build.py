@@ -1,21 +1,14 @@
-"""The site's build, without a browser: placeholders, the calc wheel, offline assets, anchors."""
+"""The site's build, without a browser: placeholders, offline assets, anchors (the wheel: test_site_startup.py)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
-import subprocess
-import sys
-import zipfile
-from io import BytesIO
 
 import pytest
 from mkdocs.exceptions import PluginError
 from site_fixtures import answer_for, built_site
 
 import calc
-from conftest import ROOT
 from hooks import placeholders, wheel
 
 DEFAULT = answer_for({})
@@ -78,34 +71,11 @@ def test_the_page_has_no_placeholder_left_and_the_table_matches_calc():
             assert cell and int(cell[1]) == value
 
 
-def test_the_wheel_holds_calc_and_a_valid_record(tmp_path):
-    """The wheel the browser unpacks has every module of calc/, its metadata and correct hashes."""
-    data = wheel.build()
-    names = zipfile.ZipFile(BytesIO(data)).namelist()
-    modules = sorted(f"calc/{p.name}" for p in (ROOT / "calc").glob("*.py"))
-    assert sorted(n for n in names if n.startswith("calc/")) == modules
-    with zipfile.ZipFile(BytesIO(data)) as archive:
-        record = archive.read(f"calc-{wheel.version()}.dist-info/RECORD").decode().splitlines()
-        for line in record:
-            path, digest, size = line.rsplit(",", 2)
-            if digest:
-                body = archive.read(path)
-                want = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
-                assert digest == f"sha256={want}" and int(size) == len(body)
-    assert wheel.build() == data  # reproducible
-    path = tmp_path / wheel.filename()
-    path.write_bytes(data)
-    code = (f"import sys; sys.path.insert(0, {str(path)!r}); import calc, json; "
-            "print(json.loads(calc.web.handle('{}'))['ok'])")
-    out = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert out.stdout.strip() == "True", out.stderr
-
-
 def test_the_built_site_carries_its_runtime_and_names_no_other_host():
     """Pyodide, KaTeX, the wheel and the figures are in the site; no page or style loads from another host."""
     site = built_site()
     for path in ["assets/pyodide/pyodide.mjs", "assets/pyodide/pyodide.asm.wasm", "assets/pyodide/python_stdlib.zip",
-                 "assets/pyodide/pyodide-lock.json", "assets/katex/katex.min.css", f"assets/wheels/{wheel.filename()}",
+                 "assets/wheels/pyodide-lock.json", "assets/katex/katex.min.css", f"assets/wheels/{wheel.filename()}",
                  "figures/memory-breakdown.svg", "figures/peak-vs-seq.svg", "figures/step-walk.svg",
                  "javascripts/calculator.js", "javascripts/calc-worker.mjs"]:
         assert (site / path).is_file(), path

@@ -30,7 +30,8 @@
     if (worker) return worker;
     const url = new URL(root.dataset.worker, document.baseURI);
     url.searchParams.set("wheel", new URL(root.dataset.wheel, document.baseURI).href);
-    const thread = new Worker(url, { type: "module" });
+    const early = window.calcWorker;  // started in <head> (site_overrides/main.html)
+    const thread = early?.thread ?? new Worker(url, { type: "module" });
     const pending = new Map();
     let nextId = 0;
     worker = new Promise((resolve, reject) => {
@@ -41,6 +42,7 @@
       thread.onmessage = ({ data }) => {
         if (data.type === "ready") resolve(call);
         else if (data.type === "failed") reject(new Error(data.message));
+        else if (data.progress) root.dispatchEvent(new CustomEvent("calc:progress", { detail: data.progress }));
         else {
           const { resolve: done, reject: fail } = pending.get(data.id);
           pending.delete(data.id);
@@ -49,6 +51,8 @@
         }
       };
     });
+    early?.stop();
+    early?.messages.forEach((data) => thread.onmessage({ data }));  // what it said before we listened
     function call(request) {
       const id = nextId++;
       return new Promise((resolve, reject) => {

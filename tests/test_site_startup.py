@@ -1,0 +1,247 @@
+"""How the calculator's runtime is packaged and started: calc's wheel from the build front end, the
+site's lock file from pyodide-build, the cut and precompiled standard library, the integrity check,
+the progress messages and what a load costs (hooks/wheel.py, hooks/pyodide_site.py, calc-worker.mjs)."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import json
+import subprocess
+import sys
+import tomllib
+import zipfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+from site_fixtures import (
+    LIVE_TIMEOUT_MS,
+    Recorder,
+    answer_for,
+    built_site,
+    expected_table,
+    rendered_table,
+    require_chromium,
+)
+
+from conftest import ROOT
+from hooks import pyodide_site, wheel
+from scripts import site_browser
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+MAX_PAGE_BYTES = 5_500_000  # what the calculator page may transfer, compressed as a static host sends it
+
+
+def wheel_record_is_valid(data: bytes) -> list[str]:
+    """Checks every RECORD line against the archive; returns the archive's names."""
+    with zipfile.ZipFile(BytesIO(data)) as archive:
+        names = archive.namelist()
+        record_name = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        listed = set()
+        for line in archive.read(record_name).decode().splitlines():
+            path, digest, size = line.rsplit(",", 2)
+            listed.add(path)
+            if digest:
+                body = archive.read(path)
+                want = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+                assert digest == f"sha256={want}" and int(size) == len(body), path
+        assert listed == set(names)
+    return names
+
+
+def declared_package_data() -> list[str]:
+    """Files of calc/ that pyproject.toml declares as package data (none today; JSON configs may come)."""
+    patterns = PYPROJECT.get("tool", {}).get("setuptools", {}).get("package-data", {})
+    out = []
+    for package, globs in patterns.items():
+        base = ROOT / Path(*package.split("."))
+        out += [p.relative_to(ROOT).as_posix() for g in globs for p in base.glob(g) if p.is_file()]
+    return sorted(out)
+
+
+def test_the_wheel_comes_from_the_build_front_end_with_every_module_and_package_data(tmp_path):
+    """`python -m build` (setuptools) makes it: every module of calc/, its declared data, a valid RECORD,
+    the same bytes twice, and it installs and answers in CPython."""
+    data = wheel.build()
+    names = wheel_record_is_valid(data)
+    modules = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "calc").rglob("*.py")
+                     if "__pycache__" not in p.parts)
+    assert sorted(n for n in names if n.endswith(".py")) == modules
+    assert set(declared_package_data()) <= set(names)
+    with zipfile.ZipFile(BytesIO(data)) as archive:
+        assert "Generator: setuptools" in archive.read(f"calc-{wheel.version()}.dist-info/WHEEL").decode()
+    assert wheel.build() == data  # reproducible
+    path = tmp_path / wheel.filename()
+    path.write_bytes(data)
+    code = (f"import sys; sys.path.insert(0, {str(path)!r}); import calc, json; "
+            "print(json.loads(calc.web.handle('{}'))['ok'])")
+    out = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_the_site_wheel_is_calc_precompiled_and_the_lock_file_holds_its_sha256():
+    """The site's wheel has a .pyc for each module of the built wheel and the same other files; the
+    site's pyodide-lock.json lists calc alone, with that wheel's sha256, for Pyodide's Python 3.14."""
+    site = built_site()
+    data = (site / "assets" / "wheels" / wheel.filename()).read_bytes()
+    names = wheel_record_is_valid(data)
+    source_names = zipfile.ZipFile(BytesIO(wheel.build())).namelist()
+    want = sorted(n + "c" if n.endswith(".py") else n for n in source_names)
+    assert sorted(names) == want
+    with zipfile.ZipFile(BytesIO(data)) as archive:
+        header = archive.read("calc/web.pyc")[:8]
+    assert int.from_bytes(header[4:8], "little") == 0b01  # PEP 552: hash-based, unchecked: no timestamp
+    lock = json.loads((site / "assets" / "wheels" / "pyodide-lock.json").read_text())
+    assert list(lock["packages"]) == ["calc"]
+    entry = lock["packages"]["calc"]
+    assert entry["file_name"] == wheel.filename()
+    assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    stock = json.loads((ROOT / "node_modules" / "pyodide" / "pyodide-lock.json").read_text())
+    assert lock["info"] == stock["info"] and lock["info"]["python"].startswith("3.14")
+
+
+def test_pyodide_build_writes_the_lock_file_on_python_312_or_newer(tmp_path):
+    """The tool environment runs Python 3.12+ with the pinned pyodide-build, and its
+    `pyodide lockfile add-wheels` gives back exactly the site's lock file."""
+    tool_python = pyodide_site.TOOL_VENV / "bin" / "python"
+    probe = ("import importlib.metadata as m, sys, json; "
+             "print(json.dumps([sys.version_info[:2], m.version('pyodide-build')]))")
+    version, installed = json.loads(subprocess.run([str(tool_python), "-c", probe], capture_output=True, text=True,
+                                                   check=True).stdout)
+    assert tuple(version) >= (3, 12)
+    assert f"pyodide-build=={installed}" in PYPROJECT["project"]["optional-dependencies"]["pyodide-build"]
+    site = built_site()
+    stock = json.loads((ROOT / "node_modules" / "pyodide" / "pyodide-lock.json").read_text())
+    (tmp_path / "base.json").write_text(json.dumps({**stock, "packages": {}}))
+    wheel_path = tmp_path / wheel.filename()
+    wheel_path.write_bytes((site / "assets" / "wheels" / wheel.filename()).read_bytes())
+    subprocess.run([str(pyodide_site.pyodide_tool()), "lockfile", "add-wheels", "--input", str(tmp_path / "base.json"),
+                    "--output", str(tmp_path / "lock.json"), "--base-path", str(tmp_path), str(wheel_path)],
+                   capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert json.loads((tmp_path / "lock.json").read_text()) == json.loads(
+        (site / "assets" / "wheels" / "pyodide-lock.json").read_text())
+
+
+def stdlib_imports_of_calc() -> set[str]:
+    """Top-level modules calc's sources import by absolute name (calc itself aside)."""
+    found = set()
+    for path in (ROOT / "calc").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - {"calc", "__future__"}
+
+
+def test_the_standard_library_is_cut_to_what_calc_loads_and_precompiled():
+    """Only unchecked-hash .pyc, each one a module of Pyodide's own zip, far fewer than it has, and
+    among them every standard module calc's sources import (the list is computed, not written down)."""
+    stock = zipfile.ZipFile(ROOT / "node_modules" / "pyodide" / "python_stdlib.zip").namelist()
+    with zipfile.ZipFile(built_site() / "assets" / "pyodide" / "python_stdlib.zip") as cut:
+        names = cut.namelist()
+        for name in names:
+            assert name.endswith(".pyc") and name[:-1] in stock, name
+            assert int.from_bytes(cut.read(name)[4:8], "little") == 0b01, name
+    assert len(names) < len([n for n in stock if n.endswith(".py")]) / 3
+    for module in stdlib_imports_of_calc():
+        if f"{module}.py" in stock or f"{module}/__init__.py" in stock:
+            assert f"{module}.pyc" in names or f"{module}/__init__.pyc" in names, module
+
+
+def test_a_rebuild_gives_the_same_bytes(tmp_path):
+    """From scratch (no cache), the cut standard library, the wheel and the lock file are byte for byte the same."""
+    cached = pyodide_site.outputs()
+    pyodide_site.build(tmp_path)
+    for name in (pyodide_site.STDLIB, wheel.filename(), pyodide_site.LOCK):
+        assert (tmp_path / name).read_bytes() == (cached / name).read_bytes(), name
+
+
+def test_compressible_runtime_files_have_gzip_siblings():
+    """A host that serves precompressed files finds name.gz beside the wasm, the modules and the lock file."""
+    import gzip
+
+    site = built_site()
+    for path in ["assets/pyodide/pyodide.asm.wasm", "assets/pyodide/pyodide.asm.mjs", "assets/pyodide/pyodide.mjs",
+                 "assets/wheels/pyodide-lock.json", "javascripts/calc-worker.mjs"]:
+        assert gzip.decompress((site / f"{path}.gz").read_bytes()) == (site / path).read_bytes(), path
+    assert not (site / "assets" / "pyodide" / "pyodide-lock.json").exists()  # Pyodide's 300-package lock stays out
+
+
+# ---------------------------------------------------------------- in the browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with site_browser.serve(built_site()) as base, sync_playwright() as p:
+        b = site_browser.launch(p)
+        yield b, base
+        b.close()
+
+
+PROGRESS_LISTENER = """window.__progress = [];
+document.addEventListener("calc:progress", (event) => window.__progress.push(event.detail), true);"""
+
+
+def test_the_page_shows_progress_goes_live_and_stays_under_the_byte_budget(browser):
+    """While it starts, the worker reports its steps (forwarded as calc:progress), each with done <= total,
+    moving forward to done == total; the page goes live, fetches only from its own origin, and receives
+    at most 5.5 MB (gzip where a static host sends it)."""
+    b, base = browser
+    context = b.new_context()
+    page = context.new_page()
+    recorder = Recorder(base)
+    recorder.attach(page)
+    received = []
+    page.on("requestfinished", lambda request: received.append((request.url, request.sizes()["responseBodySize"])))
+    page.add_init_script(PROGRESS_LISTENER)
+    page.goto(base)
+    page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+    steps = page.evaluate("window.__progress")
+    context.close()
+    assert len(steps) >= 2
+    assert all(0 <= s["done"] <= s["total"] and s["label"] for s in steps)
+    assert [s["done"] for s in steps] == sorted({s["done"] for s in steps})
+    assert steps[-1]["done"] == steps[-1]["total"]
+    urls = [url for url, _ in received]
+    assert any(url.endswith(f"/assets/wheels/{wheel.filename()}") for url in urls)
+    assert any(url.endswith("/assets/wheels/pyodide-lock.json") for url in urls)
+    assert sum(size for _, size in received) <= MAX_PAGE_BYTES, sorted(received, key=lambda r: -r[1])[:5]
+    assert recorder.foreign() == []
+    assert recorder.errors == []
+
+
+def test_a_tampered_wheel_is_refused_and_the_build_time_numbers_stay(browser):
+    """Serve the wheel with one byte changed: loadPackage checks it against the lock file's sha256, the
+    page says the live calculator could not start, and the numbers computed at build time remain."""
+    b, base = browser
+    good = (built_site() / "assets" / "wheels" / wheel.filename()).read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+
+    def load(body: bytes, state: str):
+        context = b.new_context()
+        served = []
+
+        def serve_wheel(route):
+            served.append(route.request.url)
+            route.fulfill(body=body, content_type="application/zip")
+
+        context.route(f"**/assets/wheels/{wheel.filename()}", serve_wheel)
+        page = context.new_page()
+        page.goto(base)
+        page.wait_for_selector(f"[data-calc][data-state={state}]", timeout=LIVE_TIMEOUT_MS)
+        status, table = page.text_content("[data-calc-status]"), rendered_table(page)
+        context.close()
+        assert served, "the worker never asked for the wheel"
+        return status, table
+
+    load(good, "ready")  # the same route with the right bytes: the page goes live
+    status, table = load(bytes(bad), "failed")
+    assert "could not start" in status and "refused" in status and "sha256" in status, status
+    assert table == expected_table(answer_for({}))
