@@ -116,12 +116,12 @@ def step(
         if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
             raise ValueError("fine-tuning is walked on one device (or plain data parallelism, no ZeRO)")
         stage, in_flight, accumulating = 0, 1, False
-        segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune)
+        segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, par.flash)
         top, at = peak(segs)
         expanded = events(segs)
-        full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune)
+        full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, par.flash)
         frozen = tune if tune.adapters else None
-        per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen)[0]
+        per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, par.flash)[0]
     elif walk == "deck":
         (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
             shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum

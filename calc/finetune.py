@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from . import activations as act
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
+from .parallel import SINGLE, Parallel
 from .recipes import RECIPES
 from .shape import Shape, param_counts
 from .walk import Event, Reps, Segment
@@ -92,7 +93,8 @@ def outer_tensors(shape: Shape) -> dict[str, list[tuple[int, int, int]]]:
     """The tensors outside the blocks: embedding, learned positions, final norm, untied head."""
     h = shape.hidden
     norm = [(2 if shape.norm == "layer" else 1, h, 0)] if shape.final_norm else []
-    head = [] if shape.tied else [(1, shape.vocab, h)] + ([(1, shape.vocab, 0)] if shape.bias and shape.head_bias else [])
+    head_bias = [(1, shape.vocab, 0)] if shape.bias and shape.head_bias else []
+    head = [] if shape.tied else [(1, shape.vocab, h), *head_bias]
     return {
         "embedding": [(1, shape.vocab, h)] + ([(1, shape.context, h)] if shape.positions == "learned" else []),
         "final_norm": norm,
@@ -174,22 +176,33 @@ def adapter_activation_bytes(shape: Shape, sb: int, tune: Tuning) -> int:
 
 
 def layer_bytes(
-    shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int, frozen: Tuning | None
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recompute: str,
+    activation_bytes: int,
+    frozen: Tuning | None,
+    flash: bool = False,
 ) -> tuple[int, int]:
     """(kept through the forward pass, all the layer holds for backward) of one block: a trainable one when
-    `frozen` is None (Korthikanti et al., as the deck), else a frozen one carrying `frozen`'s adapters."""
-    scale = activation_bytes // 2
+    `frozen` is None (Korthikanti et al., as the deck), else a frozen one carrying `frozen`'s adapters.
+    `flash`: attention stores no s x s scores (FlashAttention, or SDPA's fused kernels)."""
+    scale, par = activation_bytes // 2, _par(flash)
     if frozen is None:
-        full = act.layer_bytes(shape, seq, micro_batch)
-        kept = act.kept_bytes(shape, seq, micro_batch, recompute)
+        full = act.layer_bytes(shape, seq, micro_batch, par)
+        kept = act.kept_bytes(shape, seq, micro_batch, recompute, par)
         return kept * scale, full * scale
     sb = seq * micro_batch
-    outside, inside, scores = act.layer_parts(shape, seq, micro_batch)
+    outside, inside, scores = act.layer_parts(shape, seq, micro_batch, par)
     targets = frozen.targets if frozen.adapters else ()
     change = adapter_activation_bytes(shape, sb, frozen) - dropped_inputs(shape, sb, targets)
     full = outside + inside + scores + change
     kept = {"none": full, "selective": outside + inside + change, "full": 2 * sb * shape.hidden}[recompute]
     return kept * scale, full * scale
+
+
+def _par(flash: bool) -> Parallel:
+    return Parallel(flash=True) if flash else SINGLE
 
 
 def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
@@ -208,7 +221,14 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
 
 
 def segments(
-    shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int, tune: Tuning
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    activation_bytes: int,
+    tune: Tuning,
+    flash: bool = False,
 ) -> list[Segment]:
     """One fine-tuning step on one device, every size in bytes, in the deck walk's order (calc.walk.template):
     state resident; each block's forward keeps its activations; head and loss; backward from the top, down to
@@ -254,7 +274,9 @@ def segments(
     adapters_per_layer = numel(adapter_tensors(shape, tune)) if tune.adapters else 0
     layer_grads = adapters_per_layer if tune.adapters else per_layer
     layer = "layer {layer}"
-    kept, full = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None)
+    kept, full = layer_bytes(
+        shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None, flash
+    )
     dequant = []
     if tune.mode == "qlora":
         largest = max(d_in * d_out for d_in, d_out in linears(shape).values())
@@ -326,14 +348,21 @@ def segments(
 
 
 def sizes(
-    shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int, tune: Tuning
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    activation_bytes: int,
+    tune: Tuning,
+    flash: bool = False,
 ) -> dict[str, int]:
     """The full size of each category, as calc.api.sizes gives the deck's: the state, the activations all
     blocks keep through the forward pass, the logits."""
     r = RECIPES[recipe]
     weights = weight_bytes(shape, recipe, tune)
     trainable = trainable_params(shape, tune)
-    kept, _ = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None)
+    kept, _ = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None, flash)
     frozen_below = tune.freeze_layers if tune.mode == "freeze" else 0
     return {
         "weights": weights["base"] + weights["adapters"],
