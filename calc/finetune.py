@@ -83,8 +83,8 @@ def layer_tensors(shape: Shape) -> list[tuple[int, int, int]]:
     q, kv, h, f = shape.q_width, shape.kv_width, shape.hidden, shape.ffn
     if shape.bias or shape.qkv_bias:
         out += [(1, q, 0), (2, kv, 0)]
-    if shape.bias:
-        out += [(1, h, 0), (1, f, 0), (1, h, 0)]  # O's, up's and down's (the gate has none)
+    if shape.bias:  # O's; the FFN's as calc.shape.mlp_params counts them: (matrices - 1) of width ffn, one of h
+        out += [(1, h, 0), ((3 if shape.gated_ffn else 2) - 1, f, 0), (1, h, 0)]
     out.append((shape.norms_per_layer * (2 if shape.norm == "layer" else 1), h, 0))
     return out
 
