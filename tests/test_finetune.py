@@ -234,3 +234,35 @@ def test_web_takes_the_fine_tuning_fields():
     assert bad == {"ok": False, "field": "freeze-layers", "message": "applies to --finetune freeze"}
     plain = json.loads(web.handle(json.dumps({})))
     assert plain["trainable_params"] == plain["step"]["params"] and "fit" not in plain
+
+
+def test_pytorch_saves_no_input_for_a_frozen_linear():
+    """Checked against autograd itself (saved_tensors_hooks): a frozen linear saves only its weight (a
+    parameter, no new memory); an adapter on it saves x, shared with the base, and the rank-r intermediate."""
+    torch = pytest.importorskip("torch")
+
+    def saved(fn, x):
+        shapes = []
+
+        def pack(t):
+            shapes.append(tuple(t.shape))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn(x)
+        return shapes
+
+    d_in, d_out, r, tokens = 16, 32, 2, 4
+    base = torch.nn.Linear(d_in, d_out, bias=False)
+    a, b = torch.nn.Linear(d_in, r, bias=False), torch.nn.Linear(r, d_out, bias=False)
+    x = torch.randn(tokens, d_in, requires_grad=True)
+    weights = {(d_out, d_in), (d_in, d_out), (r, d_in), (d_in, r), (d_out, r), (r, d_out)}  # (transposed) views
+
+    def activations(fn):
+        return sorted(s for s in saved(fn, x) if s not in weights)
+
+    assert activations(base) == [(tokens, d_in)]  # trainable: the input, for the weight gradient
+    base.weight.requires_grad_(False)
+    assert activations(base) == []
+    assert activations(lambda x: base(x) + b(a(x)) * 2.0) == [(tokens, r), (tokens, d_in)]
+    assert saved(base, torch.randn(tokens, d_in)) == []  # below every trainable parameter: nothing
