@@ -5,7 +5,12 @@ parameter has its weights and nothing else (no gradient, no optimizer state, no 
 (Hu et al. 2021, LoRA) are trainable parameters of their own: rank r on a linear d_in -> d_out adds
 A (r x d_in) and B (d_out x r), r (d_in + d_out) parameters. Activations follow Korthikanti et al.'s
 count (calc.activations) with what a frozen layer no longer needs taken out and what an adapter needs
-put in (layer_bytes). Single device (or data parallelism without ZeRO, which is the same per device)."""
+put in (layer_bytes). Single device (or data parallelism without ZeRO, which is the same per device).
+
+Left out: in the lowest block, the ops before its first adapter record nothing in PyTorch (no input needs a
+gradient yet), which this count still keeps like any frozen block's; GPT-2's fused c_attn is adapted here as
+separate q, k and v projections (peft adapts the fused layer, r (h + 3h) parameters), and its per-tensor
+optimizer state (8-bit, Adafactor) is counted with Llama's separate projections."""
 
 from __future__ import annotations
 
