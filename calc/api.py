@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from . import eager
+from . import eager, finetune
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .shape import Shape, param_counts
@@ -82,6 +82,7 @@ def step(
     grad_accum: int | None = None,
     attention: str = "sdpa",
     device: str = "cuda",
+    tune: finetune.Tuning = finetune.DEFAULT,
 ) -> dict:
     """One training step on one device: sizes, the event walk and its peak (the CLI's --json object).
     `grad_accum`: micro-batches per step of each data-parallel worker (default: pp; see walks).
@@ -90,7 +91,8 @@ def step(
     autograd allocates (calc.eager), on a single device only, and its `bytes` are each category's
     high-water mark in that walk. `attention` (transformers' attn_implementation, "eager" or "sdpa") and
     `device` ("cuda" or "cpu": which AdamW PyTorch picks) shape the eager walk only. `activation_bytes`:
-    the recipe's unless given."""
+    the recipe's unless given. `tune` (calc.finetune.Tuning) fine-tunes: frozen parameters, LoRA, QLoRA, another
+    optimizer; anything but the default walks calc.finetune's step (deck walk, one device or plain dp)."""
     if activation_bytes is None:
         activation_bytes = RECIPES[recipe].activations
     if walk == "eager":
@@ -110,6 +112,16 @@ def step(
             for s in segs
             if s.reps and s.events[0].phase == "forward"
         )
+    elif walk == "deck" and not tune.default:
+        if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
+            raise ValueError("fine-tuning is walked on one device (or plain data parallelism, no ZeRO)")
+        stage, in_flight, accumulating = 0, 1, False
+        segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, par.flash)
+        top, at = peak(segs)
+        expanded = events(segs)
+        full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, par.flash)
+        frozen = tune if tune.adapters else None
+        per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, par.flash)[0]
     elif walk == "deck":
         (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
             shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum
@@ -122,21 +134,25 @@ def step(
     else:
         raise ValueError(f"unknown walk {walk!r}: deck or eager")
     counts = param_counts(shape)
+    config = {
+        "shape": asdict(shape),
+        "seq": seq,
+        "micro_batch": micro_batch,
+        "recipe": recipe,
+        "recompute": recompute,
+        "activation_bytes": activation_bytes,
+        "parallel": asdict(par),
+        "walk": walk,
+        "grad_accum": grad_accum or par.pp,
+        "attention": attention,
+        "device": device,
+    }
+    if not tune.default:
+        config["finetune"] = {**asdict(tune), "targets": list(tune.targets)}
     return {
-        "config": {
-            "shape": asdict(shape),
-            "seq": seq,
-            "micro_batch": micro_batch,
-            "recipe": recipe,
-            "recompute": recompute,
-            "activation_bytes": activation_bytes,
-            "parallel": asdict(par),
-            "walk": walk,
-            "grad_accum": grad_accum or par.pp,
-            "attention": attention,
-            "device": device,
-        },
+        "config": config,
         "params": counts["total"],
+        "trainable_params": finetune.trainable_params(shape, tune),
         "param_counts": counts,
         "device_params": device_params(shape, par, stage)["total"],
         "stage": stage,

@@ -7,9 +7,11 @@ import json
 import sys
 
 from .api import step, table
+from .finetune import MODES, TARGETS
 from .hf import MAX_CHARS, READERS
-from .inputs import BOOL_FIELDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
-from .plan import plan
+from .inputs import BOOL_FIELDS, CARDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
+from .optimizers import OPTIMIZERS
+from .plan import fit_card, plan
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
 from .units import format_gb, format_gib
@@ -63,7 +65,28 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     par.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention")
     par.add_argument("--grad-accum", metavar="N", help="micro-batches per step and worker (default: pp)")
     par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
-    par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan (default 80)")
+    par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan and --fit-card (default 80)")
+    par.add_argument("--card", metavar="NAME", help=f"a card's memory instead of --capacity-gb: {', '.join(CARDS)}")
+    tune = p.add_argument_group("fine-tuning (one device)")
+    tune.add_argument(
+        "--finetune",
+        metavar="|".join(MODES),
+        help="full (default): every parameter trains; lora, qlora: adapters on a frozen (NF4) base; freeze: the "
+        "first --freeze-layers blocks and the embedding frozen",
+    )
+    tune.add_argument("--optimizer", metavar="|".join(OPTIMIZERS), help="default adamw")
+    tune.add_argument("--lora-rank", metavar="R", help="LoRA's rank r (default 8)")
+    tune.add_argument("--lora-alpha", metavar="A", help="LoRA's alpha (default 16; scales the update, no memory)")
+    tune.add_argument(
+        "--lora-targets", metavar="LIST", help=f"comma list of {','.join(TARGETS)}, or all-linear (default q,v)"
+    )
+    tune.add_argument("--freeze-layers", metavar="N", help="--finetune freeze: the first N blocks (default 0)")
+    tune.add_argument(
+        "--paged-optimizer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers): not counted",
+    )
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--table", action="store_true", help="print the deck's four-recipe table in GB")
@@ -73,6 +96,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="list the layouts that fit --capacity-gb, fewest devices first (it chooses dp, tp, pp, ZeRO, "
         "recomputation and micro-batch itself)",
+    )
+    out.add_argument(
+        "--fit-card",
+        action="store_true",
+        help="list the fine-tunings (full, LoRA, QLoRA; ranks, targets, recomputation, micro-batch) that fit one "
+        "card of --capacity-gb or --card, cheapest first",
     )
     return p
 
@@ -110,6 +139,15 @@ def format_summary(result: dict) -> str:
             + f"ZeRO {p['zero']}), "
             f"pipeline stage {result['stage']}: {result['device_params']:,} parameters"
         )
+    if "finetune" in cfg:
+        t = cfg["finetune"]
+        lines.append(
+            f"fine-tuning: {t['mode']}"
+            + (f" rank {t['rank']} on {','.join(t['targets'])}" if t["mode"] in ("lora", "qlora") else "")
+            + (f", first {t['freeze_layers']} layers frozen" if t["mode"] == "freeze" else "")
+            + f", {OPTIMIZERS[t['optimizer']].label}" + (" (paged: state off the device)" if t["paged"] else "")
+            + f"; {result['trainable_params']:,} trainable parameters"
+        )
     for c in CATEGORIES:
         n = result["bytes"][c]
         lines.append(f"  {c:<12} {n:>20,} bytes  {format_gb(n):>8} GB")
@@ -137,6 +175,22 @@ def format_plan(rows: list[dict], capacity: int) -> str:
     return "\n".join(lines)
 
 
+def format_fit(rows: list[dict], capacity: int) -> str:
+    if not rows:
+        return f"no fine-tuning fits in {format_gb(capacity)} GB"
+    lines = [
+        "finetune | rank | targets | recompute | micro-batch | trainable params | peak GB | extra compute | peak event",
+        "--- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['finetune']} | {r['rank'] or '-'} | {','.join(r['targets']) or '-'} | {r['recompute']} | "
+            f"{r['micro_batch']} | {r['trainable_params']:,} | {format_gb(r['peak'])} | {r['extra_compute']:.1%} | "
+            f"{r['peak_event']}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         return _main(argv, prog)
@@ -158,7 +212,8 @@ def read_config(path: str) -> str:
 
 def _main(argv: list[str] | None, prog: str | None) -> int:
     args = build_parser(prog).parse_args(argv)
-    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in ("json", "table", "events", "plan")}
+    modes = ("json", "table", "events", "plan", "fit_card")
+    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in modes}
     try:
         if raw["hf-config"] is not None:
             raw["hf-config"] = read_config(raw["hf-config"])
@@ -169,6 +224,17 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
     if inputs["walk"] != "deck" and (args.plan or args.table):
         print(f"error: --walk: {inputs['walk']} walks one step; --table and --plan use the deck walk", file=sys.stderr)
+        return 2
+    tune = inputs["tune"]
+    if args.fit_card:
+        if shape.moe_layers:
+            print("error: --fit-card: fine-tuning a mixture of experts is not modelled yet", file=sys.stderr)
+            return 2
+        rows = fit_card(shape, seq, inputs["capacity"], inputs["recipe"], tune.optimizer, tune.paged, par.flash)
+        print(json.dumps(rows, indent=1) if args.json else format_fit(rows, inputs["capacity"]))
+        return 0
+    if not tune.default and (args.plan or args.table):
+        print("error: --finetune: --table and --plan train every parameter with AdamW; use --fit-card", file=sys.stderr)
         return 2
     if args.plan:
         rows = plan(
@@ -191,6 +257,7 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         grad_accum=inputs["grad_accum"],
         attention=inputs["attention"],
         device=inputs["device"],
+        tune=tune,
     )
     if args.json:
         print(json.dumps(result, indent=1))

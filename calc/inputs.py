@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from . import finetune
 from .activations import layer_bytes
 from .hf import ConfigError, compact, parse, shape_from_text
+from .optimizers import OPTIMIZERS
 from .parallel import Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
@@ -71,6 +73,23 @@ DEFAULT_CAPACITY_GB = 80
 WALKS = ("deck", "eager")  # calc.walk (the default) or calc.eager (PyTorch eager autograd, one device)
 ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default first), for the eager walk
 DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks foreach AdamW on CUDA
+# Fine-tuning (calc.finetune): which parameters train, and the optimizer (calc.optimizers).
+TUNE_LIMITS = {"lora-rank": 1 << 16, "lora-alpha": 1 << 16}
+LORA_FIELDS = ("lora-rank", "lora-alpha", "lora-targets")
+# Common cards by their memory in GB (10^9 bytes), for --card: the planner's capacity.
+CARDS = {
+    "rtx-3090": "24",  # GeForce RTX 3090 and 4090: 24 GB GDDR6X
+    "rtx-4090": "24",
+    "a100-40gb": "40",
+    "a6000": "48",  # RTX A6000 and L40S: 48 GB GDDR6
+    "l40s": "48",
+    "a100-80gb": "80",
+    "h100-80gb": "80",
+    "h100-nvl": "94",
+    "h200": "141",
+    "b200": "180",  # DGX B200: 1,440 GB over 8 GPUs
+    "mi300x": "192",
+}
 FIELDS = (
     "preset",
     "hf-config",
@@ -92,6 +111,12 @@ FIELDS = (
     "grad-accum",
     "global-batch",
     "capacity-gb",
+    "card",
+    "finetune",
+    "optimizer",
+    *LORA_FIELDS,
+    "freeze-layers",
+    "paged-optimizer",
 )
 
 
@@ -233,7 +258,14 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     if problem:
         raise InputError(*problem)
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
-    capacity = _capacity(given.get("capacity-gb", DEFAULT_CAPACITY_GB))
+    if "card" in given and "capacity-gb" in given:
+        raise InputError("card", "give a card or capacity-gb, not both")
+    card = _choice("card", given["card"], tuple(CARDS)) if "card" in given else None
+    capacity = _capacity(CARDS[card] if card else given.get("capacity-gb", DEFAULT_CAPACITY_GB))
+    tune = parse_tuning(given, shape)
+    problem = not tune.default and tuning_problem(tune, walk, par, grad_accum)
+    if problem:
+        raise InputError(*problem)
     return {
         "shape": shape,
         "seq": seq,
@@ -247,9 +279,64 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "grad_accum": grad_accum,
         "global_batch": global_batch,
         "capacity": capacity,
+        "tune": tune,
         # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
         "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
     }
+
+
+def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
+    """The fine-tuning fields as a calc.finetune.Tuning (its defaults where not given)."""
+    mode = _choice("finetune", given.get("finetune", "full"), finetune.MODES)
+    optimizer = _choice("optimizer", given.get("optimizer", "adamw"), tuple(OPTIMIZERS))
+    if mode not in ("lora", "qlora"):
+        for field in LORA_FIELDS:
+            if field in given:
+                raise InputError(field, "applies to --finetune lora or qlora")
+    if "freeze-layers" in given and mode != "freeze":
+        raise InputError("freeze-layers", "applies to --finetune freeze")
+    default = finetune.Tuning()
+    tune = finetune.Tuning(
+        mode=mode,
+        optimizer=optimizer,
+        rank=_int("lora-rank", given.get("lora-rank", default.rank), TUNE_LIMITS["lora-rank"]),
+        alpha=_int("lora-alpha", given.get("lora-alpha", default.alpha), TUNE_LIMITS["lora-alpha"]),
+        targets=_targets(given["lora-targets"], shape) if "lora-targets" in given else default.targets,
+        freeze_layers=_int("freeze-layers", given.get("freeze-layers", 0), 10_000, smallest=0),
+        paged=_bool("paged-optimizer", given.get("paged-optimizer", False)),
+    )
+    problem = finetune.check(shape, tune)
+    if problem:
+        raise InputError(*problem)
+    return tune
+
+
+def _targets(raw: object, shape: Shape) -> tuple[str, ...]:
+    """A comma list of q, k, v, o, gate, up, down, or all-linear (every linear the blocks have)."""
+    text = str(raw).strip().lower()
+    if text == finetune.ALL_LINEAR:
+        return tuple(finetune.linears(shape))
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise InputError("lora-targets", "name at least one of q, k, v, o, gate, up, down, or all-linear")
+    for name in names:
+        if name not in finetune.TARGETS:
+            raise InputError(
+                "lora-targets", f"must be a comma list of {', '.join(finetune.TARGETS)}, or all-linear, got {name!r}"
+            )
+    return tuple(t for t in finetune.TARGETS if t in names)
+
+
+def tuning_problem(
+    tune: finetune.Tuning, walk: str, par: Parallel, grad_accum: int | None
+) -> tuple[str, str] | None:
+    """(field, message) where a fine-tuning step (anything but full AdamW) cannot be walked, or None."""
+    field = "finetune" if tune.mode != "full" else "optimizer" if tune.optimizer != "adamw" else "paged-optimizer"
+    if walk != "deck":
+        return "walk", "the eager walk trains every parameter with AdamW: use the deck walk to fine-tune"
+    if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
+        return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero, --grad-accum unset"
+    return None
 
 
 def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int | None) -> tuple[str, str] | None:

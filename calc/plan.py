@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from . import finetune
 from .api import worst_stage
 from .parallel import Parallel, check
-from .recipes import RECOMPUTE
+from .recipes import RECIPES, RECOMPUTE
 from .shape import Shape, param_counts
+from .walk import label_at, peak
 
 TP_DEGREES = (1, 2, 4, 8)  # tensor parallelism stays inside one 8-device node (Narayanan et al. 2021, §3.3)
 
@@ -105,4 +107,77 @@ def plan(
         found.sort(
             key=lambda f: (f["devices"], f["extra_compute"], -f["micro_batch"], f["zero"], f["peak"], f["ep"])
         )
+    return found[:limit]
+
+
+# "What fits on one card": the fine-tuning modes, LoRA ranks and targets the planner tries, and the
+# micro-batches (powers of two) it grows each one to.
+FIT_MODES = ("full", "lora", "qlora")
+FIT_RANKS = (8, 16, 64)
+FIT_TARGETS = (("q", "v"), "all-linear")
+FIT_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def fit_variants(shape: Shape, optimizer: str = "adamw", paged: bool = False) -> list[finetune.Tuning]:
+    """The fine-tunings fit_card tries: full, then LoRA and QLoRA on q and v and on every linear at each rank."""
+    out = []
+    for mode in FIT_MODES:
+        if mode == "full":
+            out.append(finetune.Tuning(mode, optimizer, paged=paged))
+            continue
+        for targets in FIT_TARGETS:
+            chosen = tuple(finetune.linears(shape)) if targets == "all-linear" else targets
+            out += [finetune.Tuning(mode, optimizer, rank, targets=chosen, paged=paged) for rank in FIT_RANKS]
+    return out
+
+
+def fit_card(
+    shape: Shape,
+    seq: int,
+    capacity: int,
+    recipe: str = "mixed",
+    optimizer: str = "adamw",
+    paged: bool = False,
+    flash: bool = False,
+    limit: int = 60,
+) -> list[dict]:
+    """Fine-tunings that fit one card of `capacity` bytes: for each mode, rank, targets and recomputation,
+    the largest micro-batch whose peak fits. Cheapest first: least extra compute (recomputation), then the
+    largest micro-batch, then the lowest peak. `flash`: attention keeps no s x s scores. A mixture of experts
+    is not modelled (returns [])."""
+    if shape.moe_layers:
+        return []
+    activation_bytes = RECIPES[recipe].activations
+    found = []
+    for tune in fit_variants(shape, optimizer, paged):
+        if finetune.check(shape, tune):
+            continue
+        for recompute in RECOMPUTE:
+            if flash and recompute == "selective":
+                continue  # with no scores stored, selective recomputation keeps what none keeps
+            best = None
+            for micro_batch in FIT_MICRO_BATCHES:
+                segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
+                top, at = peak(segs)
+                if top > capacity:
+                    break
+                best = (micro_batch, top, label_at(segs, at))
+            if best is None:
+                continue
+            found.append(
+                {
+                    "finetune": tune.mode,
+                    "optimizer": tune.optimizer,
+                    "rank": tune.rank if tune.adapters else 0,
+                    "targets": list(tune.targets) if tune.adapters else [],
+                    "recompute": recompute,
+                    "micro_batch": best[0],
+                    "peak": best[1],
+                    "peak_event": best[2],
+                    "trainable_params": finetune.trainable_params(shape, tune),
+                    "flash": flash,
+                    "extra_compute": recompute_overhead(shape, seq, recompute, flash),
+                }
+            )
+    found.sort(key=lambda f: (f["extra_compute"], -f["micro_batch"], f["peak"]))
     return found[:limit]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 
 from .api import eager_peak, step, sweep, table
+from .finetune import segments as finetune_segments
 from .inputs import InputError, eager_problem, parse_inputs
-from .plan import plan
+from .plan import fit_card, plan
+from .recipes import RECIPES
 from .units import format_gb, format_gib
+from .walk import peak
 
 SWEEP_POINTS = 200
 
@@ -27,6 +30,8 @@ def eager_beside(inputs: dict) -> dict:
     deck's accounting: {"available": true, "peak", "peak_event", "display", "family"}, or
     {"available": false, "reason"}."""
     shape = inputs["shape"]
+    if not inputs["tune"].default:
+        return {"available": False, "reason": "the eager walk trains every parameter with AdamW"}
     problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"])
     if problem:
         return {"available": False, "reason": problem[1]}
@@ -48,8 +53,10 @@ def eager_beside(inputs: dict) -> dict:
     }
 
 
-def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> dict:
-    """Everything the page draws for one set of validated inputs."""
+def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want_fit: bool = False) -> dict:
+    """Everything the page draws for one set of validated inputs. With fine-tuning inputs (finetune, optimizer,
+    lora-rank, lora-targets, freeze-layers, paged-optimizer) `step` is the fine-tuning step, `trainable_params`
+    its trainable parameters and the sweep gains a "finetune" row; `fit` lists what fits one card."""
     shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
     accum = inputs["grad_accum"]
     rows = table(shape, seq, b, par, accum)
@@ -68,12 +75,14 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
             grad_accum=accum,
             attention=inputs["attention"],
             device=inputs["device"],
+            tune=inputs["tune"],
         ),
         "table": rows,
         "capacity": inputs["capacity"],
         "global_batch": inputs["global_batch"],
     }
     result["fits"] = result["step"]["peak"] <= inputs["capacity"]
+    result["trainable_params"] = result["step"]["trainable_params"]
     result["eager"] = eager_beside(inputs)
     if inputs.get("hf_config"):
         result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
@@ -83,6 +92,12 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
         )
         for row in result["plan"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
+    tune = inputs["tune"]
+    if want_fit:
+        capacity, recipe = inputs["capacity"], inputs["recipe"]
+        result["fit"] = fit_card(shape, seq, capacity, recipe, tune.optimizer, tune.paged, par.flash)
+        for row in result["fit"]:
+            row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     if want_sweep:
         seqs = seq_grid(seq)
         if shape.positions == "learned":
@@ -91,18 +106,25 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False) -> d
             "seq": seqs,
             "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"], par, accum) for row in rows},
         }
+        if not tune.default:
+            recipe, recompute = inputs["recipe"], inputs["recompute"]
+            p = RECIPES[recipe].activations
+            result["sweep"]["peaks"]["finetune"] = [
+                peak(finetune_segments(shape, s, b, recipe, recompute, p, tune, par.flash))[0] for s in seqs
+            ]
     return result
 
 
 def handle(request: str) -> str:
-    """{"inputs": {field: value}, "sweep": bool, "plan": bool} -> {"ok": true, ...} or
+    """{"inputs": {field: value}, "sweep": bool, "plan": bool, "fit": bool} -> {"ok": true, ...} or
     {"ok": false, "field", "message"}."""
     try:
         payload = json.loads(request)
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
             return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
         inputs = parse_inputs(payload.get("inputs", {}))
-        return json.dumps(compute(inputs, payload.get("sweep", True), payload.get("plan", False)))
+        want = payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False)
+        return json.dumps(compute(inputs, *want))
     except InputError as e:
         return json.dumps({"ok": False, "field": e.field, "message": e.message})
     except Exception as e:  # the page must keep working whatever arrives

@@ -1,0 +1,380 @@
+"""Fine-tuning on one device: LoRA, QLoRA, frozen layers and any optimizer, walked as the deck walks a step.
+
+The deck's walk (calc.walk) trains every parameter with Adam. Here some parameters are frozen: a frozen
+parameter has its weights and nothing else (no gradient, no optimizer state, no master copy). Adapters
+(Hu et al. 2021, LoRA) are trainable parameters of their own: rank r on a linear d_in -> d_out adds
+A (r x d_in) and B (d_out x r), r (d_in + d_out) parameters. Activations follow Korthikanti et al.'s
+count (calc.activations) with what a frozen layer no longer needs taken out and what an adapter needs
+put in (layer_bytes). Single device (or data parallelism without ZeRO, which is the same per device).
+
+Left out: in the lowest block, the ops before its first adapter record nothing in PyTorch (no input needs a
+gradient yet), which this count still keeps like any frozen block's; GPT-2's fused c_attn is adapted here as
+separate q, k and v projections (peft adapts the fused layer, r (h + 3h) parameters), and its per-tensor
+optimizer state (8-bit, Adafactor) is counted with Llama's separate projections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import activations as act
+from .optimizers import OPTIMIZERS, ceil_div, state_bytes
+from .parallel import SINGLE, Parallel
+from .recipes import RECIPES
+from .shape import Shape, param_counts
+from .walk import Event, Reps, Segment
+
+MODES = ("full", "lora", "qlora", "freeze")
+TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_proj in transformers' Llama
+ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head)
+
+# bitsandbytes' NF4 (Dettmers et al. 2023, QLoRA §3; bitsandbytes/functional.py, quantize_4bit): two 4-bit
+# codes a byte; one absmax per block of 64 weights; with double quantization (compress_statistics=True,
+# transformers' bnb_4bit_use_double_quant) the absmax values, less their mean, are quantized again to one
+# byte each (quantize_blockwise, blocksize=256), with one fp32 absmax per 256 of them. That is
+# 0.5 + 1/64 + 4/(64 x 256) bytes a weight, 4.127 bits (the paper's 4 + 0.127). The shared 16- and 256-entry
+# code books and the mean (a Python float in current releases) are left out.
+NF4_BLOCK = 64
+NF4_DQ_BLOCK = 256
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How a step fine-tunes: which parameters train, with which optimizer."""
+
+    mode: str = "full"  # full: every parameter; lora / qlora: adapters only; freeze: the first layers frozen
+    optimizer: str = "adamw"  # calc.optimizers.OPTIMIZERS
+    rank: int = 8  # LoRA's r
+    alpha: int = 16  # LoRA's alpha: the update is scaled by alpha / r, which changes no byte
+    targets: tuple[str, ...] = ("q", "v")  # the linears of each block that get an adapter (TARGETS)
+    freeze_layers: int = 0  # freeze: the first N blocks (and the embedding) are frozen
+    paged: bool = False  # the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers)
+
+    @property
+    def default(self) -> bool:
+        """The deck's own step: everything trains with AdamW on the device."""
+        return self.mode == "full" and self.optimizer == "adamw" and not self.paged
+
+    @property
+    def adapters(self) -> bool:
+        return self.mode in ("lora", "qlora")
+
+
+DEFAULT = Tuning()
+
+
+def linears(shape: Shape) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of each linear layer of one block, in TARGETS order (no gate without a gated FFN)."""
+    h, q, kv, f = shape.hidden, shape.q_width, shape.kv_width, shape.ffn
+    out = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "gate": (h, f), "up": (h, f), "down": (f, h)}
+    if not shape.gated_ffn:
+        del out["gate"]
+    return out
+
+
+def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
+    """One block's adapters as (count, rows, cols): A is r x d_in, B d_out x r for every target."""
+    out = []
+    for target in tune.targets:
+        d_in, d_out = linears(shape)[target]
+        out += [(1, tune.rank, d_in), (1, d_out, tune.rank)]
+    return out
+
+
+def layer_tensors(shape: Shape) -> list[tuple[int, int, int]]:
+    """One dense block's parameter tensors as (count, rows, cols), cols 0 for a vector: its linears, their
+    biases (calc.shape.attention_params and mlp_params) and its norms' gains (and LayerNorm's biases)."""
+    out = [(1, d_in, d_out) for d_in, d_out in linears(shape).values()]
+    q, kv, h, f = shape.q_width, shape.kv_width, shape.hidden, shape.ffn
+    if shape.bias or shape.qkv_bias:
+        out += [(1, q, 0), (2, kv, 0)]
+    if shape.bias:  # O's; the FFN's as calc.shape.mlp_params counts them: (matrices - 1) of width ffn, one of h
+        out += [(1, h, 0), ((3 if shape.gated_ffn else 2) - 1, f, 0), (1, h, 0)]
+    out.append((shape.norms_per_layer * (2 if shape.norm == "layer" else 1), h, 0))
+    return out
+
+
+def outer_tensors(shape: Shape) -> dict[str, list[tuple[int, int, int]]]:
+    """The tensors outside the blocks: embedding, learned positions, final norm, untied head."""
+    h = shape.hidden
+    norm = [(2 if shape.norm == "layer" else 1, h, 0)] if shape.final_norm else []
+    head_bias = [(1, shape.vocab, 0)] if shape.bias and shape.head_bias else []
+    head = [] if shape.tied else [(1, shape.vocab, h), *head_bias]
+    return {
+        "embedding": [(1, shape.vocab, h)] + ([(1, shape.context, h)] if shape.positions == "learned" else []),
+        "final_norm": norm,
+        "head": head,
+    }
+
+
+def numel(tensors) -> int:
+    return sum(count * rows * (cols or 1) for count, rows, cols in tensors)
+
+
+def trainable_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
+    """Every trainable tensor of the model. freeze trains the blocks above the first N, the final norm and an
+    untied head (the embedding, and a head tied to it, stay frozen); lora and qlora only the adapters."""
+    outer = outer_tensors(shape)
+    if tune.adapters:
+        return [(shape.layers * c, r, k) for c, r, k in adapter_tensors(shape, tune)]
+    layers = shape.layers - (tune.freeze_layers if tune.mode == "freeze" else 0)
+    out = [(layers * c, r, k) for c, r, k in layer_tensors(shape)] + outer["final_norm"] + outer["head"]
+    return out + (outer["embedding"] if tune.mode == "full" else [])
+
+
+def trainable_params(shape: Shape, tune: Tuning = DEFAULT) -> int:
+    """The parameters that train: e.g. 4,194,304 for LoRA rank 8 on q and v of Llama-2-7B."""
+    if tune.mode == "full":
+        return param_counts(shape)["total"]  # any shape, a mixture of experts included
+    return numel(trainable_tensors(shape, tune))
+
+
+def nf4_bytes(n: int) -> int:
+    """One tensor of n weights in bitsandbytes' NF4 with double quantization (see NF4_BLOCK)."""
+    blocks = ceil_div(n, NF4_BLOCK)
+    return ceil_div(n, 2) + blocks + FP32 * ceil_div(blocks, NF4_DQ_BLOCK)
+
+
+def weight_bytes(shape: Shape, recipe: str, tune: Tuning) -> dict[str, int]:
+    """{"base": the model's weights, "adapters": the adapters'}. QLoRA stores every block linear in NF4
+    (transformers' bitsandbytes integration quantizes every nn.Linear but the head) and the rest (embedding,
+    norms, biases, head) in the compute dtype, the recipe's weights dtype."""
+    w = RECIPES[recipe].weights
+    total = param_counts(shape)["total"]
+    adapters = shape.layers * numel(adapter_tensors(shape, tune)) if tune.adapters else 0
+    if tune.mode != "qlora":
+        return {"base": w * total, "adapters": w * adapters}
+    quantized = [d_in * d_out for d_in, d_out in linears(shape).values()]
+    return {
+        "base": shape.layers * sum(map(nf4_bytes, quantized)) + w * (total - shape.layers * sum(quantized)),
+        "adapters": w * adapters,
+    }
+
+
+def optimizer_bytes(shape: Shape, recipe: str, tune: Tuning) -> int:
+    """The optimizer's state for every trainable tensor; the recipe gives its moments' dtype."""
+    return state_bytes(tune.optimizer, trainable_tensors(shape, tune), RECIPES[recipe].optimizer // 2)
+
+
+def dropped_inputs(shape: Shape, sb: int, targets: tuple[str, ...]) -> int:
+    """16-bit bytes a frozen block no longer keeps: the input of a frozen linear serves only its weight's
+    gradient (dx = dy W needs W, not x), so it is not saved unless an adapter on the same input needs it.
+    In Korthikanti et al.'s count: Q, K and V's shared input (2sbh), the output projection's input
+    (2sb x q width), the FFN's input (2sbh, gate and up) and the second linear's input (8sbh)."""
+    h = shape.hidden
+    dropped = 0
+    if not {"q", "k", "v"} & set(targets):
+        dropped += 2 * sb * h
+    if "o" not in targets:
+        dropped += 2 * sb * shape.q_width
+    if not {"gate", "up"} & set(targets):
+        dropped += 2 * sb * h
+    if "down" not in targets:
+        dropped += 8 * sb * h
+    return dropped
+
+
+def adapter_activation_bytes(shape: Shape, sb: int, tune: Tuning) -> int:
+    """16-bit bytes each adapter keeps: x A, the rank-r intermediate, is B's input (2 sb r a target). Its
+    own input x is the frozen linear's, already counted (lora_dropout = 0, peft's and torchtune's default)."""
+    return 2 * sb * tune.rank * len(tune.targets)
+
+
+def layer_bytes(
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recompute: str,
+    activation_bytes: int,
+    frozen: Tuning | None,
+    flash: bool = False,
+) -> tuple[int, int]:
+    """(kept through the forward pass, all the layer holds for backward) of one block: a trainable one when
+    `frozen` is None (Korthikanti et al., as the deck), else a frozen one carrying `frozen`'s adapters.
+    `flash`: attention stores no s x s scores (FlashAttention, or SDPA's fused kernels)."""
+    scale, par = activation_bytes // 2, _par(flash)
+    if frozen is None:
+        full = act.layer_bytes(shape, seq, micro_batch, par)
+        kept = act.kept_bytes(shape, seq, micro_batch, recompute, par)
+        return kept * scale, full * scale
+    sb = seq * micro_batch
+    outside, inside, scores = act.layer_parts(shape, seq, micro_batch, par)
+    targets = frozen.targets if frozen.adapters else ()
+    change = adapter_activation_bytes(shape, sb, frozen) - dropped_inputs(shape, sb, targets)
+    full = outside + inside + scores + change
+    kept = {"none": full, "selective": outside + inside + change, "full": 2 * sb * shape.hidden}[recompute]
+    return kept * scale, full * scale
+
+
+def _par(flash: bool) -> Parallel:
+    return Parallel(flash=True) if flash else SINGLE
+
+
+def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
+    """(field, reason) where this fine-tuning does not apply to this shape, or None."""
+    if shape.moe_layers and not tune.default:
+        return "finetune" if tune.mode != "full" else "optimizer", "not modelled for a mixture of experts yet"
+    if tune.adapters:
+        missing = [t for t in tune.targets if t not in linears(shape)]
+        if missing:
+            return "lora-targets", f"the model has no {missing[0]} projection (its FFN is not gated)"
+    if tune.mode == "freeze" and tune.freeze_layers > shape.layers:
+        return "freeze-layers", f"{tune.freeze_layers} frozen layers are more than the {shape.layers} layers"
+    if not trainable_params(shape, tune):
+        return "freeze-layers", "leaves nothing to train (a tied head is frozen with the embedding)"
+    return None
+
+
+def segments(
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    activation_bytes: int,
+    tune: Tuning,
+    flash: bool = False,
+) -> list[Segment]:
+    """One fine-tuning step on one device, every size in bytes, in the deck walk's order (calc.walk.template):
+    state resident; each block's forward keeps its activations; head and loss; backward from the top, down to
+    the lowest block that trains or carries an adapter (autograd goes no lower: nothing below needs a
+    gradient); the optimizer; zero_grad."""
+    r, opt = RECIPES[recipe], OPTIMIZERS[tune.optimizer]
+    n, g = param_counts(shape), r.gradients
+    weights = weight_bytes(shape, recipe, tune)
+    trainable = trainable_params(shape, tune)
+    frozen_below = tune.freeze_layers if tune.mode == "freeze" else 0  # blocks 1..N keep nothing
+    grads_of = f"trainable parameters x {g} bytes ({r.source})"
+
+    base_label = "NF4 base weights resident" if tune.mode == "qlora" else "weights resident"
+    base_source = (
+        "bitsandbytes NF4, blocks of 64, double-quantized absmax (QLoRA §3); the rest in the compute dtype"
+        if tune.mode == "qlora"
+        else r.source
+    )
+    start = [Event("start", base_label + (" (frozen)" if tune.mode != "full" else ""), "weights", weights["base"],
+                   base_source)]
+    if weights["adapters"]:
+        start.append(Event("start", "LoRA adapters resident", "weights", weights["adapters"],
+                           f"r (d_in + d_out) per target, {r.weights} bytes each (Hu et al. 2021)"))
+    state = optimizer_bytes(shape, recipe, tune)
+    if tune.paged:
+        start.append(Event("start", f"{opt.label} state paged to CPU memory (not on the device)", "optimizer", 0,
+                           "bitsandbytes paged optimizer: unified memory, evicted to the host under pressure"))
+    elif state:
+        start.append(Event("start", f"{opt.label} state resident", "optimizer", state, opt.source))
+    if r.master:
+        start.append(Event("start", "fp32 master weights of the trainable parameters resident", "master",
+                           r.master * trainable, r.source))
+    if r.grad_buffer:
+        start.append(Event("start", "fp32 main-gradient buffer resident", "gradients", g * trainable, r.source))
+    segs = [Segment(tuple(start))]
+
+    def grads(label: str, params: int) -> list[Event]:
+        if r.grad_buffer or not params:
+            return []
+        return [Event("backward", f"{label}: write its weight gradients", "gradients", g * params, grads_of)]
+
+    per_layer = n["per_layer"]
+    adapters_per_layer = numel(adapter_tensors(shape, tune)) if tune.adapters else 0
+    layer_grads = adapters_per_layer if tune.adapters else per_layer
+    layer = "layer {layer}"
+    kept, full = layer_bytes(
+        shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None, flash
+    )
+    dequant = []
+    if tune.mode == "qlora":
+        largest = max(d_in * d_out for d_in, d_out in linears(shape).values())
+        dequant = [r.weights * largest, -r.weights * largest]
+    what = "frozen, carrying adapters: " if tune.adapters else ""
+
+    def transient(phase: str) -> list[Event]:
+        if not dequant:
+            return []
+        source = "bitsandbytes dequantize_4bit: one linear's weight in the compute dtype at a time"
+        return [
+            Event(phase, f"{phase} {layer}: dequantize its largest NF4 weight to 16 bits", "weights", dequant[0],
+                  source),
+            Event(phase, f"{phase} {layer}: free the dequantized weight", "weights", dequant[1], source),
+        ]
+
+    if frozen_below:
+        segs.append(Segment((Event("forward", f"forward {layer}: frozen below every trainable layer, keeps nothing",
+                                   "activations", 0, "autograd records nothing below the lowest trainable "
+                                   "parameter"),), Reps(range(1, frozen_below + 1))))
+    trained = range(frozen_below + 1, shape.layers + 1)
+    source = ("Korthikanti et al. 2022 less the inputs of frozen linears, plus the rank-r intermediates"
+              if tune.adapters else "Korthikanti et al. 2022, as the deck")
+    forward = [Event("forward", f"forward {layer}: {what}keep activations for backward", "activations", kept, source)]
+    segs.append(Segment(tuple(forward + transient("forward")), Reps(trained)))
+
+    head_trains = tune.mode in ("full", "freeze") and not shape.tied
+    head_params = n["head"] if head_trains else (n["embedding"] if tune.mode == "full" else 0)
+    logits16 = act.logits_16bit_bytes(shape, seq, micro_batch) * (activation_bytes // 2)
+    logits32 = act.logits_fp32_bytes(shape, seq, micro_batch)
+    segs.append(Segment((
+        Event("forward", "head: 16-bit logits", "logits", logits16, "s x b x V values, 2 bytes each"),
+        Event("forward", "loss: fp32 logits for softmax cross-entropy", "logits", logits32,
+              "s x b x V values, 4 bytes each (the loss is computed in fp32)"),
+    )))
+    head = grads("loss and head backward", head_params)
+    head.append(Event("backward", "free the fp32 logits (cross-entropy done)", "logits", -logits32,
+                      "the loss's saved fp32 logits"))
+    segs.append(Segment(tuple(head)))
+    if tune.mode in ("full", "freeze") and n["final_norm"]:
+        segs.append(Segment(tuple(grads("final norm backward", n["final_norm"]))))
+    backward = []
+    if recompute != "none":
+        backward.append(Event("backward", f"backward {layer}: recompute dropped activations", "activations",
+                              full - kept, "what the forward pass did not keep"))
+    backward += transient("backward")[:1]
+    backward.append(Event("backward", f"backward {layer}: free its activations", "activations", -full,
+                          "everything the layer held for backward"))
+    backward += transient("backward")[1:]
+    backward += grads(f"backward {layer}" + (": adapters" if tune.adapters else ""), layer_grads)
+    segs.append(Segment(tuple(backward), Reps(range(trained.stop - 1, trained.start - 1, -1))))
+    if tune.mode == "full":
+        embed = n["positions"] + (0 if shape.tied else n["embedding"])
+        if embed:
+            segs.append(Segment(tuple(grads("embedding backward", embed))))
+    end = [
+        Event("backward", "training loop drops the 16-bit logits", "logits", -logits16,
+              "the model's output, referenced by the loop until backward ends"),
+        Event("optimizer", f"{opt.label} step (in place)", "optimizer", 0, "state and weights updated in place"),
+    ]
+    held = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients")
+    if r.grad_buffer:
+        end.append(Event("optimizer", "zero the main-gradient buffer in place", "gradients", 0, r.source))
+    else:
+        end.append(Event("optimizer", "zero_grad: free gradients", "gradients", -held,
+                         "optimizer.zero_grad(set_to_none=True)"))
+    segs.append(Segment(tuple(end)))
+    return [s for s in segs if s.events]
+
+
+def sizes(
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    activation_bytes: int,
+    tune: Tuning,
+    flash: bool = False,
+) -> dict[str, int]:
+    """The full size of each category, as calc.api.sizes gives the deck's: the state, the activations all
+    blocks keep through the forward pass, the logits."""
+    r = RECIPES[recipe]
+    weights = weight_bytes(shape, recipe, tune)
+    trainable = trainable_params(shape, tune)
+    kept, _ = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None, flash)
+    frozen_below = tune.freeze_layers if tune.mode == "freeze" else 0
+    return {
+        "weights": weights["base"] + weights["adapters"],
+        "gradients": r.gradients * trainable,
+        "optimizer": 0 if tune.paged else optimizer_bytes(shape, recipe, tune),
+        "master": r.master * trainable,
+        "activations": (shape.layers - frozen_below) * kept,
+        "logits": act.logits_16bit_bytes(shape, seq, micro_batch) * (activation_bytes // 2)
+        + act.logits_fp32_bytes(shape, seq, micro_batch),
+    }
