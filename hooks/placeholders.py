@@ -193,7 +193,7 @@ def widget_html(page_url: str) -> str:
         categories=deck.calc.CATEGORIES,
         category_names=deck.calc.CATEGORY_LABELS,
         category_labels={c: label[0].upper() + label[1:] for c, label in deck.calc.CATEGORY_LABELS.items()},
-        format_gb=deck.calc.format_gb,
+        format_gb=deck.calc.format_gb, format_size=deck.calc.units.format_size,
         worker_url=url("javascripts/calc-worker.mjs"), wheel_url=url(f"assets/wheels/{wheel.filename()}"),
         figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,
     )
