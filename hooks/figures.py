@@ -15,6 +15,7 @@ import calc
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 GB = 10**9
 CATEGORIES = calc.CATEGORIES
@@ -49,10 +50,18 @@ def _svg(fig) -> bytes:
     return out.getvalue().encode()
 
 
+def _legend_as_stacked(ax, **options) -> None:
+    """The legend in the stack's order: its top entry is the top of the stack."""
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], frameon=False, **options)
+
+
 def breakdown(rows: list[dict], capacity_bytes: int) -> bytes:
-    """One stacked bar per recipe, a dashed line at each peak, a solid line at capacity."""
+    """One stacked bar per recipe, a dashed line at each peak, a solid line at capacity. Each peak's
+    label sits above both its bar and its dashed line, so neither runs through it."""
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     xs = range(len(rows))
+    tops = []
     for x, row in zip(xs, rows, strict=True):
         bottom = 0
         for cat in CATEGORIES:
@@ -60,29 +69,44 @@ def breakdown(rows: list[dict], capacity_bytes: int) -> bytes:
             ax.bar(x, height, bottom=bottom, width=0.6, color=COLOURS[cat],
                    label=LABELS[cat] if x == 0 else None)
             bottom += height
-        ax.hlines(row["peak"] / GB, x - 0.4, x + 0.4, colors="black", linestyles="dashed", linewidth=1.2)
-        ax.annotate(f"peak {row['peak'] / GB:.1f} GB", (x, row["peak"] / GB), textcoords="offset points",
-                    xytext=(0, 4), ha="center", fontsize=8)
+        peak = row["peak"] / GB
+        tops.append(max(bottom, peak))
+        ax.hlines(peak, x - 0.4, x + 0.4, colors="black", linestyles="dashed", linewidth=1.2)
+        ax.annotate(f"peak {calc.format_gb(row['peak'])} GB", (x, tops[-1]), textcoords="offset points",
+                    xytext=(0, 5), ha="center", va="bottom", fontsize=9)
     ax.axhline(capacity_bytes / GB, color="black", linewidth=1.5)
-    ax.annotate(f"{capacity_bytes / GB:.0f} GB device", (len(rows) - 0.5, capacity_bytes / GB),
-                textcoords="offset points", xytext=(0, 4), ha="right", fontsize=8)
+    ax.annotate(f"{calc.format_gb(capacity_bytes).removesuffix('.0')} GB device", (1.0, capacity_bytes / GB),
+                xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(4, 0), va="center", fontsize=9)
+    ax.set_ylim(0, max(tops) * 1.12)
     ax.set_xticks(list(xs), [row["id"] for row in rows])
     ax.set_ylabel("memory on one device (GB)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _legend_as_stacked(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _svg(fig)
 
 
-def sweep(seqs: list[int], peaks: dict[str, list[int]], capacity_bytes: int) -> bytes:
-    """Peak memory against sequence length, one line per recipe, with the capacity line."""
+def sweep(seqs: list[int], peaks: dict[str, list[int]], capacity_bytes: int, seq: int | None = None) -> bytes:
+    """Peak memory against sequence length, one line per recipe, with the capacity line and (dotted)
+    the chosen sequence (by default the middle of calc.web.seq_grid's range: half its last point).
+    A tick every round step of the sequence, not one at every point."""
+    if seq is None and seqs[-1] // 2 in seqs:
+        seq = seqs[-1] // 2
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for recipe_id, values in peaks.items():
-        ax.plot(seqs, [v / GB for v in values], RECIPE_STYLES.get(recipe_id, "-"), marker="o",
-                markersize=3, label=recipe_id)
-    ax.axhline(capacity_bytes / GB, color="black", linewidth=1.5, label=f"{capacity_bytes / GB:.0f} GB device")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(seqs, [f"{s:,}" for s in seqs])
+        ax.plot(seqs, [v / GB for v in values], RECIPE_STYLES.get(recipe_id, "-"), linewidth=2, label=recipe_id)
+    capacity = capacity_bytes / GB
+    ax.axhline(capacity, color="black", linewidth=1.5)
+    ax.annotate(f"{calc.format_gb(capacity_bytes).removesuffix('.0')} GB device", (1.0, capacity),
+                xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(4, 0), va="center", fontsize=9)
+    if seq is not None:
+        ax.axvline(seq, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"sequence {seq:,}", (seq, 1.0), xycoords=("data", "axes fraction"), textcoords="offset points",
+                    xytext=(4, -12), fontsize=9, color="dimgrey")
+    ax.set_xlim(seqs[0], seqs[-1])
+    ax.set_ylim(0, max(max(v) for v in peaks.values()) / GB * 1.08)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=8, steps=[1, 2, 4, 5, 10], integer=True))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{int(v):,}"))
     ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("peak memory (GB)")
+    ax.set_ylabel("peak memory on one device (GB)")
     ax.legend(loc="upper left", frameon=False)
     return _svg(fig)
 
@@ -97,11 +121,12 @@ def walk(step: dict) -> bytes:
                  step="post")
     peak = step["peak_index"]
     ax.axvline(peak, color="black", linestyle="dashed", linewidth=1.2)
-    ax.annotate(f"peak ({step['peak'] / GB:.1f} GB): {step['peak_event']}", (peak, step["peak"] / GB),
-                textcoords="offset points", xytext=(6, 4), ha="left", fontsize=8)
-    ax.set_ylim(0, step["peak"] / GB * 1.12)
+    ax.annotate(f"peak {calc.format_gb(step['peak'])} GB, event {peak + 1}:\n{step['peak_event']}",
+                (peak, step["peak"] / GB), textcoords="offset points", xytext=(6, 6), ha="left", va="bottom",
+                fontsize=9)
+    ax.set_ylim(0, step["peak"] / GB * 1.22)
     ax.set_xlabel("event in the training step")
     ax.set_ylabel("memory on one device (GB)")
     ax.set_xlim(0, len(events) - 1)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _legend_as_stacked(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _svg(fig)
