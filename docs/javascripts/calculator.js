@@ -793,6 +793,7 @@
         result = { ok: false, field: null, message: error.message };
       }
       busy = false;
+      performance.mark("calc:answered");
       if (again) { again = false; update(); return; }  // the form moved on: answer the latest
       if (!result.ok && linkFields.size) {
         // A value from the link that calc refuses: only that field falls back (all of the link's,
