@@ -414,6 +414,20 @@ def test_wide_formulas_fit_or_scroll_inside_their_box_and_take_the_keyboard(open
             assert any(d["scale"] < 1 for d in displays)  # the ZeRO stages' block was made to fit
 
 
+@pytest.mark.parametrize(("width", "narrow"), [(390, True), (1280, False)])
+def test_the_results_figures_take_their_phone_width_variant_on_a_phone(open_page, width, narrow):
+    """On a 390 px screen the Results page shows the -narrow figures (10-point text stays above 11 px)."""
+    page, _ = open_page("results/", wait_live=False, viewport={"width": width, "height": 900})
+    page.wait_for_function("() => [...document.querySelectorAll('picture img')].every(i => i.complete)")
+    sources = page.eval_on_selector_all("article picture img", "is => is.map(i => i.currentSrc)")
+    assert len(sources) == 3
+    assert all(src.endswith("-narrow.svg") == narrow for src in sources), sources
+    shown = page.eval_on_selector_all("article picture img", "is => is.map(i => i.getBoundingClientRect().width)")
+    natural = page.eval_on_selector_all("article picture img", "is => is.map(i => i.naturalWidth)")
+    if narrow:  # drawn at about the column's width, so barely scaled down
+        assert all(s / n >= 0.85 for s, n in zip(shown, natural, strict=True)), (shown, natural)
+
+
 def test_screenshots_of_every_page_for_review(open_page):
     """Saves test-artifacts/pages/PAGE-WIDTH-SCHEME.png: every page at 390, 768 and 1280 px, light and dark."""
     out = Path(calculator_tests.ARTIFACTS) / "pages"
