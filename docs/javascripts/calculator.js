@@ -611,11 +611,12 @@
     function drawCharts() {
       const step = answer.step;
       drawBreakdown(charts.breakdown, answer, `${step.config.recipe}-${step.config.recompute}`);
-      drawSweep(charts.sweep, answer);
+      if (answer.sweep) drawSweep(charts.sweep, answer);
       anim.moveCursor = drawWalk(charts.walk, step, answer.capacity);
       anim.moveCursor(anim.index);
     }
-    function render(source) {
+    // The table, the summary, the bars and the step; the sweep chart too once the answer has it.
+    function renderNumbers() {
       const step = answer.step;
       const selected = `${step.config.recipe}-${step.config.recompute}`;
       for (const row of answer.table) {
@@ -648,9 +649,16 @@
       if (!anim.timer) anim.index = step.peak_index;
       drawCharts();
       showEvent(Math.min(anim.index, step.events.length - 1));
+    }
+    // Everything drawn, the sweep included: "calc:drawn" (the tests and the benchmark wait for it).
+    function finish(source) {
       root.dataset.source = source;
       performance.mark("calc:drawn");
       root.dispatchEvent(new CustomEvent("calc:drawn", { detail: { source } }));
+    }
+    function render(source) {
+      renderNumbers();
+      finish(source);
     }
     // The charts follow their container's width (a phone turned, a window resized).
     let resizeFrame = 0;
@@ -782,22 +790,36 @@
     });
 
     // -- asking calc
+    async function ask(request) {
+      try {
+        return await call(request);
+      } catch (error) {
+        return { ok: false, field: null, message: error.message };
+      }
+    }
+    function becomeReady() {
+      if (root.dataset.state === "ready") return;
+      root.dataset.state = "ready";
+      delete root.dataset.stale;
+      pendingNote.hidden = true;
+      progress.root.hidden = true;
+      performance.mark("calc:live");
+      setStatus("Live: computed in your browser by calc, running in Pyodide.");
+    }
+    // Two questions per change: first the table, the bars and the step (a fraction of calc's work),
+    // drawn at once ("calc:numbers"); then the peak-versus-sequence sweep, most of the work ("calc:drawn").
     async function update() {
       if (!call) return;
       if (busy) { again = true; return; }
       busy = true;
-      let result;
-      try {
-        result = await call({ inputs: inputs(), sweep: true });
-      } catch (error) {
-        result = { ok: false, field: null, message: error.message };
-      }
-      busy = false;
+      const given = inputs();
+      const result = await ask({ inputs: given, sweep: false });
       performance.mark("calc:answered");
-      if (again) { again = false; update(); return; }  // the form moved on: answer the latest
+      if (again) { busy = false; again = false; update(); return; }  // the form moved on: answer the latest
       if (!result.ok && linkFields.size) {
         // A value from the link that calc refuses: only that field falls back (all of the link's,
         // if calc names a field the link did not set), and the notice says which and why.
+        busy = false;
         const culprits = linkFields.has(result.field) ? [result.field] : [...linkFields];
         linkProblems.push({ name: result.field ?? culprits[0], message: result.message });
         for (const name of culprits) { resetField(name); linkFields.delete(name); }
@@ -806,31 +828,36 @@
         return;
       }
       linkFields.clear();
-      if (result.ok) {
-        answer = result;
-        clearErrors();
-        if (notice.dataset.kind === "input") { notice.hidden = true; delete notice.dataset.kind; }
-        // A preset's own sequence is filled in, but never under the reader's cursor.
-        if (seqAuto && valueOf("seq") === "" && document.activeElement !== field("seq")) setField("seq", answer.step.config.seq);
-        seqAuto = false;
-        showHints();
-        writeUrl();
-        render("live");
-        schedulePlan();
-      } else {
+      if (!result.ok) {
+        busy = false;
         clearErrors();
         showError(result.field, result.message);
         clearTimeout(planner.timer);
         planState("error", "The planner waits for valid inputs (see the message beside the field).");
+        becomeReady();
+        return;
       }
-      if (root.dataset.state !== "ready") {
-        root.dataset.state = "ready";
-        delete root.dataset.stale;
-        pendingNote.hidden = true;
-        progress.root.hidden = true;
-        performance.mark("calc:live");
-        setStatus("Live: computed in your browser by calc, running in Pyodide.");
-      }
+      answer = { ...result, sweep: answer.sweep };  // the last sweep stays until the new one comes
+      clearErrors();
+      if (notice.dataset.kind === "input") { notice.hidden = true; delete notice.dataset.kind; }
+      // A preset's own sequence is filled in, but never under the reader's cursor.
+      if (seqAuto && valueOf("seq") === "" && document.activeElement !== field("seq")) setField("seq", answer.step.config.seq);
+      seqAuto = false;
+      showHints();
+      writeUrl();
+      charts.sweep.dataset.pending = "true";
+      renderNumbers();
+      performance.mark("calc:numbers");
+      root.dispatchEvent(new CustomEvent("calc:numbers"));
+      const full = await ask({ inputs: given, sweep: true });
+      busy = false;
+      if (again) { again = false; update(); return; }
+      if (full.ok) answer = full;  // the same numbers, with their sweep
+      delete charts.sweep.dataset.pending;
+      if (answer.sweep) drawSweep(charts.sweep, answer);
+      finish("live");
+      schedulePlan();
+      becomeReady();
     }
 
     function onInput(event) {
