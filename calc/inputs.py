@@ -9,7 +9,7 @@ from . import finetune
 from .activations import layer_bytes
 from .hf import ConfigError, compact, parse, shape_from_text
 from .optimizers import OPTIMIZERS
-from .parallel import Parallel, check
+from .parallel import SINGLE, Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
 from .shape import ACTIVATIONS, FAMILIES, NORMS, POSITIONS, Shape, param_counts
@@ -24,6 +24,10 @@ MAX_BYTES = 2**53 - 1
 WHOLE = re.compile(r"[+-]?(?:[0-9]+|[0-9]{1,3}(?:[,_][0-9]{3})+)")
 DECIMAL_GB = re.compile(r"[0-9]+(?:\.[0-9]{1,3})?")
 DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]{1,2})?")
+# Python refuses int() of more than 4,300 digits (sys.set_int_max_str_digits): count them first.
+MAX_DIGITS = 30
+# A message quotes at most this much of what was typed (a 10,000-character value is not echoed whole).
+MAX_QUOTE = 40
 
 # Field name (the CLI flag without dashes) -> Shape attribute, largest accepted value.
 INT_FIELDS = {
@@ -129,6 +133,14 @@ class InputError(ValueError):
         self.message = message
 
 
+def quote(raw: object) -> str:
+    """What the reader typed, in quotes, cut to MAX_QUOTE characters with its length said."""
+    text = str(raw)
+    if len(text) <= MAX_QUOTE:
+        return repr(text)
+    return f"{text[:MAX_QUOTE]!r}... ({len(text):,} characters)"
+
+
 def _int(field: str, raw: object, largest: int, smallest: int = 1) -> int:
     if isinstance(raw, bool):
         raise InputError(field, f"must be a whole number, got {raw!r}")
@@ -137,7 +149,10 @@ def _int(field: str, raw: object, largest: int, smallest: int = 1) -> int:
     else:
         text = str(raw).strip()
         if not WHOLE.fullmatch(text):
-            raise InputError(field, f"must be a whole number, got {text!r}")
+            raise InputError(field, f"must be a whole number, got {quote(text)}")
+        digits = text.lstrip("+-").replace(",", "").replace("_", "").lstrip("0")
+        if len(digits) > MAX_DIGITS:  # before int(): no ValueError from Python's digit limit
+            raise InputError(field, f"must be at most {largest:,}, got a number of {len(digits):,} digits")
         value = int(text.replace(",", "").replace("_", ""))
     if value < smallest:
         raise InputError(field, f"must be at least {smallest}, got {value}")
@@ -160,7 +175,7 @@ def _bool(field: str, raw: object) -> bool:
 def _choice(field: str, raw: object, choices) -> str:
     text = str(raw).strip().lower()
     if text not in choices:
-        raise InputError(field, f"must be one of {', '.join(choices)}, got {str(raw)!r}")
+        raise InputError(field, f"must be one of {', '.join(choices)}, got {quote(raw)}")
     return text
 
 
@@ -190,8 +205,11 @@ def _capacity(raw: object) -> int:
     """Device capacity in GB (10^9 bytes), up to three decimals, as exact bytes."""
     text = str(raw).strip()
     if not DECIMAL_GB.fullmatch(text):
-        raise InputError("capacity-gb", f"must be a number of GB like 80 or 94.5, got {text!r}")
+        raise InputError("capacity-gb", f"must be a number of GB like 80 or 94.5, got {quote(text)}")
     whole, _, frac = text.partition(".")
+    digits = len(whole.lstrip("0"))
+    if digits > MAX_DIGITS:
+        raise InputError("capacity-gb", f"must be at most 100,000 GB, got a number of {digits:,} digits")
     capacity = int(whole) * GB + int(frac.ljust(3, "0")) * GB // 1000
     if not 0 < capacity <= 100_000 * GB:
         raise InputError("capacity-gb", f"must be more than 0 and at most 100,000 GB, got {text}")
@@ -243,16 +261,16 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     walk = _choice("walk", given.get("walk", "deck"), WALKS)
     attention = _choice("attention", given.get("attention", ATTENTIONS[0]), ATTENTIONS)
     device = _choice("device", given.get("device", DEVICES[0]), DEVICES)
-    check_size(shape, seq, micro_batch)
     degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
     zero = given.get("zero", 0)
     if str(zero).strip() not in ("0", "1", "2", "3"):
-        raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {str(zero)!r}")
+        raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {quote(zero)}")
     flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
     par = Parallel(degrees["dp"], degrees["tp"], degrees["pp"], int(str(zero).strip()), **flags, ep=degrees["ep"])
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
+    check_size(shape, seq, micro_batch, par)
     grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
     problem = walk == "eager" and eager_problem(shape, recompute, par, grad_accum)
     if problem:
@@ -413,16 +431,34 @@ def family_problem(shape: Shape) -> tuple[str, str] | None:
     return None
 
 
-def check_size(shape: Shape, seq: int, micro_batch: int) -> None:
-    """Refuse configurations whose byte counts would not stay exact in a browser."""
-    state = 16 * param_counts(shape)["total"]
-    # Upper bounds: 16 bytes a parameter; activations at up to 4 bytes and recomputation on top (8x the 16-bit
-    # count); logits at 12 bytes a value (16-bit, fp32, and 4-byte activations' doubling).
-    moe = layer_bytes(shape, seq, micro_batch, moe=True) if shape.experts else 0
-    activations = 8 * shape.layers * max(layer_bytes(shape, seq, micro_batch), moe)
-    logits = 12 * seq * micro_batch * shape.vocab
-    if state + activations + logits <= MAX_BYTES:
+def size_bound(shape: Shape, seq: int, micro_batch: int, par: Parallel = SINGLE) -> int:
+    """An upper bound on any byte count calc reports for these inputs, per device or in total: every
+    recipe of the table (the page shows all four), whatever the recomputation, on any walk.
+
+    Twice the 16 bytes a parameter of state (the eager walk's transient copies); each layer's saved
+    activations (Korthikanti et al.'s sbh(34 + 5as/h), without the 5as/h scores under FlashAttention)
+    at up to 4 bytes a value (fp32), for every layer and once more for the one being recomputed, with
+    room for backward's working memory (x2); logits at 16 bytes a value (16-bit, fp32, fp32 gradients
+    and the loss's working copy)."""
+    state = 32 * param_counts(shape)["total"]
+    one = Parallel(flash=par.flash)
+    # a mixture of experts' layer (its routed tokens) where it keeps more than a dense one
+    layer = max(layer_bytes(shape, seq, micro_batch, one), layer_bytes(shape, seq, micro_batch, one, moe=True))
+    activations = 2 * (shape.layers + 1) * layer * 2
+    logits = 16 * seq * micro_batch * shape.vocab
+    return state + activations + logits
+
+
+def check_size(shape: Shape, seq: int, micro_batch: int, par: Parallel = SINGLE) -> None:
+    """Refuse configurations whose byte counts would not stay exact in a browser (JSON numbers < 2^53)."""
+    if size_bound(shape, seq, micro_batch, par) <= MAX_BYTES:
         return
-    if state >= activations + logits:
-        raise InputError("layers" if shape.layers > 1000 else "hidden", "makes the model absurdly large (over 9 PB)")
-    raise InputError("seq" if seq >= micro_batch else "micro-batch", "makes the activations absurdly large (over 9 PB)")
+    state = 32 * param_counts(shape)["total"]
+    if state > MAX_BYTES // 2:
+        field = "layers" if shape.layers > 1000 else "hidden"
+        raise InputError(field, "makes the model too large to count exactly (over 9 PB)")
+    hint = "" if par.flash else "; FlashAttention or a shorter sequence brings it down"
+    raise InputError(
+        "seq" if seq >= micro_batch else "micro-batch",
+        f"makes the activations too large to count exactly (over 9 PB){hint}",
+    )

@@ -19,3 +19,18 @@ def _fixed(n: int, unit: int, decimals: int) -> str:
     q = (abs(n) * scale * 2 + unit) // (2 * unit)  # round half up
     whole, frac = divmod(q, scale)
     return f"{sign}{whole}.{frac:0{decimals}d}" if decimals else f"{sign}{whole}"
+
+
+TB = 10**12
+TB_FROM_GB = 10_000  # from 10,000 GB on, a size reads better in TB
+
+
+def format_size(n: int) -> str:
+    """Bytes for people: "110.7 GB", "1,234.5 GB" with thousands separators, and from
+    10,000 GB on "861.1 TB". One decimal, rounded half up as format_gb."""
+    text, name = _fixed(n, GB, 1), "GB"
+    if abs(float(text)) >= TB_FROM_GB:
+        text, name = _fixed(n, TB, 1), "TB"
+    sign, digits = ("-", text[1:]) if text.startswith("-") else ("", text)
+    whole, frac = digits.split(".")
+    return f"{sign}{int(whole):,}.{frac} {name}"

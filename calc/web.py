@@ -6,17 +6,17 @@ import json
 
 from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
-from .inputs import InputError, eager_problem, parse_inputs
+from .inputs import MAX_BYTES, InputError, eager_problem, parse_inputs, size_bound
 from .plan import fit_card, plan
 from .recipes import RECIPES
-from .units import format_gb, format_gib
+from .units import format_gb, format_gib, format_size
 from .walk import peak
 
 SWEEP_POINTS = 200
 
 
 def _display(n: int) -> dict[str, str]:
-    return {"gb": format_gb(n), "gib": format_gib(n)}
+    return {"gb": format_gb(n), "gib": format_gib(n), "text": format_size(n)}
 
 
 def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
@@ -102,6 +102,8 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
         seqs = seq_grid(seq)
         if shape.positions == "learned":
             seqs = [s for s in seqs if s <= shape.context]
+        # Up to 2x the chosen sequence, where every byte count stays exact in a browser (< 2^53).
+        seqs = [s for s in seqs if s <= seq or size_bound(shape, s, b, par) <= MAX_BYTES]
         result["sweep"] = {
             "seq": seqs,
             "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"], par, accum) for row in rows},

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File
 from mkdocs.utils import get_relative_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: hooks/ and calc/
@@ -193,14 +194,33 @@ def widget_html(page_url: str) -> str:
         categories=deck.calc.CATEGORIES,
         category_names=deck.calc.CATEGORY_LABELS,
         category_labels={c: label[0].upper() + label[1:] for c, label in deck.calc.CATEGORY_LABELS.items()},
-        format_gb=deck.calc.format_gb,
+        format_gb=deck.calc.format_gb, format_size=deck.calc.units.format_size,
         worker_url=url("javascripts/calc-worker.mjs"), wheel_url=url(f"assets/wheels/{wheel.filename()}"),
         figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,
     )
 
 
+def on_files(files, config):
+    """Adds the phone-width variants of the static figures (hooks/figures.py) beside the wide ones."""
+    for name, svg in figures.narrow_files(deck.compute(deck.DEFAULT_INPUTS)).items():
+        files.append(File.generated(config, f"figures/{name}", content=svg))
+    return files
+
+
+FIGURE_IMG = re.compile(r'<img (?P<attrs>[^>]*?)src="(?P<src>[^"]*figures/(?P<name>[a-z-]+)\.svg)"(?P<rest>[^>]*)>')
+
+
+def _narrow_figures(html: str) -> str:
+    """Each static figure as a <picture> whose phone-width source a narrow screen takes."""
+    def picture(m: re.Match) -> str:
+        narrow = m["src"].removesuffix(".svg") + "-narrow.svg"
+        return f'<picture><source media="{figures.NARROW_MEDIA}" srcset="{narrow}">{m[0]}</picture>'
+
+    return FIGURE_IMG.sub(picture, html)
+
+
 def on_page_content(html: str, page, config, files) -> str:
-    if WIDGET_SLOT not in html:
-        return html
-    page.meta["calculator"] = True  # site_overrides/main.html adds the calculator's script
-    return html.replace(f"<p>{WIDGET_SLOT}</p>", WIDGET_SLOT).replace(WIDGET_SLOT, widget_html(page.url), 1)
+    if WIDGET_SLOT in html:
+        page.meta["calculator"] = True  # site_overrides/main.html adds the calculator's script
+        html = html.replace(f"<p>{WIDGET_SLOT}</p>", WIDGET_SLOT).replace(WIDGET_SLOT, widget_html(page.url), 1)
+    return _narrow_figures(html)

@@ -42,7 +42,11 @@ COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "imag
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    """As a static host serves a site: under `prefix` (a project page such as /course/memory/), and a
+    missing path answered with the site's 404.html and status 404."""
+
     extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME_TYPES}
+    prefix = "/"
 
     def send_head(self):
         path = self.translate_path(self.path)
@@ -70,18 +74,39 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):  # keep test output quiet
         pass
 
+    def translate_path(self, path: str) -> str:
+        clean = path.split("?", 1)[0].split("#", 1)[0]
+        if not clean.startswith(self.prefix):
+            return str(Path(self.directory) / ".outside-the-site")  # nothing there: a plain 404
+        return super().translate_path("/" + path[len(self.prefix):])
+
+    def send_head(self):
+        path = Path(self.translate_path(self.path))
+        missing = not (path.is_file() or (path.is_dir() and (path / "index.html").is_file()))
+        page = Path(self.directory) / "404.html"
+        if missing and page.is_file() and self.path.startswith(self.prefix):
+            body = page.read_bytes()
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return io.BytesIO(body)
+        return super().send_head()
+
 
 @contextlib.contextmanager
-def serve(directory: Path = SITE, port: int = 0) -> Iterator[str]:
-    """Serve `directory` on 127.0.0.1 (a free port unless given); yields the base URL."""
+def serve(directory: Path = SITE, port: int = 0, prefix: str = "/") -> Iterator[str]:
+    """Serve `directory` on 127.0.0.1 (a free port unless given) under the path `prefix` (e.g.
+    "/course/memory/", as a project page of a static host); yields the site's URL."""
     if not (directory / "index.html").exists():
         raise FileNotFoundError(f"{directory} has no index.html: build the site first (make build)")
-    handler = functools.partial(_Handler, directory=str(directory))
+    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    handler = functools.partial(type("Handler", (_Handler,), {"prefix": prefix}), directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield f"http://127.0.0.1:{server.server_address[1]}{prefix}"
     finally:
         server.shutdown()
         server.server_close()
@@ -100,8 +125,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Serve the built site on 127.0.0.1.")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--directory", type=Path, default=SITE)
+    parser.add_argument("--prefix", default="/", help="serve under this path, e.g. /course/memory/ (a project page)")
     args = parser.parse_args()
-    with serve(args.directory, args.port) as url:
+    with serve(args.directory, args.port, args.prefix) as url:
         print(f"Serving {args.directory} at {url} (Ctrl-C stops)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

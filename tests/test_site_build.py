@@ -91,3 +91,22 @@ def test_results_sections_have_stable_anchors():
     html = (built_site() / "results" / "index.html").read_text()
     for anchor in ["sec-10", "sec-10-1", "sec-10-4", "sec-10-6"]:
         assert f'id="{anchor}"' in html
+
+
+@pytest.mark.parametrize("name", ["peak-vs-seq.svg", "peak-vs-seq-narrow.svg", "memory-breakdown.svg", "step-walk.svg"])
+def test_static_figures_have_a_readable_number_of_ticks(name):
+    """A tick label every round step, not one per sweep point (the sweep has 200 of them)."""
+    svg = (built_site() / "figures" / name).read_text()
+    assert 3 <= len(re.findall(r'<g id="xtick_\d+">', svg)) <= 10
+
+
+def test_every_static_figure_has_a_phone_width_variant_that_pages_offer():
+    """Each figure has a -narrow.svg drawn about 400 px wide, and every page offers it in a <picture>."""
+    site = built_site()
+    for name in ("memory-breakdown", "peak-vs-seq", "step-walk"):
+        narrow = (site / "figures" / f"{name}-narrow.svg").read_text()
+        width_pt = float(re.search(r'<svg[^>]* width="([\d.]+)pt"', narrow)[1])
+        assert width_pt * 4 / 3 <= 420  # in CSS px: fits a phone's column at about its own size
+        for page in ("results/index.html", "index.html"):
+            html = (site / page).read_text()
+            assert re.search(rf'<picture><source media="[^"]+" srcset="[^"]*figures/{name}-narrow\.svg">', html)

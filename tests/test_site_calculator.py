@@ -51,7 +51,7 @@ def open_page(browser, base_url):
     contexts, recorders = [], []
 
     def opener(query: str = "", wait_live: bool = True, route=None, **options):
-        context = browser.new_context(viewport={"width": 1280, "height": 900}, **options)
+        context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
         contexts.append(context)
         if route:
             context.route(*route)
@@ -106,7 +106,7 @@ def assert_page_shows(page, answer: dict) -> None:
     assert rendered_table(page) == want
     texts = rendered_text(page)
     for row in answer["table"]:
-        assert texts[row["id"]] == {p: f"{row['display'][p]['gb']} GB" for p in PARTS}
+        assert texts[row["id"]] == {p: row["display"][p]["text"] for p in PARTS}
     bars = page.evaluate(
         """() => Object.fromEntries([...document.querySelectorAll('[data-chart=breakdown] g[data-recipe]')].map(g => [
              g.dataset.recipe,
@@ -220,9 +220,9 @@ def test_a_preset_only_link_takes_the_presets_own_sequence(open_page):
     assert recorder.errors == []
 
 
-@pytest.mark.parametrize("query", ["?seq=banana", "?colour=blue", "?preset=gpt-5", "?capacity-gb=-3", "?heads=5"])
+@pytest.mark.parametrize("query", ["?seq=banana", "?preset=gpt-5", "?capacity-gb=-3", "?heads=5"])
 def test_a_malformed_link_loads_the_defaults_with_a_notice(open_page, query):
-    """A link calc cannot use falls back to the defaults and says so."""
+    """A link value calc cannot use falls back to its default and the page says so."""
     page, recorder = open_page(query)
     page.wait_for_selector("[data-calc-notice]:not([hidden])")
     assert "defaults" in page.text_content("[data-calc-notice]")

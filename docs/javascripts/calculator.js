@@ -24,54 +24,101 @@
 
   // ---------------------------------------------------------------- the worker (one per page)
 
-  let worker = null;
+  let worker = null;  // the page's worker for the calculator
+  let planWorker = null;  // a second one for the planner, so a plan never delays a redraw
 
-  function startWorker(root) {
-    if (worker) return worker;
-    const url = new URL(root.dataset.worker, document.baseURI);
-    url.searchParams.set("wheel", new URL(root.dataset.wheel, document.baseURI).href);
-    const early = window.calcWorker;  // started in <head> (site_overrides/main.html)
-    const thread = early?.thread ?? new Worker(url, { type: "module" });
-    const pending = new Map();
-    let nextId = 0;
-    worker = new Promise((resolve, reject) => {
+  // Why the live calculator cannot start here, before trying; null when it may.
+  function cannotStart() {
+    if (location.protocol === "file:") {
+      return "the page was opened from a file, and browsers do not run the calculator's worker from " +
+        "disk; serve the site over HTTP (make serve) to use it";
+    }
+    if (typeof Worker === "undefined") return "this browser does not run Web Workers";
+    if (typeof WebAssembly === "undefined") return "this browser does not run WebAssembly, which Python in the page needs";
+    return null;
+  }
+
+  // A worker running calc.web.handle: resolves to call(request) -> Promise(answer) once ready.
+  // onProgress({done, total, label}) follows the worker's progress messages while it loads (if it sends any).
+  // `early`: the worker the page's <head> already started (site_overrides/main.html), adopted with what it
+  // said before this script listened.
+  function spawnWorker(root, onProgress = () => {}, early = null) {
+    return new Promise((resolve, reject) => {
+      const reason = cannotStart();
+      if (reason) { reject(new Error(reason)); return; }
+      const url = new URL(root.dataset.worker, document.baseURI);
+      let thread = early?.thread;
+      try {
+        thread ??= new Worker(url, { type: "module" });
+      } catch (error) {  // e.g. a SecurityError for a page the browser will not give a worker
+        reject(new Error(`the browser refused to start its worker: ${error.message}`));
+        return;
+      }
+      const pending = new Map();
+      let nextId = 0;
+      function call(request) {
+        const id = nextId++;
+        return new Promise((done, fail) => {
+          pending.set(id, { done, fail });
+          thread.postMessage({ id, request: JSON.stringify(request) });
+        });
+      }
       thread.onerror = (event) => {
         event.preventDefault();
         reject(new Error(event.message || "the worker could not start"));
       };
       thread.onmessage = ({ data }) => {
-        if (data.type === "ready") resolve(call);
+        if (data.progress) onProgress(data.progress);
+        else if (data.type === "ready") resolve(call);
         else if (data.type === "failed") reject(new Error(data.message));
-        else if (data.progress) root.dispatchEvent(new CustomEvent("calc:progress", { detail: data.progress }));
-        else {
-          const { resolve: done, reject: fail } = pending.get(data.id);
+        else if (pending.has(data.id)) {
+          const { done, fail } = pending.get(data.id);
           pending.delete(data.id);
           if (data.error) fail(new Error(data.error));
           else done(JSON.parse(data.answer));
         }
       };
+      early?.stop();
+      early?.messages.forEach((data) => thread.onmessage({ data }));
     });
-    early?.stop();
-    early?.messages.forEach((data) => thread.onmessage({ data }));  // what it said before we listened
-    function call(request) {
-      const id = nextId++;
-      return new Promise((resolve, reject) => {
-        pending.set(id, { resolve, reject });
-        thread.postMessage({ id, request: JSON.stringify(request) });
-      });
-    }
+  }
+
+  function startWorker(root, onProgress) {
+    if (!worker) worker = spawnWorker(root, onProgress, window.calcWorker);
     return worker;
+  }
+
+  // The planner's worker, started once the calculator is live (not competing with its start).
+  // Falls back to the calculator's own worker if a second one cannot start.
+  function startPlanWorker(root, fallback) {
+    if (!planWorker) planWorker = spawnWorker(root).catch(() => fallback);
+    return planWorker;
   }
 
   // ---------------------------------------------------------------- small helpers
 
   // One decimal, rounded half up on the integer, as calc.format_gb does (display only).
-  function formatGB(bytes) {
+  function fixed(bytes, unit) {
     const n = BigInt(bytes);
-    const q = ((n < 0n ? -n : n) * 20n + 1000000000n) / 2000000000n;
+    const q = ((n < 0n ? -n : n) * 20n + unit) / (2n * unit);
     return `${n < 0n ? "-" : ""}${q / 10n}.${q % 10n}`;
   }
+  const formatGB = (bytes) => fixed(bytes, 1000000000n);
   const formatInt = (n) => Number(n).toLocaleString("en-US");
+  // As calc.format_size: "1,234.5 GB", and from 10,000 GB on "861.1 TB" (display only).
+  function formatSize(bytes) {
+    let text = formatGB(bytes);
+    let unit = "GB";
+    if (Math.abs(Number(text)) >= 10000) [text, unit] = [fixed(bytes, 1000000000000n), "TB"];
+    const negative = text.startsWith("-");
+    const [whole, frac] = text.replace("-", "").split(".");
+    return `${negative ? "-" : ""}${BigInt(whole).toLocaleString("en-US")}.${frac} ${unit}`;
+  }
+  // A value from a link or a field, quoted for a message, never more than 40 characters of it.
+  function quote(value) {
+    const text = String(value);
+    return text.length <= 40 ? `“${text}”` : `“${text.slice(0, 40)}…” (${formatInt(text.length)} characters)`;
+  }
 
   function svg(tag, attrs = {}, parent = null) {
     const el = document.createElementNS(SVG_NS, tag);
@@ -96,44 +143,60 @@
     return out;
   }
 
-  function chartFrame(container, title, desc, { width = 640, height = 300 } = {}) {
-    const margin = { top: 18, right: 52, bottom: 44, left: 56 };
-    const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", class: "calc-svg" });
+  // Charts are drawn at the container's own width in CSS pixels (redrawn when it changes), so their
+  // text is CHART_FONT_PX on every screen instead of shrinking with a fixed viewBox.
+  const CHART_FONT_PX = 12;
+  const charWidth = (s) => String(s).length * CHART_FONT_PX * 0.6;  // a generous estimate for layout
+
+  function chartFrame(container, title, desc, { height = null, bottom = 44 } = {}) {
+    const width = Math.max(280, Math.round(container.clientWidth || 640));
+    const tall = height ?? Math.round(Math.min(320, Math.max(250, width * 0.48)));
+    const margin = { top: 20, right: 56, bottom, left: 60 };
+    const root = svg("svg", {
+      viewBox: `0 0 ${width} ${tall}`, width, height: tall, role: "img", class: "calc-svg",
+    });
     const titleId = `${container.dataset.chart}-title`;
     const descId = `${container.dataset.chart}-desc`;
     svg("title", { id: titleId }, root).textContent = title;
     svg("desc", { id: descId }, root).textContent = desc;
     root.setAttribute("aria-labelledby", `${titleId} ${descId}`);
     container.replaceChildren(root);
+    container.dataset.drawnWidth = width;
     return {
-      root, margin, width, height,
+      root, margin, width, height: tall,
       plotW: width - margin.left - margin.right,
-      plotH: height - margin.top - margin.bottom,
+      plotH: tall - margin.top - margin.bottom,
     };
   }
 
-  function yAxis(frame, maxGB, label) {
+  // The axis unit: GB, or TB where the values run past 10,000 GB.
+  const unitFor = (maxBytes) => (maxBytes >= 1e13 ? { name: "TB", bytes: 1e12 } : { name: "GB", bytes: GB });
+
+  function yAxis(frame, maxBytes, label) {
     const { root, margin, plotW, plotH } = frame;
-    const y = (gb) => margin.top + plotH - (gb / maxGB) * plotH;
+    const unit = unitFor(maxBytes);
+    const max = maxBytes / unit.bytes;
+    const y = (bytes) => margin.top + plotH - (bytes / unit.bytes / max) * plotH;
     const axis = svg("g", { class: "calc-axis" }, root);
-    for (const t of ticks(maxGB)) {
-      svg("line", { x1: margin.left, x2: margin.left + plotW, y1: y(t), y2: y(t), class: "calc-grid" }, axis);
-      text(axis, margin.left - 6, y(t) + 4, String(Math.round(t * 10) / 10), { "text-anchor": "end" });
+    for (const t of ticks(max, plotH < 200 ? 4 : 5)) {
+      const at = y(t * unit.bytes);
+      svg("line", { x1: margin.left, x2: margin.left + plotW, y1: at, y2: at, class: "calc-grid" }, axis);
+      text(axis, margin.left - 6, at + 4, formatInt(Math.round(t * 10) / 10), { "text-anchor": "end" });
     }
-    text(axis, 14, margin.top + plotH / 2, label, {
+    text(axis, 14, margin.top + plotH / 2, `${label} (${unit.name})`, {
       transform: `rotate(-90 14 ${margin.top + plotH / 2})`, "text-anchor": "middle",
     });
     return y;
   }
 
   // The device's capacity (calc's answer, in bytes) as "80 GB" or "94.5 GB".
-  const capacityText = (bytes) => `${formatGB(bytes).replace(/\.0$/, "")} GB`;
+  const capacityText = (bytes) => formatSize(bytes).replace(/\.0 /, " ");
 
   function capacityLine(frame, y, capacity) {
     const { root, margin, plotW } = frame;
     const g = svg("g", { class: "calc-capacity", "data-capacity": capacity }, root);
-    svg("line", { x1: margin.left, x2: margin.left + plotW, y1: y(capacity / GB), y2: y(capacity / GB) }, g);
-    text(g, margin.left + plotW + 4, y(capacity / GB) + 4, capacityText(capacity));
+    svg("line", { x1: margin.left, x2: margin.left + plotW, y1: y(capacity), y2: y(capacity) }, g);
+    text(g, margin.left + plotW + 4, y(capacity) + 4, capacityText(capacity));
   }
 
   // ---------------------------------------------------------------- drawing the answer
@@ -141,12 +204,12 @@
   function drawBreakdown(container, answer, selectedId) {
     const rows = answer.table;
     const totals = rows.map((row) => CATEGORIES.reduce((sum, c) => sum + row.bytes[c], 0));
-    const maxGB = Math.max(answer.capacity, ...totals) / GB * 1.08;
+    const maxBytes = Math.max(answer.capacity, ...totals, ...rows.map((r) => r.peak)) * 1.14;
     const frame = chartFrame(container, "Memory by category for each recipe",
-      `Stacked bars for ${rows.map((r) => `${r.id}, peak ${r.display.peak.gb} GB`).join("; ")}; ` +
-      `the device holds ${capacityText(answer.capacity)}. The table above lists every value.`);
+      `Stacked bars for ${rows.map((r) => `${r.id}, peak ${formatSize(r.peak)}`).join("; ")}; ` +
+      `the device holds ${capacityText(answer.capacity)}. The table above lists every value.`, { bottom: 58 });
     frame.root.setAttribute("aria-describedby", "calc-table");
-    const y = yAxis(frame, maxGB, "GB on one device");
+    const y = yAxis(frame, maxBytes, "on one device");
     const slot = frame.plotW / rows.length;
     const barW = slot * 0.56;
     rows.forEach((row, i) => {
@@ -154,18 +217,23 @@
       const g = svg("g", { class: "calc-bar", "data-recipe": row.id, "data-peak": row.peak }, frame.root);
       let bottom = 0;
       for (const cat of CATEGORIES) {
-        const gb = row.bytes[cat] / GB;
+        const bytes = row.bytes[cat];
         svg("rect", {
-          x, width: barW, y: y(bottom + gb), height: Math.max(0, y(bottom) - y(bottom + gb)),
-          class: `calc-fill-${cat}`, "data-part": cat, "data-bytes": row.bytes[cat],
+          x, width: barW, y: y(bottom + bytes), height: Math.max(0, y(bottom) - y(bottom + bytes)),
+          class: `calc-fill-${cat}`, "data-part": cat, "data-bytes": bytes,
         }, g);
-        bottom += gb;
+        bottom += bytes;
       }
-      svg("line", { x1: x - 6, x2: x + barW + 6, y1: y(row.peak / GB), y2: y(row.peak / GB), class: "calc-peak" }, g);
-      text(g, x + barW / 2, y(row.peak / GB) - 5, `${row.display.peak.gb} GB`, { "text-anchor": "middle", class: "calc-peak-label" });
-      text(g, x + barW / 2, frame.margin.top + frame.plotH + 18, row.id,
-        { "text-anchor": "middle", class: row.id === selectedId ? "calc-selected-label" : "" });
-      if (row.id === selectedId) text(g, x + barW / 2, frame.margin.top + frame.plotH + 32, "(selected)", { "text-anchor": "middle" });
+      svg("line", { x1: x - 4, x2: x + barW + 4, y1: y(row.peak), y2: y(row.peak), class: "calc-peak" }, g);
+      // The label sits above both the bar and its peak line, never on them; in a narrow slot, the number alone.
+      const label = charWidth(formatSize(row.peak)) <= slot - 4 ? formatSize(row.peak) : formatSize(row.peak).split(" ")[0];
+      text(g, x + barW / 2, Math.min(y(row.peak), y(totals[i])) - 6, label, { "text-anchor": "middle", class: "calc-peak-label" });
+      const base = frame.margin.top + frame.plotH;
+      const [recipe, recompute] = row.id.split("-");
+      const cls = row.id === selectedId ? "calc-selected-label" : "";
+      text(g, x + barW / 2, base + 16, recipe, { "text-anchor": "middle", class: cls });
+      text(g, x + barW / 2, base + 30, recompute, { "text-anchor": "middle", class: cls });
+      if (row.id === selectedId) text(g, x + barW / 2, base + 44, "(selected)", { "text-anchor": "middle" });
     });
     capacityLine(frame, y, answer.capacity);
   }
@@ -177,22 +245,26 @@
     const ids = Object.keys(peaks);
     const current = answer.step.config.seq;
     const all = ids.flatMap((id) => peaks[id]);
-    const maxGB = Math.max(answer.capacity, ...all) / GB * 1.08;
+    const maxBytes = Math.max(answer.capacity, ...all) * 1.08;
     const frame = chartFrame(container, "Peak memory against sequence length",
       `Peak for each recipe from sequence ${formatInt(seqs[0])} to ${formatInt(seqs[seqs.length - 1])}, ` +
       `with the ${capacityText(answer.capacity)} device. The table after the chart lists sample points.`);
-    const y = yAxis(frame, maxGB, "peak GB");
+    const y = yAxis(frame, maxBytes, "peak");
     const lo = seqs[0];
     const span = Math.max(1, seqs[seqs.length - 1] - lo);
     const x = (s) => frame.margin.left + ((s - lo) / span) * frame.plotW;
     const axis = svg("g", { class: "calc-axis" }, frame.root);
-    for (const s of [seqs[0], current, seqs[seqs.length - 1]]) {
+    let free = -Infinity;  // tick labels that would touch the previous one are left out
+    for (const s of [...new Set([seqs[0], current, seqs[seqs.length - 1]])]) {
+      const half = charWidth(formatInt(s)) / 2;
+      if (x(s) - half < free) continue;
       text(axis, x(s), frame.margin.top + frame.plotH + 16, formatInt(s), { "text-anchor": "middle" });
+      free = x(s) + half + 6;
     }
     text(axis, frame.margin.left + frame.plotW / 2, frame.height - 6, "sequence length (tokens)", { "text-anchor": "middle" });
     svg("line", { x1: x(current), x2: x(current), y1: frame.margin.top, y2: frame.margin.top + frame.plotH, class: "calc-cursor" }, frame.root);
     ids.forEach((id, i) => {
-      const points = seqs.map((s, j) => `${x(s).toFixed(1)},${y(peaks[id][j] / GB).toFixed(1)}`).join(" ");
+      const points = seqs.map((s, j) => `${x(s).toFixed(1)},${y(peaks[id][j]).toFixed(1)}`).join(" ");
       svg("polyline", {
         points, class: `calc-line ${RECIPE_LINES[i % RECIPE_LINES.length]}`, "data-recipe": id,
         "data-first": peaks[id][0], "data-last": peaks[id][seqs.length - 1],
@@ -227,28 +299,31 @@
       th.scope = "row";
       th.textContent = formatInt(seqs[j]);
       tr.appendChild(th);
-      for (const id of ids) tr.insertCell().textContent = `${formatGB(peaks[id][j])} GB`;
+      for (const id of ids) tr.insertCell().textContent = formatSize(peaks[id][j]);
     }
-    details.appendChild(table);
+    const wrap = document.createElement("div");
+    wrap.className = "calc-data-scroll";
+    wrap.appendChild(table);
+    details.appendChild(wrap);
     container.append(legend, details);
   }
 
   // The animation: memory by category over the step's events, a cursor on the current event.
   function drawWalk(container, step, capacity) {
     const events = step.events;
-    const maxGB = Math.max(capacity, ...events.map((e) => e.total)) / GB * 1.08;
+    const maxBytes = Math.max(capacity, ...events.map((e) => e.total)) * 1.12;
     const frame = chartFrame(container, "Memory over one training step",
       `${events.length} events of the step for ${step.config.recipe} precision with ${step.config.recompute} ` +
-      `recomputation; the peak, ${formatGB(step.peak)} GB, is reached at event ${step.peak_index + 1}: ${step.peak_event}.`);
+      `recomputation; the peak, ${formatSize(step.peak)}, is reached at event ${step.peak_index + 1}: ${step.peak_event}.`);
     frame.root.dataset.events = events.length;
     frame.root.dataset.peakIndex = step.peak_index;
     frame.root.dataset.peak = step.peak;
-    const y = yAxis(frame, maxGB, "GB on one device");
+    const y = yAxis(frame, maxBytes, "on one device");
     const w = frame.plotW / events.length;
     const x = (i) => frame.margin.left + i * w;
     const base = new Array(events.length).fill(0);
     for (const cat of CATEGORIES) {
-      const top = events.map((e, i) => base[i] + e.totals[cat] / GB);
+      const top = events.map((e, i) => base[i] + e.totals[cat]);
       let d = "";
       events.forEach((_, i) => { d += `${i ? "L" : "M"}${x(i).toFixed(2)},${y(top[i]).toFixed(2)}H${x(i + 1).toFixed(2)}`; });
       for (let i = events.length - 1; i >= 0; i--) d += `L${x(i + 1).toFixed(2)},${y(base[i]).toFixed(2)}H${x(i).toFixed(2)}`;
@@ -258,7 +333,10 @@
     const peakX = x(step.peak_index) + w / 2;
     const peak = svg("g", { class: "calc-peak-marker" }, frame.root);
     svg("line", { x1: peakX, x2: peakX, y1: frame.margin.top, y2: frame.margin.top + frame.plotH, class: "calc-peak" }, peak);
-    text(peak, peakX - 4, frame.margin.top + 10, `peak ${formatGB(step.peak)} GB`, { "text-anchor": "end", class: "calc-peak-label" });
+    const peakText = `peak ${formatSize(step.peak)}`;
+    const leftOfLine = peakX - 4 - charWidth(peakText) >= frame.margin.left;  // else to its right
+    text(peak, leftOfLine ? peakX - 4 : peakX + 4, frame.margin.top + 10, peakText,
+      { "text-anchor": leftOfLine ? "end" : "start", class: "calc-peak-label" });
     capacityLine(frame, y, capacity);
     const axis = svg("g", { class: "calc-axis" }, frame.root);
     text(axis, frame.margin.left + frame.plotW / 2, frame.height - 6, "events of one training step", { "text-anchor": "middle" });
@@ -266,10 +344,10 @@
     events.forEach((e, i) => { if (!i || e.phase !== events[i - 1].phase) phases.push([e.phase, i]); });
     let free = 0;  // label a phase where it starts, unless the previous label is in the way
     for (const [phase, i] of phases) {
-      if (x(i) < free) continue;
+      if (x(i) < free || x(i) + charWidth(phase) > frame.width - 4) continue;
       text(axis, x(i) + 2, frame.margin.top + frame.plotH + 16, phase, { class: "calc-phase" });
       svg("line", { x1: x(i), x2: x(i), y1: frame.margin.top + frame.plotH, y2: frame.margin.top + frame.plotH + 6, class: "calc-tick" }, axis);
-      free = x(i) + 8 * phase.length;
+      free = x(i) + charWidth(phase) + 8;
     }
     const cursor = svg("rect", { y: frame.margin.top, height: frame.plotH, width: Math.max(w, 2), class: "calc-cursor-band" }, frame.root);
     return (i) => cursor.setAttribute("x", x(i) + w / 2 - Math.max(w, 2) / 2);
@@ -291,7 +369,7 @@
         recompute: row.recompute, microBatch: row.micro_batch, gradAccum: row.grad_accum, peak: row.peak, extraCompute: row.extra_compute,
       });
       for (const value of [row.devices, row.dp, row.tp, row.pp, row.zero, row.recompute, row.micro_batch,
-        formatInt(row.grad_accum), `${row.display.peak} GB`, row.display.extra_compute]) tr.insertCell().textContent = value;
+        formatInt(row.grad_accum), formatSize(row.peak), row.display.extra_compute]) tr.insertCell().textContent = value;
       const button = document.createElement("button");
       button.type = "button";
       button.className = "md-button";
@@ -320,9 +398,16 @@
     const config = JSON.parse(root.querySelector("[data-calc-config]").textContent);
     CATEGORIES = config.categories;
     CATEGORY_LABELS = config.categoryLabels;
+    const presets = new Map(Object.entries(config.presets));  // looked up as data, never as properties
     const form = root.querySelector("[data-calc-form]");
     const status = root.querySelector("[data-calc-status]");
     const notice = root.querySelector("[data-calc-notice]");
+    const pendingNote = root.querySelector("[data-calc-pending]");
+    const progress = {
+      root: root.querySelector("[data-calc-progress]"),
+      bar: root.querySelector("[data-calc-progress] progress"),
+      label: root.querySelector("[data-progress-label]"),
+    };
     const field = (name) => form.elements.namedItem(name);
     const charts = Object.fromEntries([...root.querySelectorAll("[data-chart]")].map((c) => [c.dataset.chart, c]));
     const anim = {
@@ -335,20 +420,25 @@
     };
     let answer = config.initial;
     let call = null;        // the worker's entry point, once it is ready
+    let planCall = null;    // the planner's worker (its own, so a plan never delays a redraw)
     let busy = false;       // a request is with the worker
     let again = false;      // the form changed while it was
-    let fromLink = false;   // the inputs came from the URL and are not yet checked by calc
+    const linkFields = new Set();  // fields set from the link that calc has not yet accepted
+    const linkProblems = [];       // [{name, message}]: what the link asked for that could not be used
+    let seqAuto = false;    // seq was emptied for a preset's own default: fill it in from calc's answer
     const planner = {
       root: root.querySelector("[data-planner]"),
       body: root.querySelector("[data-plan-body]"),
       status: root.querySelector("[data-plan-status]"),
       caption: root.querySelector("[data-plan-caption]"),
+      loadNote: root.querySelector("[data-plan-load-note]"),
       timer: null,
       shown: null,    // the question the table answers (inputs without the layout's own fields)
       asking: null,   // the question with the worker
     };
 
     // -- form <-> values
+    const labelOf = (name) => form.querySelector(`label[for="calc-${CSS.escape(name)}"]`)?.textContent.trim() ?? name;
     function setField(name, value) {
       const el = field(name);
       if (!el) return;
@@ -359,20 +449,50 @@
       const el = field(name);
       return el.type === "checkbox" ? String(el.checked) : el.value.trim();
     };
+    // As calc reads them: choices trimmed and in lower case; true/false also as 1/0, yes/no, on/off.
+    function matchChoice(name, raw) {
+      const value = String(raw).trim().toLowerCase();
+      return [...field(name).options].some((o) => o.value === value) ? value : null;
+    }
+    function parseBool(raw) {
+      const value = String(raw).trim().toLowerCase();
+      if (["1", "true", "yes", "on"].includes(value)) return true;
+      if (["0", "false", "no", "off"].includes(value)) return false;
+      return null;
+    }
+    const choicesText = (name) => [...field(name).options].map((o) => o.value).join(", ");
     function fillPreset(name) {
-      const preset = config.presets[name];
-      for (const key of SHAPE_FIELDS) setField(key, preset[key]);
+      const preset = presets.get(name);
+      for (const key of SHAPE_FIELDS) {
+        setField(key, preset[key]);
+        if (field(key).type === "text") field(key).placeholder = String(preset[key]);
+      }
     }
     function fillDefaults() {
       for (const [key, value] of Object.entries(config.defaults)) setField(key, value);
       fillPreset(config.defaults.preset);
+      seqAuto = false;
+    }
+    // One field back to its default: a shape field to the preset's value, the sequence to the preset's own.
+    function resetField(name) {
+      if (name === "preset") {
+        setField("preset", config.defaults.preset);
+        fillPreset(config.defaults.preset);
+      } else if (name === "seq") {
+        setField("seq", "");
+        seqAuto = true;
+      } else if (SHAPE_FIELDS.includes(name)) {
+        setField(name, presets.get(valueOf("preset"))[name]);
+      } else if (name in config.defaults) {
+        setField(name, config.defaults[name]);
+      }
     }
     // The inputs for calc: the preset, shape fields that differ from it, the run's fields.
     function inputs() {
       const preset = valueOf("preset");
       const out = { preset };
       for (const key of SHAPE_FIELDS) {
-        if (valueOf(key) !== String(config.presets[preset]?.[key])) out[key] = valueOf(key);
+        if (valueOf(key) !== String(presets.get(preset)?.[key])) out[key] = valueOf(key);
       }
       for (const key of RUN_FIELDS) if (valueOf(key) !== "") out[key] = valueOf(key);
       return out;
@@ -390,56 +510,116 @@
       const params = new URLSearchParams();
       const given = inputs();
       for (const [key, value] of Object.entries(given)) {
-        if (key in config.defaults ? value !== config.defaults[key] : true) params.set(key, value);
+        if (Object.hasOwn(config.defaults, key) ? value !== config.defaults[key] : true) params.set(key, value);
       }
       const query = params.toString();
       history.replaceState(history.state, "", `${location.pathname}${query ? `?${query}` : ""}${location.hash}`);
     }
+    // A link never loses settings it can use: parameters that are not ours (utm_source, fbclid...) are
+    // ignored; each value that cannot be used is reported by name and only its field keeps its default.
     function readUrl() {
-      const params = new URLSearchParams(location.search);
-      const keys = [...params.keys()];
-      if (!keys.length) return true;
-      const bad = keys.find((k, i) => !URL_FIELDS.includes(k) || keys.indexOf(k) !== i);
-      const preset = params.get("preset") ?? config.defaults.preset;
-      if (bad || !(preset in config.presets)) {
-        return `“${bad ?? "preset"}” is not a setting this calculator knows`;
+      const values = new Map();
+      const counts = new Map();
+      for (const [key, value] of new URLSearchParams(location.search)) {
+        if (!URL_FIELDS.includes(key)) continue;
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+        if (!values.has(key)) values.set(key, value);
       }
+      if (!values.size) return;
+      for (const [key, n] of counts) {
+        if (n > 1) linkProblems.push({ name: key, message: `given ${n} times; the first, ${quote(values.get(key))}, is used` });
+      }
+      let preset = config.defaults.preset;
+      if (values.has("preset")) {
+        const asked = String(values.get("preset")).trim().toLowerCase();
+        if (presets.has(asked)) preset = asked;
+        else {
+          linkProblems.push({ name: "preset", message: `${quote(values.get("preset"))} is not a preset here; ` +
+            `the presets are ${[...presets.keys()].join(", ")}` });
+        }
+      }
+      setField("preset", preset);
       fillPreset(preset);
-      if (params.has("preset") && !params.has("seq")) setField("seq", "");  // the preset's own default (calc decides)
-      for (const [key, value] of params) setField(key, value);
-      fromLink = true;
-      return true;
+      if (values.has("preset") && !values.has("seq")) { setField("seq", ""); seqAuto = true; }
+      for (const [key, raw] of values) {
+        if (key === "preset") continue;
+        const el = field(key);
+        let value = raw.trim();
+        if (el.tagName === "SELECT") {
+          value = matchChoice(key, raw);
+          if (value === null) {
+            linkProblems.push({ name: key, message: `${quote(raw)} is not one of ${choicesText(key)}` });
+            continue;
+          }
+        } else if (el.type === "checkbox") {
+          value = parseBool(raw);
+          if (value === null) {
+            linkProblems.push({ name: key, message: `${quote(raw)} is not true or false (or 1 or 0, yes or no)` });
+            continue;
+          }
+        }
+        setField(key, value);
+        linkFields.add(key);
+        if (key === "seq") seqAuto = false;
+      }
+      showLinkNotice();
     }
-    function linkRejected(reason) {
-      fillDefaults();
-      fromLink = false;
-      notice.textContent = `This link's settings could not be used (${reason}); the calculator shows the defaults instead.`;
-      delete notice.dataset.kind;
+    function showLinkNotice() {
+      if (!linkProblems.length) return;
+      const intro = document.createElement("span");
+      intro.textContent = "Some of this link's settings could not be used as given; the rest apply. Fields named here show their defaults unless the line says otherwise:";
+      const list = document.createElement("ul");
+      for (const { name, message } of linkProblems) {
+        const li = document.createElement("li");
+        li.dataset.linkProblem = name;
+        li.textContent = `${labelOf(name)}: ${message}.`;
+        list.appendChild(li);
+      }
+      notice.replaceChildren(intro, list);
+      notice.dataset.kind = "link";  // it stays: the reader should see what the link lost
       notice.hidden = false;
-      history.replaceState(history.state, "", `${location.pathname}${location.hash}`);
     }
 
-    // -- errors shown beside the field they name
+    // -- errors shown beside the field they name; hints for fields left empty
     function clearErrors() {
       for (const el of root.querySelectorAll("[data-error-for]")) el.textContent = "";
       for (const el of form.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
     }
     function showError(name, message) {
       const slot = root.querySelector(`[data-error-for="${CSS.escape(name ?? "")}"]`);
-      const label = slot && form.querySelector(`label[for="calc-${CSS.escape(name)}"]`);
       if (!slot) {
         notice.textContent = `The calculator could not use these inputs: ${message}`;
         notice.dataset.kind = "input";  // hidden again by the next good answer (a link's notice stays)
         notice.hidden = false;
         return;
       }
-      slot.textContent = `${label ? label.textContent : name}: ${message}`;
+      slot.textContent = `${labelOf(name)}: ${message}`;
       field(name)?.setAttribute("aria-invalid", "true");
+    }
+    // An empty field is not silent: it says which value calc used in its place.
+    function emptyValue(name) {
+      if (SHAPE_FIELDS.includes(name)) return `the preset's ${formatInt(presets.get(valueOf("preset"))[name])}`;
+      if (name === "seq") return `the preset's default, ${formatInt(answer.step.config.seq)}`;
+      return `the default, ${config.defaults[name]}`;
+    }
+    function showHints() {
+      for (const slot of root.querySelectorAll("[data-hint-for]")) {
+        const name = slot.dataset.hintFor;
+        slot.textContent = valueOf(name) === "" && name !== "grad-accum" ? `Empty: uses ${emptyValue(name)}.` : "";
+      }
     }
 
     // -- drawing
     function setStatus(message) { status.textContent = message; }
-    function render(source) {
+    function drawCharts() {
+      const step = answer.step;
+      drawBreakdown(charts.breakdown, answer, `${step.config.recipe}-${step.config.recompute}`);
+      if (answer.sweep) drawSweep(charts.sweep, answer);
+      anim.moveCursor = drawWalk(charts.walk, step, answer.capacity);
+      anim.moveCursor(anim.index);
+    }
+    // The table, the summary, the bars and the step; the sweep chart too once the answer has it.
+    function renderNumbers() {
       const step = answer.step;
       const selected = `${step.config.recipe}-${step.config.recompute}`;
       for (const row of answer.table) {
@@ -448,7 +628,7 @@
           const cell = tr.querySelector(`[data-part="${part}"]`);
           const bytes = part === "peak" ? row.peak : row.bytes[part];
           cell.dataset.bytes = bytes;
-          (cell.querySelector("strong") ?? cell).textContent = `${row.display[part].gb} GB`;
+          (cell.querySelector("strong") ?? cell).textContent = row.display[part].text ?? formatSize(bytes);
         }
         tr.classList.toggle("calc-row--selected", row.id === selected);
       }
@@ -456,7 +636,7 @@
       root.querySelector('[data-out="caption"]').textContent =
         `Bytes on one device: ${shape.name}, sequence ${formatInt(step.config.seq)}, micro-batch ${step.config.micro_batch}.`;
       const peakOut = root.querySelector('[data-out="peak"]');
-      peakOut.textContent = `${formatGB(step.peak)} GB`;
+      peakOut.textContent = formatSize(step.peak);
       peakOut.dataset.bytes = step.peak;
       const summary = root.querySelector("[data-calc-summary]");
       const recompute = step.config.recompute === "none" ? "no" : step.config.recompute;
@@ -469,15 +649,28 @@
       event.dataset.out = "peak-event";
       event.textContent = step.peak_event;
       summary.append(event, `”: it ${fits}.`);
-      drawBreakdown(charts.breakdown, answer, selected);
-      drawSweep(charts.sweep, answer);
-      anim.moveCursor = drawWalk(charts.walk, step, answer.capacity);
-      if (!anim.timer) showEvent(step.peak_index);
-      else showEvent(Math.min(anim.index, step.events.length - 1));
+      if (!anim.timer) anim.index = step.peak_index;
+      drawCharts();
+      showEvent(Math.min(anim.index, step.events.length - 1));
+    }
+    // Everything drawn, the sweep included: "calc:drawn" (the tests and the benchmark wait for it).
+    function finish(source) {
       root.dataset.source = source;
       performance.mark("calc:drawn");
       root.dispatchEvent(new CustomEvent("calc:drawn", { detail: { source } }));
     }
+    function render(source) {
+      renderNumbers();
+      finish(source);
+    }
+    // The charts follow their container's width (a phone turned, a window resized).
+    let resizeFrame = 0;
+    new ResizeObserver(() => {
+      cancelAnimationFrame(resizeFrame);
+      resizeFrame = requestAnimationFrame(() => {
+        if (Math.round(charts.breakdown.clientWidth) !== Number(charts.breakdown.dataset.drawnWidth)) drawCharts();
+      });
+    }).observe(charts.breakdown);
 
     // -- the animation's controls
     function showEvent(i) {
@@ -485,10 +678,10 @@
       anim.index = Math.max(0, Math.min(i, events.length - 1));
       const e = events[anim.index];
       const sign = e.bytes > 0 ? "+" : e.bytes < 0 ? "−" : "±";
-      const change = `${sign}${formatGB(Math.abs(e.bytes))} GB ${CATEGORY_LABELS[e.category]}`;
+      const change = `${sign}${formatSize(Math.abs(e.bytes))} ${CATEGORY_LABELS[e.category]}`;
       const isPeak = anim.index === answer.step.peak_index;
       const description = `Event ${anim.index + 1} of ${events.length}${isPeak ? " (the peak)" : ""}, ${e.phase}: ` +
-        `${e.label}; ${change}; total ${formatGB(e.total)} GB.`;
+        `${e.label}; ${change}; total ${formatSize(e.total)}.`;
       anim.label.textContent = description;
       anim.label.classList.toggle("calc-anim-label--peak", isPeak);
       anim.scrub.max = events.length - 1;
@@ -519,7 +712,7 @@
     anim.scrub.addEventListener("input", () => { stop(); showEvent(Number(anim.scrub.value)); });
     root.querySelector("[data-anim-controls]").hidden = false;
 
-    // -- the planner: asked separately, once the chart is drawn and the reader pauses
+    // -- the planner: its own worker, asked once the chart is drawn and the reader pauses
     function planState(state, message) {
       planner.root.dataset.planState = state;
       if (message) planner.status.textContent = message;
@@ -529,6 +722,14 @@
         const loaded = LAYOUT_FIELDS.every((name) => valueOf(name) === tr.dataset[datasetKey(name)]);
         tr.classList.toggle("calc-row--selected", loaded);
       }
+    }
+    function setLoadButtons() {
+      for (const button of planner.body.querySelectorAll("[data-plan-use]")) {
+        button.disabled = !call;
+        if (!call) button.setAttribute("aria-describedby", "calc-plan-load-note");
+        else button.removeAttribute("aria-describedby");
+      }
+      planner.loadNote.hidden = Boolean(call);
     }
     function schedulePlan() {
       clearTimeout(planner.timer);
@@ -541,19 +742,25 @@
       planner.timer = setTimeout(askPlan, PLAN_DELAY_MS);
     }
     async function askPlan() {
-      if (busy || planner.asking) { planner.timer = setTimeout(askPlan, PLAN_DELAY_MS); return; }
+      // One question at a time; on the calculator's own worker (a fallback) only between its redraws.
+      if (!planCall || planner.asking || (planCall === call && busy)) {
+        planner.timer = setTimeout(askPlan, PLAN_DELAY_MS);
+        return;
+      }
       const question = planQuestion();
       const key = JSON.stringify(question);
       planner.asking = key;
       planState("pending", "Planning…");
+      planner.root.dataset.planBusy = "true";
       const start = performance.now();
       let result;
       try {
-        result = await call({ inputs: inputs(), sweep: false, plan: true });
+        result = await planCall({ inputs: inputs(), sweep: false, plan: true });
       } catch (error) {
         result = { ok: false, field: null, message: error.message };
       }
       planner.asking = null;
+      delete planner.root.dataset.planBusy;
       if (key !== JSON.stringify(planQuestion())) return;  // the form moved on; a newer plan is scheduled
       if (!result.ok) {
         planState("error", `The planner needs valid inputs (${result.message}).`);
@@ -562,12 +769,13 @@
       const plan = result.plan;
       const run = result.step.config;
       drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
+      setLoadButtons();
       planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
         `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
       planner.shown = key;
       const ms = performance.now() - start;
       planner.readyMessage = `${plan.length} layout${plan.length === 1 ? "" : "s"} fit (computed in your browser ` +
-        `in ${Math.round(ms)} ms).`;
+        `in ${formatInt(Math.round(ms))} ms).`;
       planner.root.dataset.planSource = "live";
       markLoadedLayout();
       planState("ready", planner.readyMessage);
@@ -585,42 +793,74 @@
     });
 
     // -- asking calc
+    async function ask(request) {
+      try {
+        return await call(request);
+      } catch (error) {
+        return { ok: false, field: null, message: error.message };
+      }
+    }
+    function becomeReady() {
+      if (root.dataset.state === "ready") return;
+      root.dataset.state = "ready";
+      delete root.dataset.stale;
+      pendingNote.hidden = true;
+      progress.root.hidden = true;
+      performance.mark("calc:live");
+      setStatus("Live: computed in your browser by calc, running in Pyodide.");
+    }
+    // Two questions per change: first the table, the bars and the step (a fraction of calc's work),
+    // drawn at once ("calc:numbers"); then the peak-versus-sequence sweep, most of the work ("calc:drawn").
     async function update() {
       if (!call) return;
       if (busy) { again = true; return; }
       busy = true;
-      let result;
-      try {
-        result = await call({ inputs: inputs(), sweep: true });
-      } catch (error) {
-        result = { ok: false, field: null, message: error.message };
-      }
-      busy = false;
-      if (again) { again = false; update(); return; }  // the form moved on: answer the latest
-      if (result.ok) {
-        answer = result;
-        fromLink = false;
-        clearErrors();
-        if (notice.dataset.kind === "input") { notice.hidden = true; delete notice.dataset.kind; }
-        if (valueOf("seq") === "") setField("seq", answer.step.config.seq);
-        writeUrl();
-        render("live");
-        schedulePlan();
-      } else if (fromLink) {
-        linkRejected(`${result.field ?? "input"}: ${result.message}`);
+      const given = inputs();
+      const result = await ask({ inputs: given, sweep: false });
+      performance.mark("calc:answered");
+      if (again) { busy = false; again = false; update(); return; }  // the form moved on: answer the latest
+      if (!result.ok && linkFields.size) {
+        // A value from the link that calc refuses: only that field falls back (all of the link's,
+        // if calc names a field the link did not set), and the notice says which and why.
+        busy = false;
+        const culprits = linkFields.has(result.field) ? [result.field] : [...linkFields];
+        linkProblems.push({ name: result.field ?? culprits[0], message: result.message });
+        for (const name of culprits) { resetField(name); linkFields.delete(name); }
+        showLinkNotice();
         update();
         return;
-      } else {
+      }
+      linkFields.clear();
+      if (!result.ok) {
+        busy = false;
         clearErrors();
         showError(result.field, result.message);
         clearTimeout(planner.timer);
         planState("error", "The planner waits for valid inputs (see the message beside the field).");
+        becomeReady();
+        return;
       }
-      if (root.dataset.state !== "ready") {
-        root.dataset.state = "ready";
-        performance.mark("calc:live");
-        setStatus("Live: computed in your browser by calc, running in Pyodide.");
-      }
+      answer = { ...result, sweep: answer.sweep };  // the last sweep stays until the new one comes
+      clearErrors();
+      if (notice.dataset.kind === "input") { notice.hidden = true; delete notice.dataset.kind; }
+      // A preset's own sequence is filled in, but never under the reader's cursor.
+      if (seqAuto && valueOf("seq") === "" && document.activeElement !== field("seq")) setField("seq", answer.step.config.seq);
+      seqAuto = false;
+      showHints();
+      writeUrl();
+      charts.sweep.dataset.pending = "true";
+      renderNumbers();
+      performance.mark("calc:numbers");
+      root.dispatchEvent(new CustomEvent("calc:numbers"));
+      const full = await ask({ inputs: given, sweep: true });
+      busy = false;
+      if (again) { again = false; update(); return; }
+      if (full.ok) answer = full;  // the same numbers, with their sweep
+      delete charts.sweep.dataset.pending;
+      if (answer.sweep) drawSweep(charts.sweep, answer);
+      finish("live");
+      schedulePlan();
+      becomeReady();
     }
 
     function onInput(event) {
@@ -630,6 +870,15 @@
       if (name === "preset") {
         fillPreset(event.target.value);
         setField("seq", "");  // each preset's own default sequence (calc decides), filled in from the answer
+        seqAuto = true;
+      } else if (name === "seq") {
+        seqAuto = false;  // the reader's own sequence, even an empty one
+      }
+      if (!call) {  // not live yet: the change waits, and the page says so
+        pendingNote.textContent = "Your changes will apply once the live calculator has started; until then the numbers below are for the default settings.";
+        root.dataset.stale = "true";
+        pendingNote.hidden = false;
+        return;
       }
       update();
     }
@@ -642,27 +891,60 @@
       });
     }
 
+    // -- loading: a progress bar from the worker's progress messages (indeterminate until one comes)
+    function showProgress({ done, total, label }) {
+      if (!(Number(total) > 0)) return;
+      const part = Math.min(Number(done), Number(total));
+      progress.bar.max = Number(total);
+      progress.bar.value = part;
+      const amount = total > 100000
+        ? `${(part / 1e6).toFixed(1)} of ${(total / 1e6).toFixed(1)} MB`
+        : `${formatInt(part)} of ${formatInt(total)}`;
+      progress.label.textContent = `${label ? `${label}: ` : ""}${amount}`;
+    }
+    function failed(error) {
+      root.dataset.state = "failed";
+      delete root.dataset.stale;
+      progress.root.hidden = true;
+      pendingNote.hidden = true;
+      fillDefaults();  // the fields agree with the build-time numbers they sit beside
+      for (const fieldset of form.querySelectorAll("fieldset")) fieldset.disabled = true;
+      planner.loadNote.textContent = "The Load buttons need the live calculator, which could not start.";
+      setLoadButtons();
+      const lost = linkFields.size || linkProblems.length ? " This link's settings cannot be shown without it." : "";
+      setStatus(`The live calculator could not start: ${error.message}. The numbers shown were computed when ` +
+        `this site was built, for the default settings, and the fields are disabled.${lost}`);
+    }
+
     // -- start: the link's settings (or the defaults), the build-time answer, then the worker
     planner.shown = JSON.stringify(planQuestion());  // the build-time table answers the defaults
     planner.readyMessage = planner.status.textContent;
-    const link = readUrl();
-    if (link !== true) linkRejected(link);
-    for (const fieldset of form.querySelectorAll("fieldset")) fieldset.disabled = false;
+    fillPreset(valueOf("preset"));
+    const defaultsKey = JSON.stringify(inputs());
+    readUrl();
+    const fromLink = JSON.stringify(inputs()) !== defaultsKey;
     render("build");
     if (JSON.stringify(planQuestion()) !== planner.shown) planState("pending", "The layouts below are for the default settings; planning for this link's once the live calculator starts…");
     markLoadedLayout();
-    const builtFor = fromLink ? " They are for the default settings, not yet for this link's." : "";
-    setStatus(`Showing the numbers computed when this site was built.${builtFor} Starting the live calculator…`);
-    startWorker(root).then(
+    setLoadButtons();
+    const reason = cannotStart();
+    if (reason) { failed(new Error(reason)); return; }
+    for (const fieldset of form.querySelectorAll("fieldset")) fieldset.disabled = false;
+    if (fromLink) {
+      pendingNote.textContent = "This link's settings are in the fields; the numbers below follow them once the live calculator has started.";
+      root.dataset.stale = "true";
+      pendingNote.hidden = false;
+    }
+    progress.root.hidden = false;
+    setStatus("Showing the numbers computed when this site was built, for the default settings. Starting the live calculator…");
+    startWorker(root, showProgress).then(
       (entry) => {
         call = entry;
-        for (const button of planner.body.querySelectorAll("[data-plan-use]")) button.disabled = false;
+        setLoadButtons();
+        startPlanWorker(root, entry).then((entry2) => { planCall = entry2; });
         return update();
       },
-      (error) => {
-        root.dataset.state = "failed";
-        setStatus(`The live calculator could not start (${error.message}); the numbers shown were computed when this site was built.`);
-      },
+      failed,
     );
   }
 
