@@ -48,7 +48,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME_TYPES}
     prefix = "/"
 
-    def send_head(self):
+    def _send_compressed(self):
+        """The file, gzipped where the client takes gzip and a static host would compress it."""
         path = self.translate_path(self.path)
         if os.path.isdir(path) and self.path.split("?")[0].endswith("/"):
             path = os.path.join(path, "index.html")
@@ -91,7 +92,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             return io.BytesIO(body)
-        return super().send_head()
+        return self._send_compressed()
 
 
 @contextlib.contextmanager
