@@ -53,6 +53,33 @@ def compute(inputs: dict[str, str] | None = None, sweep: bool = True, plan: bool
 
 
 
+# Measured steps of each family's code against the eager walk (scripts/training/measure_transformers.py and
+# measure.py write them; docs/results.md §10.6 and §10.8 show them).
+MEASURED = {
+    "transformers": ROOT / "docs" / "data" / "transformers.json",
+    "decoder": ROOT / "docs" / "data" / "measurements.json",
+}
+FAMILY_CLASSES = {"llama": ("llama", "mistral", "qwen2"), "gpt2": ("gpt2",)}  # transformers' model types
+
+
+def eager_bands() -> dict[str, dict]:
+    """For each family the eager walk follows, the lowest and highest ratio of predicted to measured peak
+    over the steps measured on its code, and how many: {family: {"low", "high", "runs", "models"}}."""
+    out = {}
+    if MEASURED["transformers"].exists():
+        runs = json.loads(MEASURED["transformers"].read_text())["runs"]
+        for family, classes in FAMILY_CLASSES.items():
+            ratios = [r["ratio"] for r in runs if r["model_type"] in classes and r["measured_peak"]]
+            if ratios:
+                out[family] = {"low": min(ratios), "high": max(ratios), "runs": len(ratios), "models": list(classes)}
+    if MEASURED["decoder"].exists():
+        runs = json.loads(MEASURED["decoder"].read_text())["runs"]
+        ratios = [r["ratio_eager"] for r in runs if r.get("measured_peak") and r.get("ratio_eager")]
+        if ratios:
+            out["decoder"] = {"low": min(ratios), "high": max(ratios), "runs": len(ratios), "models": ["decoder"]}
+    return out
+
+
 def recipes() -> dict[str, dict]:
     """Bytes per parameter of each recipe, as plain data."""
     return {

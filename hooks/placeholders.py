@@ -161,6 +161,7 @@ def widget_html(page_url: str) -> str:
         "preset": shape["name"], "seq": str(config["seq"]), "micro-batch": str(config["micro_batch"]),
         "grad-accum": "",  # calc's default: as many micro-batches as pipeline stages
         "recipe": config["recipe"], "recompute": config["recompute"],
+        "attention": config["attention"], "device": config["device"],
         "dp": str(par["dp"]), "tp": str(par["tp"]), "pp": str(par["pp"]), "zero": str(par["zero"]),
         "sequence-parallel": str(par["sequence_parallel"]).lower(), "flash": str(par["flash"]).lower(),
         "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
@@ -173,6 +174,8 @@ def widget_html(page_url: str) -> str:
         "recipeLabels": {name: r["label"] for name, r in deck.recipes().items()},
         "categories": list(deck.calc.CATEGORIES),
         "categoryLabels": deck.calc.CATEGORY_LABELS,
+        "eagerBands": deck.eager_bands(),
+        "resultsUrl": get_relative_url("results/", page_url) + "#sec-10-8",
     }
 
     def url(path: str) -> str:
@@ -185,6 +188,8 @@ def widget_html(page_url: str) -> str:
         "norm": [("layer", "LayerNorm"), ("rms", "RMSNorm")],
         "positions": [("learned", "learned"), ("rope", "rotary (RoPE)")],
         "zero": [("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")],
+        "attention": [("sdpa", "sdpa (fused, no scores kept)"), ("eager", "eager (scores kept)")],
+        "device": [("cuda", "GPU (CUDA)"), ("cpu", "CPU")],
     }
     return _templates.get_template("calculator.html").render(
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
@@ -197,6 +202,7 @@ def widget_html(page_url: str) -> str:
         format_gb=deck.calc.format_gb, format_size=deck.calc.units.format_size,
         worker_url=url("javascripts/calc-worker.mjs"), wheel_url=url(f"assets/wheels/{wheel.filename()}"),
         figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,
+        eager_bands=state["eagerBands"], results_url=state["resultsUrl"],
     )
 
 

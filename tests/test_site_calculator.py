@@ -21,7 +21,9 @@ from site_fixtures import (
     require_chromium,
 )
 
+import calc
 from conftest import ROOT
+from hooks import deck
 from scripts import site_browser
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -340,3 +342,54 @@ def test_screenshot_of_the_calculator_for_review(open_page):
         page.add_style_tag(content=".md-header { position: absolute; }")  # not stitched over the shot
         page.locator("#calculator").screenshot(path=str(ARTIFACTS / f"calculator-{scheme}.png"))
         assert (ARTIFACTS / f"calculator-{scheme}.png").stat().st_size > 10_000
+
+
+def eager_shown(page) -> dict:
+    """The eager walk's figure, its measured band and its link, or the reason it is not shown."""
+    return page.evaluate(
+        """() => {
+             const q = (s) => document.querySelector(s);
+             const peak = q('[data-out="eager-peak"]'), band = q('[data-out="eager-band"]');
+             const reason = q('[data-out="eager-reason"]'), link = q('[data-calc-eager] a');
+             return {peak: peak && Number(peak.dataset.bytes), text: peak && peak.textContent,
+                     low: band && Number(band.dataset.low), high: band && Number(band.dataset.high),
+                     reason: reason && reason.textContent, href: link && link.href};
+           }"""
+    )
+
+
+def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_page, base_url):
+    """Beside the deck's peak the page shows calc's eager walk for the same step, with the error measured on
+    that model's code (the band results.md §10.8 tabulates) and a link to it; both follow the inputs."""
+    bands = deck.eager_bands()
+    results = (ROOT / "docs" / "results.md").read_text()
+    for family, classes in deck.FAMILY_CLASSES.items():
+        for model_type in classes:
+            assert f"| {model_type} | 24 | {bands[family]['low']:.4f} | {bands[family]['high']:.4f} |" in results
+    page, recorder = open_page()
+    shown = eager_shown(page)
+    assert shown["peak"] == DEFAULT["eager"]["peak"] and shown["text"] == calc.units.format_size(shown["peak"])
+    assert (shown["low"], shown["high"]) == (bands["llama"]["low"], bands["llama"]["high"])
+    assert shown["href"] == base_url + "results/#sec-10-8"
+    change(page, "attention", "eager")
+    eager = answer_for({"attention": "eager"})["eager"]
+    assert eager_shown(page)["peak"] == eager["peak"] != DEFAULT["eager"]["peak"]
+    change(page, "seq", "512")
+    change(page, "preset", "gpt2")
+    gpt2 = answer_for({"attention": "eager", "seq": "512", "preset": "gpt2"})["eager"]
+    shown = eager_shown(page)
+    assert shown["peak"] == gpt2["peak"] and (shown["low"], shown["high"]) == (
+        bands["gpt2"]["low"],
+        bands["gpt2"]["high"],
+    )
+    change(page, "dp", "2")
+    assert "one device" in eager_shown(page)["reason"] and eager_shown(page)["peak"] is None
+    assert recorder.errors == []
+
+
+def test_the_eager_figure_links_to_its_table(open_page):
+    """The link beside the eager figure opens results §10.8, whose heading is there."""
+    page, _ = open_page()
+    page.click("[data-calc-eager] a")
+    page.wait_for_selector("#sec-10-8")
+    assert "transformers" in page.text_content("#sec-10-8")

@@ -10,7 +10,8 @@
   let CATEGORY_LABELS = {};
   const SHAPE_FIELDS = ["layers", "hidden", "heads", "kv-heads", "ffn", "vocab", "context",
     "norm", "positions", "gated-ffn", "tied", "bias", "final-norm"];
-  const RUN_FIELDS = ["seq", "micro-batch", "grad-accum", "recipe", "recompute", "dp", "tp", "pp", "zero",
+  const RUN_FIELDS = ["seq", "micro-batch", "grad-accum", "recipe", "recompute", "attention", "device",
+    "dp", "tp", "pp", "zero",
     "sequence-parallel", "flash", "global-batch", "capacity-gb"];
   // What a planner row sets; none of these changes the planner's question.
   const LAYOUT_FIELDS = ["dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum"];
@@ -649,9 +650,50 @@
       event.dataset.out = "peak-event";
       event.textContent = step.peak_event;
       summary.append(event, `”: it ${fits}.`);
+      renderEager();
       if (!anim.timer) anim.index = step.peak_index;
       drawCharts();
       showEvent(Math.min(anim.index, step.events.length - 1));
+    }
+    // What PyTorch allocates for the same step (calc's eager walk), with the error measured on that code.
+    function renderEager() {
+      const out = root.querySelector("[data-calc-eager]");
+      const eager = answer.eager;
+      const link = document.createElement("a");
+      link.href = config.resultsUrl;
+      out.replaceChildren();
+      if (!eager.available) {
+        const reason = document.createElement("span");
+        reason.dataset.out = "eager-reason";
+        reason.textContent = `What PyTorch allocates is not shown for this step: ${eager.reason}.`;
+        out.append(reason);
+        return;
+      }
+      const cfg = answer.step.config;
+      const code = document.createElement("code");
+      code.textContent = "--walk eager";
+      const peak = document.createElement("strong");
+      peak.dataset.out = "eager-peak";
+      peak.dataset.bytes = eager.peak;
+      peak.textContent = formatSize(eager.peak);
+      const event = document.createElement("span");
+      event.dataset.out = "eager-event";
+      event.textContent = eager.peak_event;
+      const where = cfg.device === "cuda" ? "GPU" : "CPU";
+      out.append("What PyTorch allocates for the same step (", code,
+        `: transformers' code, ${cfg.attention} attention, AdamW as PyTorch runs it on a ${where}): `,
+        peak, ", reached at “", event, "”.");
+      const band = config.eagerBands[eager.family];
+      if (!band) return;
+      const pct = (x) => `${(100 * x).toFixed(2)}%`;
+      const said = document.createElement("span");
+      said.dataset.out = "eager-band";
+      said.dataset.low = band.low;
+      said.dataset.high = band.high;
+      said.textContent = ` Measured against ${band.runs} real steps of this code (${band.models.join(", ")}), ` +
+        `it predicted ${pct(band.low)} to ${pct(band.high)} of the measured peak`;
+      link.textContent = "results §10.8";
+      out.append(said, " (", link, ").");
     }
     // Everything drawn, the sweep included: "calc:drawn" (the tests and the benchmark wait for it).
     function finish(source) {
