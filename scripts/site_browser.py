@@ -72,6 +72,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.end_headers()
         return io.BytesIO(body)
 
+    def end_headers(self):
+        # As GitHub Pages and most static hosts do: a page's second worker (the planner's) takes Pyodide
+        # from the browser's cache instead of downloading it again.
+        self.send_header("Cache-Control", "max-age=600")
+        super().end_headers()
+
     def log_message(self, format, *args):  # keep test output quiet
         pass
 

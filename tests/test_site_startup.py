@@ -66,8 +66,9 @@ def test_the_wheel_comes_from_the_build_front_end_with_every_module_and_package_
     the same bytes twice, and it installs and answers in CPython."""
     data = wheel.build()
     names = wheel_record_is_valid(data)
-    modules = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "calc").rglob("*.py")
-                     if "__pycache__" not in p.parts)
+    modules = sorted(
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "calc").rglob("*.py") if "__pycache__" not in p.parts
+    )
     assert sorted(n for n in names if n.endswith(".py")) == modules
     assert set(declared_package_data()) <= set(names)
     with zipfile.ZipFile(BytesIO(data)) as archive:
@@ -75,8 +76,10 @@ def test_the_wheel_comes_from_the_build_front_end_with_every_module_and_package_
     assert wheel.build() == data  # reproducible
     path = tmp_path / wheel.filename()
     path.write_bytes(data)
-    code = (f"import sys; sys.path.insert(0, {str(path)!r}); import calc, json; "
-            "print(json.loads(calc.web.handle('{}'))['ok'])")
+    code = (
+        f"import sys; sys.path.insert(0, {str(path)!r}); import calc, json; "
+        "print(json.loads(calc.web.handle('{}'))['ok'])"
+    )
     out = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "True", out.stderr
 
@@ -106,10 +109,13 @@ def test_pyodide_build_writes_the_lock_file_on_python_312_or_newer(tmp_path):
     """The tool environment runs Python 3.12+ with the pinned pyodide-build, and its
     `pyodide lockfile add-wheels` gives back exactly the site's lock file."""
     tool_python = pyodide_site.TOOL_VENV / "bin" / "python"
-    probe = ("import importlib.metadata as m, sys, json; "
-             "print(json.dumps([sys.version_info[:2], m.version('pyodide-build')]))")
-    version, installed = json.loads(subprocess.run([str(tool_python), "-c", probe], capture_output=True, text=True,
-                                                   check=True).stdout)
+    probe = (
+        "import importlib.metadata as m, sys, json; "
+        "print(json.dumps([sys.version_info[:2], m.version('pyodide-build')]))"
+    )
+    version, installed = json.loads(
+        subprocess.run([str(tool_python), "-c", probe], capture_output=True, text=True, check=True).stdout
+    )
     assert tuple(version) >= (3, 12)
     assert f"pyodide-build=={installed}" in PYPROJECT["project"]["optional-dependencies"]["pyodide-build"]
     site = built_site()
@@ -117,11 +123,27 @@ def test_pyodide_build_writes_the_lock_file_on_python_312_or_newer(tmp_path):
     (tmp_path / "base.json").write_text(json.dumps({**stock, "packages": {}}))
     wheel_path = tmp_path / wheel.filename()
     wheel_path.write_bytes((site / "assets" / "wheels" / wheel.filename()).read_bytes())
-    subprocess.run([str(pyodide_site.pyodide_tool()), "lockfile", "add-wheels", "--input", str(tmp_path / "base.json"),
-                    "--output", str(tmp_path / "lock.json"), "--base-path", str(tmp_path), str(wheel_path)],
-                   capture_output=True, text=True, check=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            str(pyodide_site.pyodide_tool()),
+            "lockfile",
+            "add-wheels",
+            "--input",
+            str(tmp_path / "base.json"),
+            "--output",
+            str(tmp_path / "lock.json"),
+            "--base-path",
+            str(tmp_path),
+            str(wheel_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     assert json.loads((tmp_path / "lock.json").read_text()) == json.loads(
-        (site / "assets" / "wheels" / "pyodide-lock.json").read_text())
+        (site / "assets" / "wheels" / "pyodide-lock.json").read_text()
+    )
 
 
 def stdlib_imports_of_calc() -> set[str]:
@@ -164,8 +186,13 @@ def test_compressible_runtime_files_have_gzip_siblings():
     import gzip
 
     site = built_site()
-    for path in ["assets/pyodide/pyodide.asm.wasm", "assets/pyodide/pyodide.asm.mjs", "assets/pyodide/pyodide.mjs",
-                 "assets/wheels/pyodide-lock.json", "javascripts/calc-worker.mjs"]:
+    for path in [
+        "assets/pyodide/pyodide.asm.wasm",
+        "assets/pyodide/pyodide.asm.mjs",
+        "assets/pyodide/pyodide.mjs",
+        "assets/wheels/pyodide-lock.json",
+        "javascripts/calc-worker.mjs",
+    ]:
         assert gzip.decompress((site / f"{path}.gz").read_bytes()) == (site / path).read_bytes(), path
     assert not (site / "assets" / "pyodide" / "pyodide-lock.json").exists()  # Pyodide's 300-package lock stays out
 
@@ -198,7 +225,10 @@ def test_the_page_shows_progress_goes_live_and_stays_under_the_byte_budget(brows
     recorder = Recorder(base)
     recorder.attach(page)
     received = []
-    page.on("requestfinished", lambda request: received.append((request.url, request.sizes()["responseBodySize"])))
+    # A response the browser's cache served reports a negative body size: nothing was received.
+    page.on(
+        "requestfinished", lambda request: received.append((request.url, max(0, request.sizes()["responseBodySize"])))
+    )
     page.add_init_script(PROGRESS_LISTENER)
     page.goto(base)
     page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)

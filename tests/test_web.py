@@ -81,7 +81,7 @@ def test_eager_walk_beside_the_deck():
         "available": True,
         "peak": eager["peak"],
         "peak_event": eager["peak_event"],
-        "display": {"gb": calc.format_gb(eager["peak"]), "gib": calc.format_gib(eager["peak"])},
+        "display": web._display(eager["peak"]),
         "family": "llama",
     }
     assert out["eager"]["peak"] != out["step"]["peak"]  # the deck's accounting is another figure

@@ -935,6 +935,7 @@
 
     // -- loading: a progress bar from the worker's progress messages (indeterminate until one comes)
     function showProgress({ done, total, label }) {
+      root.dispatchEvent(new CustomEvent("calc:progress", { detail: { done, total, label } }));  // for tests
       if (!(Number(total) > 0)) return;
       const part = Math.min(Number(done), Number(total));
       progress.bar.max = Number(total);
