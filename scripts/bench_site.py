@@ -158,7 +158,8 @@ def load(browser, url: str, ready_selector: str, throttle: dict | None) -> dict:
     context = browser.new_context()
     page = context.new_page()
     received = []
-    page.on("requestfinished", lambda request: received.append(max(0, request.sizes()["responseBodySize"])))  # <0: cache
+    # a response from the browser cache reports a negative body size: nothing received
+    page.on("requestfinished", lambda request: received.append(max(0, request.sizes()["responseBodySize"])))
     if throttle:
         cdp = context.new_cdp_session(page)
         cdp.send("Network.enable")
