@@ -142,8 +142,8 @@ def transformers_section() -> list[str]:
         "checkpointing. The step is the usual loop: `loss = model(input_ids=x, labels=x).loss`, "
         "`loss.backward()`, `torch.optim.AdamW` `step()`, `zero_grad()`; the second step is measured, its "
         "peak the largest running total of PyTorch's allocator (every allocation recorded by the profiler on "
-        "the CPU; `torch.cuda.max_memory_allocated` on a GPU). The prediction is the CLI's, from the flags in "
-        "the last column, with `--walk eager`.",
+        "the CPU; `torch.cuda.max_memory_allocated` on a GPU). The prediction is the CLI's, from the flags a user "
+        "would type (below), with `--walk eager`.",
         "",
         "Environment: " + "; ".join(f"{k}: {v}" for k, v in env.items()) + ".",
         "",
@@ -166,18 +166,25 @@ def transformers_section() -> list[str]:
         "same steps, ranges from "
         f"{min(r['deck_ratio'] for r in measured):.3f} to {max(r['deck_ratio'] for r in measured):.3f}.",
         "",
-        "| Class | Shape | Tokens | Recipe | Attention | Checkpointing | Measured (bytes) | Eager walk (bytes) "
-        "| Eager / measured | Deck / measured | Command |",
-        "|---|---|---|---|---|---|---:|---:|---:|---:|---|",
+        "Each row is predicted by the command a user types for it, for example the first one:",
+        "",
+        f"    {measured[0]['command']}",
+        "",
+        "(`--qkv-bias` for Qwen2, `--preset gpt2` and its own width for GPT-2; docs/data/transformers.json "
+        "holds every row's command.) Shapes: layers L, width h, heads a, key/value heads k, feed-forward "
+        "width f, vocabulary V.",
+        "",
+        "| Class | L, h, a, k, f, V | Tokens | Recipe | Attention | Checkpointing | Measured (bytes) "
+        "| Eager walk (bytes) | Eager / measured | Deck / measured |",
+        "|---|---|---|---|---|---|---:|---:|---:|---:|",
     ]
     for r in measured:
         m = r["model"]
-        shape = f"L {m['layers']}, h {m['hidden']}, {m['heads']} heads, {m['kv_heads']} kv, f {m['ffn']}, "
-        shape += f"V {m['vocab']}"
+        shape = ", ".join(str(m[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab"))
         out.append(
             f"| {r['model_type']} | {shape} | {r['micro_batch']} x {r['seq']} | {r['precision']} | {r['attention']} "
             f"| {r['checkpointing']} | {r['measured_peak']:,} | {r['predicted_peak']:,} | {r['ratio']:.4f} "
-            f"| {r['deck_ratio']:.3f} | `{r['command']}` |"
+            f"| {r['deck_ratio']:.3f} |"
         )
     if not any(r["device"] == "cuda" for r in runs):
         out += [
