@@ -76,10 +76,11 @@ def replay(
     rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
     held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
     leaf = None
-    if tune.adapters and recompute == "full":
-        # peft's get_peft_model on a checkpointed model calls enable_input_require_grads(): a forward hook
-        # makes the embedding's output require grad, a leaf whose AccumulateGrad node holds it (and, after
-        # backward, its .grad) until the graph goes with the loss, when the training step returns
+    if recompute == "full" and not x.requires_grad:
+        # transformers' activation_checkpointing_enable() (and peft's get_peft_model on a checkpointed model)
+        # calls enable_input_require_grads(): a forward hook makes a frozen embedding's output require grad,
+        # a leaf whose AccumulateGrad node holds it (and, after backward, its .grad) until the graph goes with
+        # the loss, when the training step returns. Every layer then records its nodes.
         x.requires_grad, leaf = True, rp.keep(x)
     if shape.positions == "learned":
         pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
