@@ -72,13 +72,22 @@ class Ops:
         return y
 
     def _linear(
-        self, x: T, width_in: int, width_out: int, name: str, bias: bool, label: str, category: str = "activations"
+        self,
+        x: T,
+        width_in: int,
+        width_out: int,
+        name: str,
+        bias: bool,
+        label: str,
+        category: str = "activations",
+        weight: int = 0,
     ) -> T:
         """mm (addmm with a bias): it saves its input only for the weight's gradient and the weight only for
         the input's (derivatives.yaml: mm_mat1_backward needs mat2, mm_mat2_backward needs self). Under
         autocast the weight's 16-bit cast is cached until the region ends only for a weight that requires
         grad (autocast_mode.cpp, cached_cast: arg.requires_grad() && arg.is_leaf()); a frozen weight is cast
-        anew at each call and freed unless the node saves it."""
+        anew at each call and freed unless the node saves it. `weight`: bytes a value of the weight where it
+        differs from the model's (peft's fp32 adapters): outside autocast the output has the input's dtype."""
         rp, st = self.rp, self.st
         params = width_in * width_out
         trains = rp.needs(f"{name}.weight")
@@ -96,7 +105,8 @@ class Ops:
         inputs = [(x, x.nbytes, "new"), (f"{name}.weight", params * st.param_bytes, "param")]
         if bias:
             inputs.append((f"{name}.bias", width_out * st.param_bytes, "param"))
-        y = self.new(st.tokens * width_out, self.mm, label, f"{name}: s x b x {width_out} values", category)
+        unit = self.mm if self.autocast or not weight else x.unit
+        y = self.new(st.tokens * width_out, unit, label, f"{name}: s x b x {width_out} values", category)
         rp.node(name, y, saved=saved, inputs=inputs, work=work)
         rp.drop(cast)
         if w16 is not None and not trains:
@@ -105,17 +115,26 @@ class Ops:
 
     def lora(self, x: T, y: T, width_in: int, width_out: int, name: str, label: str, category: str) -> T:
         """peft's lora.Linear.forward (peft/tuners/lora/layer.py): result = base_layer(x); x cast to
-        lora_A's dtype (fp32 here: no copy); lora_dropout (nn.Identity at 0, peft's default); then
-        result = result + lora_B(lora_A(x)) * scaling. lora_A (r x d_in) saves x, lora_B (d_out x r) the rank-r
-        intermediate; times a Python float saves nothing; the sum passes its gradient to both sides."""
+        lora_A's dtype where it differs (_cast_input_dtype: fp32, as peft keeps adapters, upcasting them on a
+        16-bit model; the copy lives in forward's `x` until it returns); lora_dropout (nn.Identity at 0, peft's
+        default); result = result + lora_B(lora_A(x)) * scaling; result.to(the base output's dtype). lora_A
+        (r x d_in) saves x, lora_B (d_out x r) the rank-r intermediate; times a Python float saves nothing;
+        the sum passes its gradient to both sides."""
         rp, r = self.rp, self.st.lora_rank
-        a = self._linear(x, width_in, r, f"{name}.lora_A", False, f"{label}: x A (rank {r})", category)
-        b = self._linear(a, r, width_out, f"{name}.lora_B", False, f"{label}: x A B", category)
+        x32 = x if x.unit == 4 else self.unary(f"{label}: adapter input in fp32", x, [], 4)
+        a = self._linear(x32, width_in, r, f"{name}.lora_A", False, f"{label}: x A (rank {r})", category, 4)
+        b = self._linear(a, r, width_out, f"{name}.lora_B", False, f"{label}: x A B", category, 4)
         rp.drop(a)
         scaled = self.unary(f"{label}: x A B x scaling", b, [])
         rp.drop(b)
         out = self.add(y, scaled, f"{label} with its adapter")
         rp.drop(y, scaled)
+        if out.unit != y.unit:
+            back = self.unary(f"{label} with its adapter, in the base output's dtype", out, [], y.unit)
+            rp.drop(out)
+            out = back
+        if x32 is not x:
+            rp.drop(x32, why="lora.Linear.forward returns")
         return out
 
     def end_autocast(self) -> None:
