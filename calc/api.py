@@ -135,8 +135,8 @@ def step(
         raise ValueError(f"unknown walk {walk!r}: deck or eager")
     counts = param_counts(shape)
     trainable = finetune.trainable_params(shape, tune)
-    if walk == "eager" and shape.family != "decoder":  # the parameters the replay wrote gradients for
-        trainable = eager_step.trainable_params(segs, recipe)
+    if walk == "eager" and not tune.default:  # the parameters the replay writes gradients for
+        trainable = eager_step.trainable_params(shape, recipe, recompute, attention, tune)
     config = {
         "shape": asdict(shape),
         "seq": seq,

@@ -246,8 +246,10 @@ def segments(
     return segs
 
 
-def trainable_params(segs: list[Segment], recipe: str) -> int:
-    """The parameters the replay wrote a gradient for (each once: a tied weight's second is added in place)."""
+def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, tune: finetune.Tuning) -> int:
+    """The parameters the replay writes a gradient for, each once (a tied weight's second gradient is added in
+    place): the step replayed on the CPU allocator, whose sizes are exact, for one token."""
+    segs = segments(shape, 1, 1, recipe, recompute, attention, "cpu", tune)
     grads = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients"
                 and e.phase == "backward")  # fmt: skip
     return grads // RECIPES[recipe].gradients
