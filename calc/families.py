@@ -371,7 +371,6 @@ def llama_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) ->
     q = ops.linear(normed, h, qw, f"{layer} q_proj", qkv_bias, f"{layer}: Q")
     k = ops.linear(normed, h, kw, f"{layer} k_proj", qkv_bias, f"{layer}: K")
     v = ops.linear(normed, h, kw, f"{layer} v_proj", qkv_bias, f"{layer}: V")
-    rp.drop(normed)
     if cos is not None:
         qr, kr = ops.rotary(q, cos, sin, f"{layer}: Q"), ops.rotary(k, cos, sin, f"{layer}: K")
         rp.drop(q, k)
@@ -380,9 +379,10 @@ def llama_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) ->
         attn, weights = ops.sdpa(q, k, v, layer)
     else:
         attn, weights = ops.eager_attention(q, k, v, mask, layer)
-    rp.drop(q, k, v)
     o = ops.linear(attn, qw, h, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")
-    rp.drop(attn)
+    # LlamaAttention.forward's query_states, key_states, value_states and the layer's hidden_states (the
+    # norm's output) live until the attention returns, after o_proj
+    rp.drop(attn, q, k, v, normed)
     mid = ops.add(x, o, f"{layer}: residual after attention")
     rp.drop(o)
     normed = norm(mid, f"{layer} post_attention_layernorm")
@@ -390,16 +390,15 @@ def llama_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) ->
         gate = ops.linear(normed, h, f, f"{layer} gate_proj", sh.bias, f"{layer}: gate")
         act = activation(ops, gate, f"{layer}: act(gate)")
         up = ops.linear(normed, h, f, f"{layer} up_proj", sh.bias, f"{layer}: up")
-        rp.drop(normed, gate)
+        rp.drop(gate)
         inner = ops.mul(act, up, f"{layer}: act(gate) * up")
         rp.drop(act, up)
     else:
         up = ops.linear(normed, h, f, f"{layer} up_proj", sh.bias, f"{layer}: up")
-        rp.drop(normed)
         inner = activation(ops, up, f"{layer}: act(up)")
         rp.drop(up)
     down = ops.linear(inner, f, h, f"{layer} down_proj", sh.bias, f"{layer}: down")
-    rp.drop(inner)
+    rp.drop(inner, normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
     out = ops.add(mid, down, f"{layer}: residual after the feed-forward layer")
     rp.drop(mid, down, weights)
     return out
