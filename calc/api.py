@@ -180,9 +180,10 @@ def eager_peak(
     recompute: str,
     attention: str = "sdpa",
     device: str = "cuda",
+    tune: finetune.Tuning = finetune.DEFAULT,
 ) -> tuple[int, str]:
     """(peak bytes, the event that sets it) of the eager walk on one device, without expanding its events."""
-    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, None, attention, device)
+    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, None, attention, device, tune)
     top, at = peak(segs)
     return top, label_at(segs, at)
 
