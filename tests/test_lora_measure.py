@@ -99,3 +99,16 @@ def test_full_finetune_leaves_the_eager_walk_as_it_was():
     plain = calc.step(shape, 512, 1, "autocast", "full", walk="eager", device="cpu")
     full = calc.step(shape, 512, 1, "autocast", "full", walk="eager", device="cpu", tune=Tuning("full"))
     assert plain["events"] == full["events"] and plain["trainable_params"] == calc.param_counts(shape)["total"]
+
+
+@pytest.mark.parametrize("data", ["transformers.json", "lora.json"])
+def test_recorded_commands_still_predict_their_peaks(data, capsys):
+    """Every measured row's command, run again, predicts the bytes recorded beside it (docs/data/*.json)."""
+    from calc.cli import main
+
+    path = ROOT / "docs" / "data" / data
+    if not path.exists():
+        pytest.skip(f"{data} not measured yet")
+    for row in json.loads(path.read_text())["runs"]:
+        assert main([*row["command"].split()[3:], "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["peak"] == row["predicted_peak"], row["command"]
