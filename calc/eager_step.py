@@ -137,7 +137,6 @@ def replay(
     # backward
     rp.grads[id(loss)] = T(0, "1")
     rp.backward()
-    rp.after = []  # what the step holds until it returns, after zero_grad
     if leaf is not None:
         rp.after = [leaf, rp.grads.pop(id(leaf))]
     for g in rp.grads.values():

@@ -60,6 +60,7 @@ class Replay:
         self.phase, self.layer = phase, 0
         self.grads: dict[int, T] = {}  # id(tensor) -> its pending gradient
         self.param_grads: dict[tuple[int, str], int] = {}  # (layer, parameter) -> bytes of its .grad
+        self.after: list[T] = []  # what the training step holds until it returns (after zero_grad)
 
     # --- the allocator -------------------------------------------------------------------------------
     def _emit(self, label: str, category: str, nbytes: int, source: str) -> None:
