@@ -26,6 +26,7 @@ import itertools
 import json
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -86,7 +87,9 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
 
         config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0,
                             target_modules=[MODULES[t] for t in tune.targets])  # fmt: skip
-        return get_peft_model(net, config)
+        with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated is_gradient_checkpointing
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            return get_peft_model(net, config)
     net.model.embed_tokens.requires_grad_(False)
     for layer in net.model.layers[: tune.freeze_layers]:
         layer.requires_grad_(False)
