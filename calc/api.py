@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from . import eager, finetune
+from . import eager, eager_step, finetune
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .shape import Shape, param_counts
@@ -102,7 +102,7 @@ def step(
             0,
             1,
             False,
-            eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device),
+            eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune),
         )
         top, at = peak(segs)
         expanded = events(segs)
@@ -134,6 +134,9 @@ def step(
     else:
         raise ValueError(f"unknown walk {walk!r}: deck or eager")
     counts = param_counts(shape)
+    trainable = finetune.trainable_params(shape, tune)
+    if walk == "eager" and not tune.default:  # the parameters the replay writes gradients for
+        trainable = eager_step.trainable_params(shape, recipe, recompute, attention, tune)
     config = {
         "shape": asdict(shape),
         "seq": seq,
@@ -152,7 +155,7 @@ def step(
     return {
         "config": config,
         "params": counts["total"],
-        "trainable_params": finetune.trainable_params(shape, tune),
+        "trainable_params": trainable,
         "param_counts": counts,
         "device_params": device_params(shape, par, stage)["total"],
         "stage": stage,
@@ -177,9 +180,10 @@ def eager_peak(
     recompute: str,
     attention: str = "sdpa",
     device: str = "cuda",
+    tune: finetune.Tuning = finetune.DEFAULT,
 ) -> tuple[int, str]:
     """(peak bytes, the event that sets it) of the eager walk on one device, without expanding its events."""
-    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, None, attention, device)
+    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, None, attention, device, tune)
     top, at = peak(segs)
     return top, label_at(segs, at)
 

@@ -271,14 +271,20 @@ def segments(
     activation_bytes: int | None = None,
     attention: str = "sdpa",
     device: str = "cuda",
+    tune=None,
 ) -> list[Segment]:
     """The step on a single device, every size in bytes. transformers' models (families "llama" and
     "gpt2") are replayed op by op (calc.eager_step); the course's Decoder follows the counts below, with
-    activations at `activation_bytes` (p) and weights, gradients and Adam's state as `recipe` keeps them."""
+    activations at `activation_bytes` (p) and weights, gradients and Adam's state as `recipe` keeps them.
+    `tune` (calc.finetune.Tuning: LoRA or frozen layers) is replayed for transformers' models only."""
     if shape.family != "decoder":
         if recompute == "selective":
             raise ValueError("transformers checkpoints whole layers: recompute none or full")
-        return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device)
+        if tune is None:
+            return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device)
+        return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device, tune)
+    if tune is not None and not tune.default:
+        raise ValueError("the eager walk fine-tunes transformers' models only")
     if activation_bytes is None:
         activation_bytes = RECIPES[recipe].activations
     p, g, b, h = activation_bytes, RECIPES[recipe].gradients, micro_batch, shape.hidden

@@ -10,9 +10,10 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
+from . import finetune
 from .families import Ops, Step, gpt2_layer, llama_layer
 from .recipes import RECIPES
-from .replay import Replay, T
+from .replay import Node, Replay, T
 from .shape import Shape, param_counts
 from .walk import Event, Reps, Segment, resident_state
 
@@ -39,12 +40,33 @@ def _param_tensors(shape: Shape) -> int:
     return 1 + (0 if shape.tied else 1) + (1 if shape.final_norm else 0) + per_layer * shape.layers
 
 
-def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, attention: str, device: str):
+def trainable(tune: finetune.Tuning):
+    """trainable(layer, parameter name) for the replay (None: every parameter trains). LoRA trains its
+    adapters only (peft's get_peft_model freezes the base model); freeze trains the blocks above the first N,
+    the final norm and an untied head (calc.finetune.trainable_tensors)."""
+    if tune.mode == "full":
+        return None
+    if tune.adapters:
+        return lambda layer, name: ".lora_" in name
+    return lambda layer, name: layer > tune.freeze_layers if layer else not name.startswith(("embedding", "positions"))
+
+
+def replay(
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    attention: str,
+    device: str,
+    tune: finetune.Tuning = finetune.DEFAULT,
+):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers."""
     r = RECIPES[recipe]
     act = r.activations if not r.autocast else 4
-    st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device)
-    rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1)
+    lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
+    st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device, *lora)
+    rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
     unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
@@ -53,6 +75,13 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     x = ops.new(n * h, unit, "token embeddings", "embedding: s x b x h values")
     rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
     held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
+    leaf = None
+    if recompute == "full" and not x.requires_grad:
+        # transformers' activation_checkpointing_enable() (and peft's get_peft_model on a checkpointed model)
+        # calls enable_input_require_grads(): a forward hook makes a frozen embedding's output require grad,
+        # a leaf whose AccumulateGrad node holds it (and, after backward, its .grad) until the graph goes with
+        # the loss, when the training step returns. Every layer then records its nodes.
+        x.requires_grad, leaf = True, rp.keep(x)
     if shape.positions == "learned":
         pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
         rp.node("embedding", pos, inputs=[("positions", shape.context * h * st.param_bytes, "param")])
@@ -108,6 +137,8 @@ def replay(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     # backward
     rp.grads[id(loss)] = T(0, "1")
     rp.backward()
+    if leaf is not None:
+        rp.after = [leaf, rp.grads.pop(id(leaf))]
     for g in rp.grads.values():
         rp.drop(g, why="gradient of an input that needs none")
     rp.grads.clear()
@@ -125,8 +156,14 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
         rp.drop(*node.saved, why="checkpoint: not saved")
     rp.nodes = outer
     rng = rp.new(RNG_STATE if device == "cpu" else 0, "RNG state", "checkpoint(preserve_rng_state=True)")
+    if not y.requires_grad:  # a frozen layer below every trainable one: nothing packed, nothing kept
+        rp.drop(rng, x, why="checkpoint: nothing in the layer needs a gradient")
+        return y
     # the checkpoint keeps every tensor argument for the re-run: the input, and the rotary tables and mask
-    rp.node("checkpoint", y, saved=[x, rng, *(t for t in (cos, sin, mask) if t is not None)])
+    saved = [x, rng, *(t for t in (cos, sin, mask) if t is not None)]
+    for t in saved:
+        rp.keep(t)
+    rp.nodes.append(Node("checkpoint", saved, y, [], [], rp.layer))
     rp.drop(rng)
     def rerun(x0: T) -> T:  # under the autocast state of the forward, whose weight cache it clears
         out = layer_fn(ops, x0, cos, sin, mask)
@@ -141,42 +178,80 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
 SMALL = 4  # layers replayed: the first, two in the middle (which every deeper model repeats), the last
 
 
-def segments(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, attention: str, device: str):
+def segments(
+    shape: Shape,
+    seq: int,
+    micro_batch: int,
+    recipe: str,
+    recompute: str,
+    attention: str,
+    device: str,
+    tune: finetune.Tuning = finetune.DEFAULT,
+):
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad.
 
     A deep model is replayed with SMALL layers: every layer but the first and the last runs the same ops
     on the same sizes, so the middle layers' segments are stretched to the real depth (checked: where the
-    middle layers' events differ, the whole model is replayed)."""
+    middle layers' events differ, the whole model is replayed). Frozen layers (`tune`) break that sameness:
+    a model with some frozen is replayed whole."""
     r = RECIPES[recipe]
-    small = shape.replace(layers=SMALL) if shape.layers > SMALL else shape
-    rp, st = replay(small, seq, micro_batch, recipe, recompute, attention, device)
+    args = (seq, micro_batch, recipe, recompute, attention, device, tune)
+    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers else shape
+    rp, st = replay(small, *args)
     replayed = _compress(rp.events)
     if small is not shape:
         replayed = _stretch(replayed, shape.layers)
         if replayed is None:
-            replayed = _compress(replay(shape, seq, micro_batch, recipe, recompute, attention, device)[0].events)
-    start = resident_state(param_counts(shape)["total"], recipe)
+            replayed = _compress(replay(shape, *args)[0].events)
+    if tune.default:
+        start = resident_state(param_counts(shape)["total"], recipe)
+        tensors, largest, trained_params = _param_tensors(shape), _largest_param(shape), param_counts(shape)["total"]
+    else:  # the base model's weights, the adapters', and AdamW's state for the trainable tensors only
+        trained = finetune.trainable_tensors(shape, tune)
+        weights = finetune.weight_bytes(shape, recipe, tune)
+        state = finetune.optimizer_bytes(shape, recipe, tune)
+        start = [Event("start", "weights resident (frozen where they do not train)", "weights",
+                       weights["base"] + weights["adapters"], r.source)]  # fmt: skip
+        if state:
+            start.append(Event("start", "AdamW moments of the trainable parameters", "optimizer", state, r.source))
+        if r.master:
+            start.append(Event("start", "fp32 master weights of the trainable parameters", "master",
+                               r.master * finetune.numel(trained), r.source))  # fmt: skip
+        tensors = sum(count for count, _, _ in trained)
+        largest = max(rows * (cols or 1) for _, rows, cols in trained)
+        trained_params = finetune.numel(trained)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
     if device == "cpu":  # on CUDA AdamW keeps its step counters on the CPU
-        counters = 4 * _param_tensors(shape)
+        counters = 4 * tensors
         start.append(Event("start", "AdamW's step counters", "optimizer", counters, "a float32 tensor per parameter"))
     segs = [Segment(tuple(start)), *replayed]
     grads = sum(seg.repeats * e.bytes for seg in replayed for e in seg.events if e.category == "gradients")
     unit = r.optimizer // 2  # bytes of one moment value
     if device == "cpu":
-        temp = 2 * unit * _largest_param(shape)
+        temp = 2 * unit * largest
         how = "single-tensor AdamW (PyTorch's CPU default): sqrt(v) and its division, the largest parameter's size"
     else:
-        temp = unit * param_counts(shape)["total"]
+        temp = unit * trained_params
         how = "foreach AdamW (PyTorch's CUDA default): _foreach_sqrt of every second moment at once"
     end = [
         Event("optimizer", "AdamW step: temporaries", "optimizer", temp, how),
         Event("optimizer", "AdamW step: temporaries freed", "optimizer", -temp, how),
         Event("optimizer", "zero_grad: free gradients", "gradients", -grads, "optimizer.zero_grad(set_to_none=True)"),
     ]
+    for t in rp.after:
+        end.append(Event("optimizer", f"free {t.label}", t.category, -t.nbytes, "the step returns: the graph goes"))
     segs.append(Segment(tuple(end)))
     return segs
+
+
+def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, tune: finetune.Tuning) -> int:
+    """The parameters the replay writes a gradient for, each once (a tied weight's second gradient is added in
+    place): the step replayed on the CPU allocator, whose sizes are exact, for one token."""
+    segs = segments(shape, 1, 1, recipe, recompute, attention, "cpu", tune)
+    grads = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients"
+                and e.phase == "backward")  # fmt: skip
+    return grads // RECIPES[recipe].gradients
 
 
 def _stretch(segs: list[Segment], layers: int) -> list[Segment] | None:

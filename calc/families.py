@@ -32,6 +32,8 @@ class Step:
     attention: str  # "eager" or "sdpa"
     param_bytes: int  # bytes of a parameter's gradient
     device: str = "cuda"  # "cuda" or "cpu": dropout's mask and sdpa's kernels differ
+    lora_rank: int = 0  # peft's LoRA: the adapters' rank (0: none)
+    lora_targets: frozenset[str] = frozenset()  # the module names that carry an adapter (q_proj, ...)
 
     @property
     def tokens(self) -> int:
@@ -63,27 +65,77 @@ class Ops:
     def linear(
         self, x: T, width_in: int, width_out: int, name: str, bias: bool, label: str, category: str = "activations"
     ) -> T:
-        """nn.Linear (and GPT-2's Conv1D, an addmm): mm saves its input for the weight's gradient."""
+        """nn.Linear (and GPT-2's Conv1D, an addmm), with peft's LoRA adapter where the step targets it."""
+        y = self._linear(x, width_in, width_out, name, bias, label, category)
+        if self.st.lora_rank and name.rsplit(" ", 1)[-1] in self.st.lora_targets:
+            y = self.lora(x, y, width_in, width_out, name, label, category)
+        return y
+
+    def _linear(
+        self,
+        x: T,
+        width_in: int,
+        width_out: int,
+        name: str,
+        bias: bool,
+        label: str,
+        category: str = "activations",
+        weight: int = 0,
+    ) -> T:
+        """mm (addmm with a bias): it saves its input only for the weight's gradient and the weight only for
+        the input's (derivatives.yaml: mm_mat1_backward needs mat2, mm_mat2_backward needs self). Under
+        autocast the weight's 16-bit cast is cached until the region ends only for a weight that requires
+        grad (autocast_mode.cpp, cached_cast: arg.requires_grad() && arg.is_leaf()); a frozen weight is cast
+        anew at each call and freed unless the node saves it. `weight`: bytes a value of the weight where it
+        differs from the model's (peft's fp32 adapters): outside autocast the output has the input's dtype."""
         rp, st = self.rp, self.st
         params = width_in * width_out
+        trains = rp.needs(f"{name}.weight")
         work = []
-        cast = None
+        cast = w16 = None
         if self.autocast:
             if x.unit != 2:
                 x = cast = self.cast16(x, x.label)
-            w16 = rp.new(params * 2, f"16-bit copy of {name}.weight", "autocast caches a weight's cast", "weights")
-            self.casts.append((rp.layer, w16))
-            saved = [x, w16]
-            work = [params * 2]  # the weight's gradient in 16 bits, before ToCopyBackward0 makes it fp32
-        else:
-            saved = [x]
+            how = "autocast caches a weight's cast" if trains else "autocast casts a frozen weight at each call"
+            w16 = rp.new(params * 2, f"16-bit copy of {name}.weight", how, "weights")
+            if trains:
+                self.casts.append((rp.layer, w16))
+                work = [params * 2]  # the weight's gradient in 16 bits, before ToCopyBackward0 makes it fp32
+        saved = ([x] if trains else []) + ([w16] if w16 is not None and x.requires_grad else [])
         inputs = [(x, x.nbytes, "new"), (f"{name}.weight", params * st.param_bytes, "param")]
         if bias:
             inputs.append((f"{name}.bias", width_out * st.param_bytes, "param"))
-        y = self.new(st.tokens * width_out, self.mm, label, f"{name}: s x b x {width_out} values", category)
+        unit = self.mm if self.autocast or not weight else x.unit
+        y = self.new(st.tokens * width_out, unit, label, f"{name}: s x b x {width_out} values", category)
         rp.node(name, y, saved=saved, inputs=inputs, work=work)
         rp.drop(cast)
+        if w16 is not None and not trains:
+            rp.drop(w16, why="an uncached cast of a frozen weight")
         return y
+
+    def lora(self, x: T, y: T, width_in: int, width_out: int, name: str, label: str, category: str) -> T:
+        """peft's lora.Linear.forward (peft/tuners/lora/layer.py): result = base_layer(x); x cast to
+        lora_A's dtype where it differs (_cast_input_dtype: fp32, as peft keeps adapters, upcasting them on a
+        16-bit model; the copy lives in forward's `x` until it returns); lora_dropout (nn.Identity at 0, peft's
+        default); result = result + lora_B(lora_A(x)) * scaling; result.to(the base output's dtype). lora_A
+        (r x d_in) saves x, lora_B (d_out x r) the rank-r intermediate; times a Python float saves nothing;
+        the sum passes its gradient to both sides."""
+        rp, r = self.rp, self.st.lora_rank
+        x32 = x if x.unit == 4 else self.unary(f"{label}: adapter input in fp32", x, [], 4)
+        a = self._linear(x32, width_in, r, f"{name}.lora_A", False, f"{label}: x A (rank {r})", category, 4)
+        b = self._linear(a, r, width_out, f"{name}.lora_B", False, f"{label}: x A B", category, 4)
+        rp.drop(a)
+        scaled = self.unary(f"{label}: x A B x scaling", b, [])
+        rp.drop(b)
+        out = self.add(y, scaled, f"{label} with its adapter")
+        rp.drop(y, scaled)
+        if out.unit != y.unit:
+            back = self.unary(f"{label} with its adapter, in the base output's dtype", out, [], y.unit)
+            rp.drop(out)
+            out = back
+        if x32 is not x:
+            rp.drop(x32, why="lora.Linear.forward returns")
+        return out
 
     def end_autocast(self) -> None:
         """The autocast region ends: its cache lets go of every layer's weight casts, layer by layer."""
@@ -108,11 +160,17 @@ class Ops:
         return y
 
     def mul(self, a: T, b: T, label: str) -> T:
-        """a * b of one shape: each side's gradient needs the other, so both are saved."""
+        """a * b of one shape: each side's gradient needs the other, so each is saved where the other
+        requires grad."""
         unit = max(a.unit, b.unit)
         y = self.new(a.nbytes // a.unit, unit, label, "mul saves both operands")
-        self.rp.node("mul", y, saved=[a, b], inputs=[(a, a.nbytes, "new"), (b, b.nbytes, "new")])
+        self.rp.node("mul", y, saved=self.pair(a, b), inputs=[(a, a.nbytes, "new"), (b, b.nbytes, "new")])
         return y
+
+    @staticmethod
+    def pair(a: T, b: T) -> list[T]:
+        """What a product of two tensors (mul, bmm) saves: a for b's gradient, b for a's."""
+        return ([a] if b.requires_grad else []) + ([b] if a.requires_grad else [])
 
     def rms_norm(self, x: T, name: str) -> T:
         """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
@@ -141,7 +199,8 @@ class Ops:
             rp.drop(normed)
             normed = cast
         out = self.new(n * h, normed.unit, f"{name} output", "weight * x: mul saves x for the weight's gradient")
-        rp.node("mul", out, saved=[normed], work=[normed.nbytes],  # the weight's gradient before its sum
+        trains = rp.needs(f"{name}.weight")  # weight * x saves x, and works, only for the weight's gradient
+        rp.node("mul", out, saved=[normed] if trains else [], work=[normed.nbytes] if trains else [],
                 inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
         rp.drop(normed)
         return out
@@ -233,7 +292,7 @@ class Ops:
         (kr, k_contiguous), (vr, v_contiguous) = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
         qc, kc = self.operand(q, "Q"), self.operand(kr, "K", k_contiguous)
         raw = self.new(scores, self.mm, f"{layer}: scores QK^T", "bmm: heads x s x s values a sequence")
-        rp.node("bmm", raw, saved=[qc, kc], inputs=[(qc, qc.nbytes, "new"), (kc, kc.nbytes, "new")])
+        rp.node("bmm", raw, saved=self.pair(qc, kc), inputs=[(qc, qc.nbytes, "new"), (kc, kc.nbytes, "new")])
         rp.drop(qc, kc)
         x = self.unary(f"{layer}: scaled scores", raw, [])  # times a Python float saves nothing
         rp.drop(raw)
@@ -252,7 +311,7 @@ class Ops:
         rp.drop(probs)
         pc, vc = self.operand(dropped, "attention probabilities", True), self.operand(vr, "V", v_contiguous)
         out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "bmm")
-        rp.node("bmm", out, saved=[pc, vc], inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
+        rp.node("bmm", out, saved=self.pair(pc, vc), inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
         rp.drop(pc, vc)
         y = self.unary(f"{layer}: attention output, contiguous", out, [])
         rp.drop(out, kr, vr)
@@ -289,9 +348,11 @@ class Ops:
         q, k, v = (self.operand(t, what, True) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
         out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "sdpa output")
         lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
+        # the CPU kernel's backward writes all three gradients; autograd frees those nothing needs at once
+        unused = [t.nbytes for t in (q, k, v) if not t.requires_grad]
         rp.node("sdpa", out, saved=[q, k, v, out, lse],
                 inputs=[(q, q.nbytes, "new"), (k, k.nbytes, "new"), (v, v.nbytes, "new")],
-                work=[out.nbytes])  # fmt: skip
+                work=[out.nbytes, *unused])  # fmt: skip
         rp.drop(lse, q, k, v)
         return out, None
 
@@ -310,7 +371,6 @@ def llama_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) ->
     q = ops.linear(normed, h, qw, f"{layer} q_proj", qkv_bias, f"{layer}: Q")
     k = ops.linear(normed, h, kw, f"{layer} k_proj", qkv_bias, f"{layer}: K")
     v = ops.linear(normed, h, kw, f"{layer} v_proj", qkv_bias, f"{layer}: V")
-    rp.drop(normed)
     if cos is not None:
         qr, kr = ops.rotary(q, cos, sin, f"{layer}: Q"), ops.rotary(k, cos, sin, f"{layer}: K")
         rp.drop(q, k)
@@ -319,9 +379,10 @@ def llama_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) ->
         attn, weights = ops.sdpa(q, k, v, layer)
     else:
         attn, weights = ops.eager_attention(q, k, v, mask, layer)
-    rp.drop(q, k, v)
     o = ops.linear(attn, qw, h, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")
-    rp.drop(attn)
+    # LlamaAttention.forward's query_states, key_states, value_states and the layer's hidden_states (the
+    # norm's output) live until the attention returns, after o_proj
+    rp.drop(attn, q, k, v, normed)
     mid = ops.add(x, o, f"{layer}: residual after attention")
     rp.drop(o)
     normed = norm(mid, f"{layer} post_attention_layernorm")
@@ -329,16 +390,15 @@ def llama_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) ->
         gate = ops.linear(normed, h, f, f"{layer} gate_proj", sh.bias, f"{layer}: gate")
         act = activation(ops, gate, f"{layer}: act(gate)")
         up = ops.linear(normed, h, f, f"{layer} up_proj", sh.bias, f"{layer}: up")
-        rp.drop(normed, gate)
+        rp.drop(gate)
         inner = ops.mul(act, up, f"{layer}: act(gate) * up")
         rp.drop(act, up)
     else:
         up = ops.linear(normed, h, f, f"{layer} up_proj", sh.bias, f"{layer}: up")
-        rp.drop(normed)
         inner = activation(ops, up, f"{layer}: act(up)")
         rp.drop(up)
     down = ops.linear(inner, f, h, f"{layer} down_proj", sh.bias, f"{layer}: down")
-    rp.drop(inner)
+    rp.drop(inner, normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
     out = ops.add(mid, down, f"{layer}: residual after the feed-forward layer")
     rp.drop(mid, down, weights)
     return out

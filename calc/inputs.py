@@ -281,7 +281,7 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     card = _choice("card", given["card"], tuple(CARDS)) if "card" in given else None
     capacity = _capacity(CARDS[card] if card else given.get("capacity-gb", DEFAULT_CAPACITY_GB))
     tune = parse_tuning(given, shape)
-    problem = not tune.default and tuning_problem(tune, walk, par, grad_accum)
+    problem = not tune.default and tuning_problem(tune, walk, par, grad_accum, shape)
     if problem:
         raise InputError(*problem)
     return {
@@ -346,14 +346,26 @@ def _targets(raw: object, shape: Shape) -> tuple[str, ...]:
 
 
 def tuning_problem(
-    tune: finetune.Tuning, walk: str, par: Parallel, grad_accum: int | None
+    tune: finetune.Tuning, walk: str, par: Parallel, grad_accum: int | None, shape: Shape | None = None
 ) -> tuple[str, str] | None:
     """(field, message) where a fine-tuning step (anything but full AdamW) cannot be walked, or None."""
     field = "finetune" if tune.mode != "full" else "optimizer" if tune.optimizer != "adamw" else "paged-optimizer"
     if walk != "deck":
-        return "walk", "the eager walk trains every parameter with AdamW: use the deck walk to fine-tune"
+        return eager_tuning_problem(tune, shape)
     if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
         return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero, --grad-accum unset"
+    return None
+
+
+def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[str, str] | None:
+    """(field, message) where the eager walk cannot replay this fine-tuning: it follows peft's LoRA and frozen
+    layers with AdamW on transformers' Llama, Mistral and Qwen2 (calc.eager_step)."""
+    if tune.mode == "qlora":
+        return "finetune", "the eager walk does not replay bitsandbytes' 4-bit layers: use the deck walk for qlora"
+    if tune.optimizer != "adamw" or tune.paged:
+        return "optimizer", "the eager walk steps AdamW only: use the deck walk for other optimizers"
+    if shape is not None and shape.family != "llama":
+        return "finetune", "the eager walk fine-tunes Llama, Mistral and Qwen2 only: use the deck walk"
     return None
 
 

@@ -51,13 +51,16 @@ class Node:
 class Replay:
     """Allocation events of one step, with the phase and layer they belong to."""
 
-    def __init__(self, phase: str = "forward", block: int = 1):
-        self.block = block  # the allocator's granularity: CUDA's caching allocator hands out multiples of 512
+    def __init__(self, phase: str = "forward", block: int = 1, trainable=None):
+        self.block = block
+        # trainable(layer, parameter name) -> bool: whether a parameter requires grad (None: every one does)
+        self.trainable = trainable  # the allocator's granularity: CUDA's caching allocator hands out multiples of 512
         self.events: list[tuple[int, Event]] = []  # (layer, event)
         self.nodes: list[Node] = []
         self.phase, self.layer = phase, 0
         self.grads: dict[int, T] = {}  # id(tensor) -> its pending gradient
         self.param_grads: dict[tuple[int, str], int] = {}  # (layer, parameter) -> bytes of its .grad
+        self.after: list[T] = []  # what the training step holds until it returns (after zero_grad)
 
     # --- the allocator -------------------------------------------------------------------------------
     def _emit(self, label: str, category: str, nbytes: int, source: str) -> None:
@@ -93,6 +96,12 @@ class Replay:
                 raise AssertionError(f"{t.label} freed twice")
 
     # --- autograd --------------------------------------------------------------------------------------
+    def needs(self, x: T | str) -> bool:
+        """Whether a tensor, or a parameter by name, requires grad."""
+        if isinstance(x, T):
+            return x.requires_grad
+        return self.trainable is None or self.trainable(self.layer, x)
+
     def node(
         self,
         label: str,
@@ -101,11 +110,22 @@ class Replay:
         inputs: list[tuple[T | str, int, str]] = (),
         work: list[int] = (),
         outs: tuple[T, ...] = (),
-    ) -> None:
-        """Record an op's autograd node; each saved tensor gains a reference until its backward has run."""
+    ) -> bool:
+        """Record an op's autograd node; each saved tensor gains a reference until its backward has run.
+
+        An op records a node only where an input requires grad (a tensor made from one, or a trainable
+        parameter); otherwise its outputs require none and nothing is saved. Returns whether it recorded one.
+        The caller passes only what the gradients that are needed save (derivatives.yaml)."""
+        inputs = [i for i in inputs if self.needs(i[0])]
+        if not inputs:
+            for t in (out, *outs):
+                if t is not None:
+                    t.requires_grad = False
+            return False
         for t in saved:
             self.keep(t)
         self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs))
+        return True
 
     def grad(self, t: T, g: T) -> None:
         """Deliver gradient g to tensor t, summing it into one already there (out of place, as autograd's

@@ -6,7 +6,7 @@ import json
 
 from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
-from .inputs import MAX_BYTES, InputError, eager_problem, parse_inputs, size_bound
+from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
 from .plan import fit_card, plan
 from .recipes import RECIPES
 from .units import format_gb, format_gib, format_size
@@ -30,9 +30,9 @@ def eager_beside(inputs: dict) -> dict:
     deck's accounting: {"available": true, "peak", "peak_event", "display", "family"}, or
     {"available": false, "reason"}."""
     shape = inputs["shape"]
-    if not inputs["tune"].default:
-        return {"available": False, "reason": "the eager walk trains every parameter with AdamW"}
+    tune = inputs["tune"]
     problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"])
+    problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
     if problem:
         return {"available": False, "reason": problem[1]}
     top, event = eager_peak(
@@ -43,6 +43,7 @@ def eager_beside(inputs: dict) -> dict:
         inputs["recompute"],
         inputs["attention"],
         inputs["device"],
+        tune,
     )
     return {
         "available": True,

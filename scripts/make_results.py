@@ -16,6 +16,7 @@ import calc  # noqa: E402
 RESULTS = ROOT / "docs" / "results.md"
 MEASUREMENTS = ROOT / "docs" / "data" / "measurements.json"
 TRANSFORMERS = ROOT / "docs" / "data" / "transformers.json"  # scripts/training/measure_transformers.py
+LORA = ROOT / "docs" / "data" / "lora.json"  # scripts/training/measure_lora.py
 SEQ, MICRO_BATCH = 4096, 1
 DECODER_SEQ, DECODER_BATCH = 8, 16
 DECK_SAVED_VALUES = 2_320  # the deck's measured count per sequence per block for the Decoder
@@ -378,7 +379,7 @@ def finetune_section() -> list[str]:
         "often set the peak for small adapters. *What the walk leaves out*, and so sits in the difference: the "
         "CUDA allocator's reserved but unused blocks and its rounding; backward's temporaries (the gradient "
         "flowing down the residual stream, cross-entropy's fp32 gradient), RoPE's tables and AdamW's "
-        "temporaries, which the eager walk (§10.8) counts for full training but not yet for LoRA; and "
+        "temporaries, which the eager walk counts (§10.8; for LoRA and frozen layers §12.4); and "
         "Korthikanti et al.'s layer is GPT's (an FFN 4h wide), not Llama's SwiGLU of width 11,008. The CUDA "
         "context is counted by neither.",
         "",
@@ -389,6 +390,56 @@ def finetune_section() -> list[str]:
         f"are {gb(min(lora_gaps))} to {gb(max(lora_gaps))} below torchtune's at sequence {TORCHTUNE_SEQS[1]:,}; "
         f"QLoRA's {gb(gaps[qlora])} gap is the one we cannot explain term by term. peft's default, fp32 adapters "
         "over a bf16 base (`autocast_adapter_dtype`), is not a recipe here.",
+    ]
+    return [*out, ""]
+
+
+def lora_section() -> list[str]:
+    """§12.4: the eager walk against peft's LoRA and frozen layers (docs/data/lora.json)."""
+    out = ["### 12.4 LoRA steps measured", ""]
+    command = "python scripts/training/measure_lora.py --write"
+    if not LORA.exists():
+        return [*out, f"Pending: run `{command}`.", ""]
+    data = json.loads(LORA.read_text())
+    runs = [r for r in data["runs"] if r["measured_peak"]]
+    worst = max(runs, key=lambda r: abs(r["ratio"] - 1))
+    out += [
+        "The eager walk (§10.8) with `--finetune lora` and `--finetune freeze`, against transformers' Llama, "
+        "Mistral and Qwen2 fine-tuned the way a user's code does it: peft's `get_peft_model(model, "
+        "LoraConfig(r, lora_alpha, target_modules, lora_dropout=0.0))` (its fp32 adapters; on a checkpointed "
+        "model transformers and peft make the embedding's output require grad), or `requires_grad_(False)` on "
+        "the embedding and the first N layers; `torch.optim.AdamW` over the parameters that require grad. The "
+        "step, the measurement (the second step's CPU allocator peak) and the prediction (the CLI in-process, "
+        f"from the flags in the last column) are §10.8's; `{command}` remakes the table.",
+        "",
+        f"Environment: {data['environment']}.",
+        "",
+        f"Worst of {len(runs)} runs: **{worst['ratio']:.4f}** ({worst['model_type']}, {worst['tune']}, "
+        f"{worst['precision']}, {worst['attention']} attention, checkpointing {worst['checkpointing']}).",
+        "",
+        "| Class | Shape | Tokens | Fine-tuning | Trainable | Recipe | Attention | Checkpointing "
+        "| Measured (bytes) | Eager walk (bytes) | Eager / measured | Command |",
+        "|---|---|---|---|---:|---|---|---|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        m = r["model"]
+        shape = f"L {m['layers']}, h {m['hidden']}, {m['heads']} heads, {m['kv_heads']} kv, f {m['ffn']}, "
+        shape += f"V {m['vocab']}"
+        out.append(
+            f"| {r['model_type']} | {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
+            f"| {r['trainable_params']:,} | {r['precision']} | {r['attention']} | {r['checkpointing']} "
+            f"| {r['measured_peak']:,} | {r['predicted_peak']:,} | {r['ratio']:.4f} | `{r['command']}` |"
+        )
+    out += [
+        "",
+        "What the walk follows for fine-tuning: a tensor requires grad only where a trainable parameter or an "
+        "input that requires grad made it; an op records a node, and saves what the needed gradients use "
+        "(derivatives.yaml), only then; backward stops where nothing below needs a gradient; frozen parameters "
+        "get no gradient and no AdamW state, and AdamW's temporaries and step counters cover the trainable "
+        "tensors only; autocast caches the 16-bit casts of trainable weights only, so a frozen weight's cast "
+        "is made at each call and, where the input needs a gradient, saved; peft's adapter casts a 16-bit "
+        "input to fp32 before `lora_A`. Not modelled, beside §10.8's oneDNN scratch buffers: bitsandbytes' 4-bit "
+        "layers (`--finetune qlora` walks the deck only) and GPT-2's fused `c_attn` adapter.",
     ]
     return [*out, ""]
 
@@ -471,6 +522,7 @@ def render() -> str:
         *transformers_section(),
         *beyond_section(),
         *finetune_section(),
+        *lora_section(),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

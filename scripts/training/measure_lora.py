@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Check the eager walk's fine-tuning against peft's LoRA and frozen layers on transformers' own models.
+
+Each run builds a transformers model from a config with random weights (hf_models.py; nothing is
+downloaded) and fine-tunes it for two steps, measuring the second step's peak as measure_transformers.py
+does (profile_step.py's CPU allocator trace). The model is trained the way a user's code does it:
+
+    lora    model = peft.get_peft_model(model, LoraConfig(r=..., lora_alpha=..., target_modules=[...],
+            lora_dropout=0.0)) after the model is built (and, for checkpointing, after
+            activation_checkpointing_enable(): peft then calls enable_input_require_grads() itself,
+            PeftModel.prepare_model_for_gradient_checkpointing, as it does for any checkpointed model)
+    freeze  requires_grad_(False) on the embedding and the first N decoder layers
+
+and AdamW over the parameters that require grad only. The prediction is the CLI's, from the flags a user
+types (`cli_args`), run in-process. Results go to docs/data/lora.json, rendered by scripts/make_results.py.
+
+    python scripts/training/measure_lora.py             # measure on the CPU, print a table
+    python scripts/training/measure_lora.py --write     # and write docs/data/lora.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import hf_models  # noqa: E402
+import measure_transformers  # noqa: E402
+import profile_step  # noqa: E402
+import torch  # noqa: E402
+from torch._C._profiler import _EventType  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+RESULTS = ROOT / "docs" / "data" / "lora.json"
+MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+           "down": "down_proj"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Tune:
+    """How a run fine-tunes: calc's --finetune and its flags."""
+
+    mode: str  # "lora" or "freeze"
+    rank: int = 8
+    alpha: int = 16
+    targets: tuple[str, ...] = ("q", "v")  # calc's names (MODULES gives peft's)
+    freeze_layers: int = 0
+
+    def flags(self) -> list[str]:
+        if self.mode == "freeze":
+            return ["--finetune", "freeze", "--freeze-layers", str(self.freeze_layers)]
+        return ["--finetune", "lora", "--lora-rank", str(self.rank), "--lora-alpha", str(self.alpha),
+                "--lora-targets", ",".join(self.targets)]  # fmt: skip
+
+    def label(self) -> str:
+        if self.mode == "freeze":
+            return f"freeze {self.freeze_layers}"
+        return f"lora r{self.rank} {','.join(self.targets)}"
+
+
+ALL = ("q", "k", "v", "o", "gate", "up", "down")
+RUNS = [  # (model, seq, micro-batch, tuning)
+    (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2, Tune("lora", 8, 16, ("q", "v"))),
+    (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2, Tune("lora", 16, 32, ALL)),
+    (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2, Tune("freeze", freeze_layers=2)),
+    (hf_models.Model("mistral", 4, 64, 4, 1, 176, 256), 256, 1, Tune("lora", 4, 8, ALL)),
+    (hf_models.Model("qwen2", 3, 128, 8, 2, 344, 1000), 64, 2, Tune("lora", 8, 16, ("q", "k", "v", "o"))),
+]
+GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
+
+
+def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) -> torch.nn.Module:
+    """The model as the user's fine-tuning code leaves it (see the module's docstring)."""
+    net = hf_models.build(m, attention, checkpointing)
+    if tune.mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0,
+                            target_modules=[MODULES[t] for t in tune.targets])  # fmt: skip
+        with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated is_gradient_checkpointing
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            return get_peft_model(net, config)
+    net.model.embed_tokens.requires_grad_(False)
+    for layer in net.model.layers[: tune.freeze_layers]:
+        layer.requires_grad_(False)
+    return net
+
+
+def measure_cpu(m, precision, attention, checkpointing, seq, b, tune: Tune) -> dict:
+    """profile_step.measure_cpu for a fine-tuned model: the second step's allocator peak, in bytes."""
+    batches = [hf_models.tokens(m.vocab, seq, b, seed) for seed in (0, 1)]
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        net = tuned(m, attention, checkpointing, tune)
+        optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
+        hf_models.train_step(net, optimizer, batches[0].clone(), precision)
+        x = batches[1].clone()
+        with record_function(profile_step.STEP_MARK):
+            hf_models.train_step(net, optimizer, x, precision)
+    recorded = profile_step.events(prof)
+    step = next(e for e in recorded if e.name == profile_step.STEP_MARK)
+    allocations = sorted((e for e in recorded if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
+    running, start, end, peak = 0, None, None, -1
+    for e in allocations:
+        if start is None and e.start_time_ns >= step.start_time_ns:
+            start = running
+        running += e.extra_fields.alloc_size
+        if start is not None and e.start_time_ns <= step.end_time_ns:
+            end, peak = running, max(peak, running)
+    trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    return {"measured_peak": peak, "measured_start": start, "measured_end": end, "measured_trainable": trainable}
+
+
+def cli_args(m, seq, b, precision, attention, checkpointing, tune: Tune) -> list[str]:
+    """The command a user types to predict this step."""
+    return measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, "cpu") + tune.flags()
+
+
+def measure(m, seq, b, tune, precision, attention, checkpointing) -> dict:
+    t0 = time.perf_counter()
+    got = measure_cpu(m, precision, attention, checkpointing, seq, b, tune)
+    args = cli_args(m, seq, b, precision, attention, checkpointing, tune)
+    pred = measure_transformers.predict(args)
+    return {
+        "model_type": m.model_type,
+        "model": asdict(m),
+        "tune": tune.label(),
+        "seq": seq,
+        "micro_batch": b,
+        "precision": precision,
+        "attention": attention,
+        "checkpointing": checkpointing,
+        "device": "cpu",
+        **got,
+        "trainable_params": pred["trainable_params"],
+        "predicted_peak": pred["peak"],
+        "predicted_peak_event": pred["peak_event"],
+        "ratio": round(pred["peak"] / got["measured_peak"], 4),
+        "command": "python -m calc " + " ".join(args),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="measure_lora.py", description=__doc__.splitlines()[0])
+    p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    p.add_argument("--only", type=int, action="append", help="only these runs (indices into RUNS)")
+    args = p.parse_args(argv)
+    import peft
+
+    rows = []
+    for i, (m, seq, b, tune) in enumerate(RUNS):
+        if args.only and i not in args.only:
+            continue
+        for precision, attention, checkpointing in GRID:
+            row = measure(m, seq, b, tune, precision, attention, checkpointing)
+            rows.append(row)
+            print(
+                f"{i} {row['model_type']:8} kv{m.kv_heads} {row['tune']:28} {precision:9} {attention:5} "
+                f"{checkpointing:4} {row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f}"
+                f" trainable {row['measured_trainable']} / {row['trainable_params']}",
+                flush=True,
+            )
+    if args.write:
+        env = f"{measure_transformers.environment('cpu')}, peft {peft.__version__}"
+        RESULTS.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
