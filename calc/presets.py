@@ -1,6 +1,6 @@
 """Published model shapes, as plain data: today's five typed out, the others as their config.json files."""
 
-from importlib import resources
+import os
 
 from .hf import shape_from_text
 from .shape import Shape, param_counts
@@ -42,9 +42,15 @@ CONFIG_PRESETS = (
 )
 
 
+CONFIGS = os.path.join(os.path.dirname(__file__), "configs")  # package data, installed beside the modules
+
+
 def config_text(name: str) -> str:
-    """The config.json text of a preset stored as a file (read as package data, so Pyodide finds it too)."""
-    return resources.files(__package__).joinpath("configs", f"{name}.json").read_text(encoding="utf-8")
+    """The config.json text of a preset stored as a file. The wheel installs it as a file next to calc's
+    modules, in Pyodide too; a plain open() spares the page importlib.resources (pathlib, tempfile,
+    zipfile, typing) at start-up."""
+    with open(os.path.join(CONFIGS, f"{name}.json"), encoding="utf-8") as f:
+        return f.read()
 
 
 PRESETS.update({name: shape_from_text(config_text(name), name) for name in CONFIG_PRESETS})

@@ -8,7 +8,7 @@ from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
 from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
 from .plan import fit_card, plan
-from .recipes import RECIPES
+from .recipes import RECIPES, TABLE_ROWS
 from .units import format_gb, format_gib, format_size
 from .walk import peak
 
@@ -100,22 +100,38 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
         for row in result["fit"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     if want_sweep:
-        seqs = seq_grid(seq)
-        if shape.positions == "learned":
-            seqs = [s for s in seqs if s <= shape.context]
-        # Up to 2x the chosen sequence, where every byte count stays exact in a browser (< 2^53).
-        seqs = [s for s in seqs if s <= seq or size_bound(shape, s, b, par) <= MAX_BYTES]
-        result["sweep"] = {
-            "seq": seqs,
-            "peaks": {row["id"]: sweep(shape, seqs, b, row["recipe"], row["recompute"], par, accum) for row in rows},
-        }
-        if not tune.default:
-            recipe, recompute = inputs["recipe"], inputs["recompute"]
-            p = RECIPES[recipe].activations
-            result["sweep"]["peaks"]["finetune"] = [
-                peak(finetune_segments(shape, s, b, recipe, recompute, p, tune, par.flash))[0] for s in seqs
-            ]
+        result["sweep"] = sweep_for(inputs)
     return result
+
+
+def sweep_for(inputs: dict) -> dict:
+    """Peak against sequence length for the table's recipes (and a fine-tuning step), for the chart."""
+    shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
+    seqs = seq_grid(seq)
+    if shape.positions == "learned":
+        seqs = [s for s in seqs if s <= shape.context]
+    # Up to 2x the chosen sequence, where every byte count stays exact in a browser (< 2^53).
+    seqs = [s for s in seqs if s <= seq or size_bound(shape, s, b, par) <= MAX_BYTES]
+    out = {
+        "seq": seqs,
+        "peaks": {
+            f"{recipe}-{recompute}": sweep(shape, seqs, b, recipe, recompute, par, inputs["grad_accum"])
+            for recipe, recompute in TABLE_ROWS
+        },
+    }
+    tune = inputs["tune"]
+    if not tune.default:
+        recipe, recompute = inputs["recipe"], inputs["recompute"]
+        p = RECIPES[recipe].activations
+        out["peaks"]["finetune"] = [
+            peak(finetune_segments(shape, s, b, recipe, recompute, p, tune, par.flash))[0] for s in seqs
+        ]
+    return out
+
+
+# The page asks twice for each change: the numbers first, then the same with the sweep. The last answer
+# without its sweep is kept, so the second question computes only the sweep.
+_last: dict[str, dict] = {}
 
 
 def handle(request: str) -> str:
@@ -125,9 +141,19 @@ def handle(request: str) -> str:
         payload = json.loads(request)
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
             return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
-        inputs = parse_inputs(payload.get("inputs", {}))
-        want = payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False)
-        return json.dumps(compute(inputs, *want))
+        raw = payload.get("inputs", {})
+        inputs = parse_inputs(raw)
+        want_plan, want_fit = payload.get("plan", False), payload.get("fit", False)
+        key = json.dumps([raw, want_plan, want_fit], sort_keys=True)
+        numbers = _last.get(key)
+        if numbers is None:
+            numbers = compute(inputs, False, want_plan, want_fit)
+            _last.clear()
+            _last[key] = numbers
+        result = dict(numbers)
+        if payload.get("sweep", True):
+            result["sweep"] = sweep_for(inputs)
+        return json.dumps(result)
     except InputError as e:
         return json.dumps({"ok": False, "field": e.field, "message": e.message})
     except Exception as e:  # the page must keep working whatever arrives
