@@ -38,7 +38,6 @@ import hf_models  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 import torch  # noqa: E402
-from torch._C._profiler import _EventType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 RESULTS = ROOT / "docs" / "data" / "lora.json"
@@ -107,18 +106,8 @@ def measure_cpu(m, precision, attention, checkpointing, seq, b, tune: Tune) -> d
         x = batches[1].clone()
         with record_function(profile_step.STEP_MARK):
             hf_models.train_step(net, optimizer, x, precision)
-    recorded = profile_step.events(prof)
-    step = next(e for e in recorded if e.name == profile_step.STEP_MARK)
-    allocations = sorted((e for e in recorded if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
-    running, start, end, peak = 0, None, None, -1
-    for e in allocations:
-        if start is None and e.start_time_ns >= step.start_time_ns:
-            start = running
-        running += e.extra_fields.alloc_size
-        if start is not None and e.start_time_ns <= step.end_time_ns:
-            end, peak = running, max(peak, running)
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
-    return {"measured_peak": peak, "measured_start": start, "measured_end": end, "measured_trainable": trainable}
+    return {**profile_step.step_peak(prof), "measured_trainable": trainable}
 
 
 def cli_args(m, seq, b, precision, attention, checkpointing, tune: Tune) -> list[str]:

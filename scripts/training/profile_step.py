@@ -38,6 +38,12 @@ def measure_cpu(model: hf_models.Model, precision: str, attention: str, checkpoi
         x = batches[1].clone()
         with record_function(STEP_MARK):
             hf_models.train_step(net, optimizer, x, precision)
+    return step_peak(prof)
+
+
+def step_peak(prof) -> dict:
+    """Replay the allocator over the profile: the running sum of every allocation's size; at the step marked
+    STEP_MARK, the total it starts with, its largest value and the total it ends with."""
     recorded = events(prof)
     step = next(e for e in recorded if e.name == STEP_MARK)
     allocations = sorted((e for e in recorded if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
