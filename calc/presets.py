@@ -46,11 +46,16 @@ CONFIGS = os.path.join(os.path.dirname(__file__), "configs")  # package data, in
 
 
 def config_text(name: str) -> str:
-    """The config.json text of a preset stored as a file. The wheel installs it as a file next to calc's
-    modules, in Pyodide too; a plain open() spares the page importlib.resources (pathlib, tempfile,
-    zipfile, typing) at start-up."""
-    with open(os.path.join(CONFIGS, f"{name}.json"), encoding="utf-8") as f:
-        return f.read()
+    """The config.json text of a preset stored as a file. An installed wheel puts it next to calc's modules,
+    in Pyodide too, where a plain open() spares the page importlib.resources (pathlib, tempfile, zipfile,
+    typing) at start-up; calc imported from a zip (zipimport) reads it through importlib.resources."""
+    try:
+        with open(os.path.join(CONFIGS, f"{name}.json"), encoding="utf-8") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        from importlib import resources
+
+        return resources.files(__package__).joinpath("configs", f"{name}.json").read_text(encoding="utf-8")
 
 
 PRESETS.update({name: shape_from_text(config_text(name), name) for name in CONFIG_PRESETS})
