@@ -70,7 +70,6 @@ def replay(
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
     unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
-    ids = T(8 * n, "token ids")  # made before the step, counted in its start
     # forward: embedding (its backward writes a dense gradient of the table), positions, mask
     x = ops.new(n * h, unit, "token embeddings", "embedding: s x b x h values")
     rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
@@ -142,7 +141,6 @@ def replay(
     for g in rp.grads.values():
         rp.drop(g, why="gradient of an input that needs none")
     rp.grads.clear()
-    del ids
     return rp, st
 
 
@@ -240,7 +238,8 @@ def segments(
         Event("optimizer", "zero_grad: free gradients", "gradients", -grads, "optimizer.zero_grad(set_to_none=True)"),
     ]
     for t in rp.after:
-        end.append(Event("optimizer", f"free {t.label}", t.category, -t.nbytes, "the step returns: the graph goes"))
+        freed = rp.blocks(-t.nbytes)  # in the allocator's blocks, as it was allocated
+        end.append(Event("optimizer", f"free {t.label}", t.category, freed, "the step returns: the graph goes"))
     segs.append(Segment(tuple(end)))
     return segs
 

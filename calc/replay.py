@@ -63,9 +63,13 @@ class Replay:
         self.after: list[T] = []  # what the training step holds until it returns (after zero_grad)
 
     # --- the allocator -------------------------------------------------------------------------------
+    def blocks(self, nbytes: int) -> int:
+        """What the allocator hands out for `nbytes` (signed): whole blocks of its size."""
+        return (1 if nbytes > 0 else -1) * -(-abs(nbytes) // self.block) * self.block
+
     def _emit(self, label: str, category: str, nbytes: int, source: str) -> None:
         """An allocation (nbytes > 0) or a free, in blocks of the allocator's size."""
-        nbytes = (1 if nbytes > 0 else -1) * -(-abs(nbytes) // self.block) * self.block
+        nbytes = self.blocks(nbytes)
         if nbytes:
             self.events.append((self.layer, Event(self.phase, label, category, nbytes, source)))
 

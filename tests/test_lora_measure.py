@@ -112,3 +112,15 @@ def test_recorded_commands_still_predict_their_peaks(data, capsys):
     for row in json.loads(path.read_text())["runs"]:
         assert main([*row["command"].split()[3:], "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["peak"] == row["predicted_peak"], row["command"]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("mode", ["lora", "freeze"])
+def test_a_fine_tuning_step_ends_where_it_started(device, mode):
+    """With checkpointing, what the step holds until it returns (a frozen embedding's output made a leaf,
+    and its gradient) is freed in the allocator's blocks too: the step ends holding exactly its start."""
+    shape = calc.PRESETS["llama-7b"].replace(layers=2, hidden=100, heads=4, kv_heads=4, ffn=70, vocab=33)
+    tune = finetune.Tuning(mode=mode, rank=3, freeze_layers=1 if mode == "freeze" else 0)
+    s = calc.step(shape, 7, 1, "fp32-full", "full", walk="eager", device=device, tune=tune)
+    start = [e for e in s["events"] if e["phase"] == "start"][-1]
+    assert s["events"][-1]["totals"] == start["totals"]
