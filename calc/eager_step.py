@@ -28,6 +28,8 @@ def _largest_param(shape: Shape) -> int:
     sizes = [shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.hidden * shape.heads * shape.head_dim]
     if shape.family == "gpt2":
         sizes.append(3 * shape.hidden * shape.hidden)
+    if shape.moe_layers:  # the experts' gate_up_proj, E x 2 x expert width x h, is one tensor
+        sizes.append(shape.experts * 2 * shape.expert_width * shape.hidden)
     return max([*sizes, n["positions"]])
 
 
@@ -37,6 +39,8 @@ def _param_tensors(shape: Shape) -> int:
         return 4 + 12 * shape.layers
     bias = 3 if (shape.qkv_bias or shape.bias) else 0
     per_layer = 2 + 7 + bias + (4 if shape.bias else 0)
+    if shape.moe_layers:  # the router and two expert tensors for the three projections; the shared expert's
+        per_layer += -3 + 1 + 2 + (3 if shape.shared_expert_ffn else 0) + (1 if shape.shared_expert_gate else 0)
     return 1 + (0 if shape.tied else 1) + (1 if shape.final_norm else 0) + per_layer * shape.layers
 
 

@@ -364,8 +364,8 @@ def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[st
         return "finetune", "the eager walk does not replay bitsandbytes' 4-bit layers: use the deck walk for qlora"
     if tune.optimizer != "adamw" or tune.paged:
         return "optimizer", "the eager walk steps AdamW only: use the deck walk for other optimizers"
-    if shape is not None and shape.family != "llama":
-        return "finetune", "the eager walk fine-tunes Llama, Mistral and Qwen2 only: use the deck walk"
+    if shape is not None and (shape.family != "llama" or shape.experts):
+        return "finetune", "the eager walk fine-tunes dense Llama, Mistral and Qwen2 only: use the deck walk"
     return None
 
 
@@ -388,13 +388,29 @@ def eager_lacks(shape: Shape) -> str | None:
     """A feature of this shape that calc.eager's walk does not replay yet, or None. (The Decoder's own walk
     also sizes attention by the width.)"""
     if shape.moe_layers:
-        return "a mixture of experts"
+        moe = _moe_lacks(shape)
+        if moe:
+            return moe
     if shape.family not in ("llama", "gpt2", "decoder"):
         return f"transformers' {shape.family} code (it replays Llama, Mistral, Qwen2 and GPT-2)"
     if shape.family == "decoder" and shape.q_width != shape.hidden:
         return "a head size apart from width / heads"
     if shape.norms_per_layer != 2:
         return f"{shape.norms_per_layer} norms a block"
+    return None
+
+
+def _moe_lacks(shape: Shape) -> str | None:
+    """What of a mixture of experts the eager walk does not replay: it follows MixtralSparseMoeBlock and
+    Qwen2MoeSparseMoeBlock (a shared expert with its gate) with transformers' default grouped_mm experts."""
+    if shape.family != "llama":
+        return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
+    if shape.dense_layers:
+        return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
+    if shape.capacity_factor:
+        return "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no tokens)"
+    if bool(shape.shared_expert_ffn) != shape.shared_expert_gate:
+        return "a shared expert without Qwen2-MoE's sigmoid gate (or a gate without one)"
     return None
 
 

@@ -22,7 +22,7 @@ import torch
 from torch.profiler import record_function
 
 # The model classes measured, by transformers' model_type.
-MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "mixtral", "qwen2_moe")
 PRECISIONS = ("fp32-full", "autocast")
 ATTENTIONS = ("eager", "sdpa")
 CHECKPOINTING = ("none", "full")
@@ -69,6 +69,34 @@ class Model:
             }
         cfg.update(dict(self.extra))
         return cfg
+
+    @property
+    def moe(self) -> dict:
+        """The mixture of experts' fields, by calc's names (empty for a dense model)."""
+        extra = dict(self.extra)
+        if self.model_type == "mixtral":
+            return {"experts": extra["num_local_experts"], "experts-per-token": extra["num_experts_per_tok"]}
+        if self.model_type == "qwen2_moe":
+            return {
+                "experts": extra["num_experts"],
+                "experts-per-token": extra["num_experts_per_tok"],
+                "expert-ffn": extra["moe_intermediate_size"],
+                "shared-expert-ffn": extra["shared_expert_intermediate_size"],
+            }
+        return {}
+
+
+def mixtral(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int, experts: int, k: int) -> Model:
+    """A MixtralForCausalLM: E experts of width ffn, top-k (no router loss: output_router_logits stays off)."""
+    return Model("mixtral", layers, hidden, heads, kv_heads, ffn, vocab,
+                 (("num_local_experts", experts), ("num_experts_per_tok", k)))  # fmt: skip
+
+
+def qwen2_moe(layers, hidden, heads, kv_heads, ffn, vocab, experts: int, k: int, shared: int) -> Model:
+    """A Qwen2MoeForCausalLM with every layer sparse: E experts of width ffn, top-k, a gated shared expert."""
+    extra = (("num_experts", experts), ("num_experts_per_tok", k), ("moe_intermediate_size", ffn),
+             ("shared_expert_intermediate_size", shared), ("decoder_sparse_step", 1), ("mlp_only_layers", []))  # fmt: skip
+    return Model("qwen2_moe", layers, hidden, heads, kv_heads, ffn, vocab, extra)
 
 
 def build(model: Model, attention: str, checkpointing: str, seed: int = 0) -> torch.nn.Module:

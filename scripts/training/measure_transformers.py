@@ -61,6 +61,16 @@ SHAPES = {
         (hf_models.Model("gpt2", 4, 64, 4, 4, 256, 256), 256, 1),
         (hf_models.Model("gpt2", 3, 128, 8, 8, 512, 1000), 64, 2),
     ],
+    # mixtures of experts (transformers' default grouped_mm experts): 4 and 8 experts, top-2; Qwen2-MoE with its
+    # gated shared expert
+    "mixtral": [
+        (hf_models.mixtral(2, 64, 4, 2, 96, 256, 4, 2), 128, 2),
+        (hf_models.mixtral(3, 128, 8, 2, 128, 512, 8, 2), 64, 2),
+    ],
+    "qwen2_moe": [
+        (hf_models.qwen2_moe(2, 64, 4, 2, 96, 256, 4, 2, 160), 128, 2),
+        (hf_models.qwen2_moe(3, 128, 8, 2, 64, 512, 8, 2, 256), 64, 2),
+    ],
 }
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 
@@ -69,8 +79,12 @@ def cli_args(m: hf_models.Model, seq: int, b: int, precision: str, attention: st
     """The command a user types to predict this step."""
     shape = ["--layers", m.layers, "--hidden", m.hidden, "--heads", m.heads, "--kv-heads", m.kv_heads]
     shape += ["--ffn", m.ffn, "--vocab", m.vocab]
-    if m.model_type == "qwen2":
+    if m.model_type in ("qwen2", "qwen2_moe"):
         shape.append("--qkv-bias")
+    for flag, value in m.moe.items():
+        shape += [f"--{flag}", value]
+    if m.model_type == "qwen2_moe":
+        shape.append("--shared-expert-gate")
     if m.model_type == "gpt2":
         shape = ["--preset", "gpt2", *shape]
     run = ["--seq", seq, "--micro-batch", b, "--walk", "eager", "--recipe", precision]
@@ -173,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.write:
         old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"environment": {}, "runs": []}
-        kept = [r for r in old["runs"] if r["device"] != args.device]
+        classes = {r["model_type"] for r in rows}  # the rows of the classes measured now replace theirs
+        kept = [r for r in old["runs"] if r["device"] != args.device or r["model_type"] not in classes]
         data = {"environment": {**old["environment"], args.device: environment(args.device)}, "runs": kept + rows}
         RESULTS.write_text(json.dumps(data, indent=1) + "\n")
     return 0
