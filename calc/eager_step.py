@@ -103,6 +103,10 @@ def replay(
     if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
         mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
         mask.requires_grad = False
+        if shape.shared_expert_gate:  # Qwen2MoeModel.forward makes the sliding-window mask too, used or not
+            window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
+            window.requires_grad = False
+            held.append(window)
     layer_fn = LAYERS[shape.family]
     for layer in range(1, shape.layers + 1):
         rp.layer = layer

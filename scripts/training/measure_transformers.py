@@ -61,15 +61,15 @@ SHAPES = {
         (hf_models.Model("gpt2", 4, 64, 4, 4, 256, 256), 256, 1),
         (hf_models.Model("gpt2", 3, 128, 8, 8, 512, 1000), 64, 2),
     ],
-    # mixtures of experts (transformers' default grouped_mm experts): 4 and 8 experts, top-2; Qwen2-MoE with its
-    # gated shared expert
+    # mixtures of experts (transformers' default grouped_mm experts), top-2 of 4 and top-4 of 8 (a small
+    # vocabulary: the experts' k x tokens rows take the peak); Qwen2-MoE with its gated shared expert
     "mixtral": [
         (hf_models.mixtral(2, 64, 4, 2, 96, 256, 4, 2), 128, 2),
-        (hf_models.mixtral(3, 128, 8, 2, 128, 512, 8, 2), 64, 2),
+        (hf_models.mixtral(3, 64, 4, 1, 128, 128, 8, 4), 256, 2),
     ],
     "qwen2_moe": [
         (hf_models.qwen2_moe(2, 64, 4, 2, 96, 256, 4, 2, 160), 128, 2),
-        (hf_models.qwen2_moe(3, 128, 8, 2, 64, 512, 8, 2, 256), 64, 2),
+        (hf_models.qwen2_moe(3, 64, 4, 1, 64, 128, 8, 4, 256), 256, 2),
     ],
 }
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
