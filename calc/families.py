@@ -553,8 +553,8 @@ def moe_block(ops: Ops, x: T, layer: str) -> T:
     counts.requires_grad = False
     name = f"{layer} mlp.experts"
     proj = ops.new(s * 2 * f, a, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
-    rp.node("grouped_mm", proj, saved=[gathered],
-            inputs=[(f"{name}.gate_up_proj", e * 2 * f * h * pb, "param"), (gathered, gathered.nbytes, "new")])  # fmt: skip
+    up_weight = (f"{name}.gate_up_proj", e * 2 * f * h * pb, "param")
+    rp.node("grouped_mm", proj, saved=[gathered], inputs=[up_weight, (gathered, gathered.nbytes, "new")])
     gate, up = (rp.view(proj, s * f, f"{layer}: experts' {what}") for what in ("gate", "up"))
     rp.node("split", None, inputs=[(proj, proj.nbytes, "new")], outs=(gate, up))
     rp.drop(proj)

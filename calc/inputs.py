@@ -407,6 +407,8 @@ def _moe_lacks(shape: Shape) -> str | None:
         return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
     if shape.dense_layers:
         return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
+    if not shape.gated_ffn or shape.bias:
+        return "experts that are not bias-free SwiGLU (Mixtral's and Qwen2-MoE's are)"
     if shape.capacity_factor:
         return "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no tokens)"
     if bool(shape.shared_expert_ffn) != shape.shared_expert_gate:

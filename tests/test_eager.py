@@ -1,5 +1,7 @@
 """The eager walk (calc.eager): its invariants, and that the deck walk stays the default."""
 
+import itertools
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -15,14 +17,23 @@ DECODER = calc.PRESETS["decoder"]
 PERSISTENT = ("weights", "optimizer", "master")
 
 
-families = st.sampled_from(["llama", "gpt2", "decoder"])  # the code the eager walk replays
+# the code the eager walk replays (Mixtral and Qwen2-MoE: Llama's with a sparse block)
+families = st.sampled_from(["llama", "gpt2", "decoder", "mixtral", "qwen2_moe"])
 
 
 def as_family(shape: calc.Shape, family: str) -> calc.Shape:
     """The shape as that family's code writes it (GPT-2: every head's keys and values, LayerNorm, a plain
-    feed-forward layer, learned positions), so that no draw is thrown away."""
+    feed-forward layer, learned positions; Mixtral: bias-free SwiGLU experts, top-2 of 4 of the drawn width;
+    Qwen2-MoE: top-4 of 8 narrower ones and a gated shared expert), so that no draw is thrown away."""
     if family == "gpt2":
         shape = shape.replace(kv_heads=shape.heads, gated_ffn=False, norm="layer", positions="learned")
+    if family == "mixtral":
+        shape, family = shape.replace(gated_ffn=True, bias=False, experts=4, experts_per_token=2), "llama"
+    if family == "qwen2_moe":
+        moe = {"experts": 8, "experts_per_token": 4, "expert_ffn": max(1, shape.ffn // 4)}
+        shared = {"shared_expert_ffn": shape.ffn, "shared_expert_gate": True}
+        shape = shape.replace(gated_ffn=True, bias=False, qkv_bias=True, **moe, **shared)
+        family = "llama"
     shape = shape.replace(family=family)
     assert family_problem(shape) is None and eager_lacks(shape) is None
     return shape
@@ -191,7 +202,7 @@ def test_cli_walk_flag(capsys):
     recipes,
     st.sampled_from(["none", "full"]),
     st.sampled_from(["eager", "sdpa"]),
-    st.sampled_from(["llama", "gpt2"]),
+    st.sampled_from(["llama", "gpt2", "mixtral", "qwen2_moe"]),
     st.sampled_from(["cuda", "cpu"]),
 )
 def test_a_deep_model_is_its_middle_layer_repeated(shape, seq, b, recipe, recompute, attention, family, device):
@@ -201,3 +212,27 @@ def test_a_deep_model_is_its_middle_layer_repeated(shape, seq, b, recipe, recomp
     whole = eager_step._compress(eager_step.replay(shape, seq, b, recipe, recompute, attention, device)[0].events)
     replayed = [(e["label"], e["bytes"]) for e in events(stretched)][len(stretched[0].events) :]
     assert replayed[: -len(stretched[-1].events)] == [(e["label"], e["bytes"]) for e in events(whole)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.integers(1, 2048), st.integers(1, 4), recipes, recomputes, st.sampled_from(["eager", "sdpa"]),
+       st.integers(2, 16), st.booleans())  # fmt: skip
+def test_moe_peak_grows_with_experts_per_token(shape, seq, b, recipe, recompute, attention, experts, shared):
+    """Each token routed to one more expert never needs less memory: every expert tensor has k x tokens rows."""
+    assume(recompute != "selective")
+    shape = as_family(shape, "qwen2_moe" if shared else "mixtral").replace(experts=experts)
+    peaks = [
+        calc.step(shape.replace(experts_per_token=k), seq, b, recipe, recompute, walk="eager", attention=attention)
+        for k in range(1, experts + 1)
+    ]
+    assert all(a["peak"] <= z["peak"] for a, z in itertools.pairwise(peaks))
+    assert peaks[0]["params"] == peaks[-1]["params"]
+
+
+def test_moe_the_eager_walk_refuses_what_it_does_not_replay():
+    """Dense layers among the sparse ones, an expert capacity, experts that are not SwiGLU: the deck walk."""
+    moe = calc.PRESETS["llama-7b"].replace(experts=8, experts_per_token=2)
+    assert eager_lacks(moe) is None
+    for changes in ({"dense_layers": 1}, {"capacity_factor": 1.25}, {"gated_ffn": False}, {"shared_expert_ffn": 64},
+                    {"family": "gpt2"}):  # fmt: skip
+        assert eager_lacks(moe.replace(**changes)), changes

@@ -95,7 +95,8 @@ def mixtral(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab
 def qwen2_moe(layers, hidden, heads, kv_heads, ffn, vocab, experts: int, k: int, shared: int) -> Model:
     """A Qwen2MoeForCausalLM with every layer sparse: E experts of width ffn, top-k, a gated shared expert."""
     extra = (("num_experts", experts), ("num_experts_per_tok", k), ("moe_intermediate_size", ffn),
-             ("shared_expert_intermediate_size", shared), ("decoder_sparse_step", 1), ("mlp_only_layers", []))  # fmt: skip
+             ("shared_expert_intermediate_size", shared), ("decoder_sparse_step", 1),
+             ("mlp_only_layers", []))  # fmt: skip
     return Model("qwen2_moe", layers, hidden, heads, kv_heads, ffn, vocab, extra)
 
 
