@@ -41,6 +41,11 @@ CASES = [
     (hf_models.Model("mistral", 3, 64, 4, 1, 176, 256), "fp32-full", "sdpa", "none", 128, 1),
     (hf_models.Model("gpt2", 3, 64, 4, 4, 256, 256), "fp32-full", "eager", "full", 128, 2),
     (hf_models.Model("gpt2", 3, 64, 4, 4, 256, 256), "autocast", "sdpa", "none", 128, 2),
+    # mixtures of experts: the experts' k x tokens rows take the peak (small vocabulary)
+    (hf_models.mixtral(2, 64, 4, 1, 128, 128, 8, 4), "fp32-full", "sdpa", "none", 128, 2),
+    (hf_models.mixtral(2, 64, 4, 2, 96, 128, 4, 2), "autocast", "eager", "full", 128, 2),
+    (hf_models.qwen2_moe(2, 64, 4, 1, 64, 128, 8, 4, 256), "autocast", "sdpa", "none", 128, 2),
+    (hf_models.qwen2_moe(2, 64, 4, 2, 64, 128, 4, 2, 128), "fp32-full", "eager", "full", 128, 2),
 ]
 
 
