@@ -257,13 +257,14 @@ def test_web_takes_the_config_text():
 @pytest.mark.parametrize(
     ("preset", "missing"),
     [
-        ("mixtral-8x7b", "a mixture of experts"),
+        ("mixtral-8x7b --capacity-factor 1.25", "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no "
+         "tokens)"),
         ("gemma-2-9b", "transformers' gemma2 code (it replays Llama, Mistral, Qwen2 and GPT-2)"),
     ],
 )
 def test_eager_walk_refuses_what_it_does_not_follow(capsys, preset, missing):
     """--walk eager names the feature of the shape that calc.eager does not count, instead of a wrong peak."""
-    assert main(["--preset", preset, "--walk", "eager"]) == 2
+    assert main(["--preset", *preset.split(), "--walk", "eager"]) == 2
     err = capsys.readouterr().err
     assert err == f"error: --walk: the eager walk does not follow {missing} yet: use the deck walk\n"
     assert calc.inputs.eager_lacks(calc.PRESETS["llama-3.2-3b"]) is None
