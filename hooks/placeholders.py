@@ -15,8 +15,9 @@ as `--plan --json` prints it). ``zero_state.PARAMS.DP.STAGE`` is the state
 (weights, gradients, Adam, master copy) one of DP data-parallel workers holds for
 a model of PARAMS parameters at that ZeRO stage (calc.recipes.state_bytes). PATH
 may add values with ``+``. FORMAT is ``GB`` (calc.format_gb + " GB", the default),
-``MB`` (10^6 bytes, one decimal, thousands separators), ``int`` (thousands separators), ``values`` (16-bit bytes as a count of values),
-``percent`` (one decimal) or ``text``.
+``MB`` (10^6 bytes, one decimal, thousands separators), ``int`` (thousands
+separators), ``values`` (16-bit bytes as a count of values), ``percent`` (one
+decimal) or ``text``.
 
 ``{{ calc-widget }}`` places the live calculator (hooks/calculator.html), filled
 in with the build-time answer so the page reads completely without JavaScript.

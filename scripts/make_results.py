@@ -447,7 +447,10 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
         "caching allocator's rounding and the blocks it keeps reserved are in torchtune's figure and in "
         "neither walk: at model init it reserved 0.02 GB more than it allocated (13.98 against 13.96 GB). "
         "The eager walk replays peft's LoRA layer, whose ops torchtune's `LoRALinear` matches (the frozen "
-        "linear, then B(A(x)) scaled and added); its adapters here are bf16 like torchtune's.",
+        "linear, then B(A(x)) scaled and added), with one difference in torchtune's favour: peft keeps its "
+        "adapters in fp32 over a 16-bit model and casts each adapted layer's input to fp32 for them, a copy "
+        "torchtune's bf16 adapters do not make; with checkpointing only the recomputed block holds such "
+        "copies, so the eager walk's LoRA rows are a little high on this account.",
         "",
         f"*The QLoRA row.* Its training figure ({q['theirs'] / calc.GB:.2f} GB) is only "
         f"{gb(q['theirs'] - init)} above what torchtune reserved while building the model "
@@ -469,8 +472,7 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
         "",
         "Not in either walk, and small here: the CUDA context (outside PyTorch's allocator), RoPE's tables, "
         "the per-call dequantized weight of a 4-bit linear (the deck walk counts one layer's largest, "
-        f"{gb(2 * largest)}). peft's default, fp32 adapters over a bf16 base (`autocast_adapter_dtype`), is not a "
-        "recipe here; torchtune's adapters are bf16.",
+        f"{gb(2 * largest)}).",
     ]
     return out
 
