@@ -585,7 +585,7 @@ def lora_section() -> list[str]:
         "tensors only; autocast caches the 16-bit casts of trainable weights only, so a frozen weight's cast "
         "is made at each call and, where the input needs a gradient, saved; peft's adapter casts a 16-bit "
         "input to fp32 before `lora_A`. Not modelled, beside §10.8's oneDNN scratch buffers: bitsandbytes' 4-bit "
-        "layers (`--finetune qlora` walks the deck only) and GPT-2's fused `c_attn` adapter.",
+        "layers (`--finetune qlora` walks the deck only; §12.5 measures them) and GPT-2's fused `c_attn` adapter.",
     ]
     return [*out, ""]
 
