@@ -15,8 +15,9 @@ as `--plan --json` prints it). ``zero_state.PARAMS.DP.STAGE`` is the state
 (weights, gradients, Adam, master copy) one of DP data-parallel workers holds for
 a model of PARAMS parameters at that ZeRO stage (calc.recipes.state_bytes). PATH
 may add values with ``+``. FORMAT is ``GB`` (calc.format_gb + " GB", the default),
-``int`` (thousands separators), ``values`` (16-bit bytes as a count of values),
-``percent`` (one decimal) or ``text``.
+``MB`` (10^6 bytes, one decimal, thousands separators), ``int`` (thousands
+separators), ``values`` (16-bit bytes as a count of values), ``percent`` (one
+decimal) or ``text``.
 
 ``{{ calc-widget }}`` places the live calculator (hooks/calculator.html), filled
 in with the build-time answer so the page reads completely without JavaScript.
@@ -45,7 +46,7 @@ PLACEHOLDER = re.compile(r"\{\{\s*(calc[^}]*?)\s*\}\}")
 LEFTOVER = re.compile(r"\{\{[^}]*\}\}")
 WIDGET_SLOT = '<div data-calc-slot="widget"></div>'
 NUMBERED_HEADING = re.compile(r"^(#{1,6}) (\d+(?:\.\d+)*)\.? (?!.*\{\s*#)(.*)$", re.MULTILINE)
-FORMATS = ("GB", "int", "values", "percent", "text")
+FORMATS = ("GB", "MB", "int", "values", "percent", "text")
 
 _templates = Environment(
     loader=FileSystemLoader(str(deck.ROOT / "hooks")), autoescape=True, undefined=StrictUndefined,
@@ -90,6 +91,9 @@ def _format(value: object, fmt: str) -> str:
         return f"{deck.calc.format_gb(value)} GB"
     if fmt == "int":
         return f"{value:,}"
+    if fmt == "MB":  # rounded half up, as calc.format_gb
+        whole, frac = deck.calc.units._fixed(value, 10**6, 1).split(".")
+        return f"{int(whole):,}.{frac} MB"
     if value % 2:  # "values": bytes of 16-bit activations, 2 bytes per value
         raise ValueError(f"{value} bytes is not a whole number of 16-bit values")
     return f"{value // 2:,}"

@@ -17,6 +17,7 @@ RESULTS = ROOT / "docs" / "results.md"
 MEASUREMENTS = ROOT / "docs" / "data" / "measurements.json"
 TRANSFORMERS = ROOT / "docs" / "data" / "transformers.json"  # scripts/training/measure_transformers.py
 LORA = ROOT / "docs" / "data" / "lora.json"  # scripts/training/measure_lora.py
+QLORA = ROOT / "docs" / "data" / "qlora.json"  # scripts/training/measure_qlora.py
 SEQ, MICRO_BATCH = 4096, 1
 DECODER_SEQ, DECODER_BATCH = 8, 16
 DECK_SAVED_VALUES = 2_320  # the deck's measured count per sequence per block for the Decoder
@@ -308,9 +309,12 @@ def beyond_section() -> list[str]:
     return [*out, ""]
 
 
-# torchtune's published peaks for Llama-2-7B fine-tuning on one GPU, batch 2 (GB, CUDA allocator included),
-# as the project's issue 12 quotes them: (label, mode, rank, targets, GB). "all layers" is taken as every
-# linear of the blocks (all-linear); QLoRA as rank 8 on every linear.
+# torchtune's published peaks for Llama-2-7B fine-tuning on one GPU, batch 2 (GB): its LoRA tutorial's table
+# (docs/source/tutorials/lora_finetune.rst) and its QLoRA tutorial's (qlora_finetune.rst), "peak memory
+# reserved, training", as torchtune's memory_stats_log prints torch.cuda.max_memory_reserved. (label, mode,
+# rank, targets, GB). The LoRA tutorial's "all layers" are q, k, v, output_proj, the MLP *and the output
+# projection* (apply_lora_to_output: True); 7B_qlora_single_device.yaml adapts every block linear at rank 8,
+# not the output projection.
 TORCHTUNE = (
     ("LoRA q,v rank 8", "lora", 8, ("q", "v"), "15.57"),
     ("LoRA all layers rank 8", "lora", 8, "all", "15.87"),
@@ -318,10 +322,41 @@ TORCHTUNE = (
     ("LoRA all layers rank 64", "lora", 64, "all", "17.04"),
     ("QLoRA all layers rank 8", "qlora", 8, "all", "9.29"),
 )
-# What we assume torchtune ran (its single-device LoRA configs): bf16 weights, adapters and AdamW state,
-# activation checkpointing, SDPA (no s x s scores kept), batch 2. Its sequence length is the data's (Alpaca,
-# no fixed length), which we cannot know: two lengths are shown.
+# The QLoRA tutorial's "peak memory reserved, model init" for the same two recipes (GB). memory_stats_log
+# resets the peak counters after logging, which sets the reserved peak to what is reserved now: the caching
+# allocator keeps what init reserved, so training's reserved peak cannot be below it.
+TORCHTUNE_INIT = {"LoRA q,v rank 8": "13.98", "QLoRA all layers rank 8": "9.13"}
+# What torchtune ran (7B_lora_single_device.yaml, 7B_qlora_single_device.yaml): dtype bf16 (weights, adapters
+# and torch.optim.AdamW's state all bf16), enable_activation_checkpointing: True, compile: False, SDPA
+# attention (no s x s scores kept), batch 2. Its sequence length is the data's (alpaca_cleaned_dataset,
+# max_seq_len null: each batch padded to its longer example), which we cannot know: two lengths are shown.
 TORCHTUNE_RECIPE, TORCHTUNE_RECOMPUTE, TORCHTUNE_BATCH, TORCHTUNE_SEQS = "bf16", "full", 2, (512, 2048)
+
+
+def _torchtune_runs(llama) -> dict:
+    """For each torchtune row: the deck walk and (LoRA only) the eager walk at both lengths, and the tuning."""
+    from calc import finetune
+
+    par, out = calc.Parallel(flash=True), {}
+    for label, mode, rank, targets, theirs in TORCHTUNE:
+        chosen = tuple(finetune.linears(llama)) if targets == "all" else targets
+        tune = finetune.Tuning(mode, rank=rank, targets=chosen)
+        how = {"micro_batch": TORCHTUNE_BATCH, "recipe": TORCHTUNE_RECIPE, "recompute": TORCHTUNE_RECOMPUTE}
+        deck = [calc.step(llama, s, **how, par=par, tune=tune) for s in TORCHTUNE_SEQS]
+        eager = None
+        if mode == "lora":
+            eager = [calc.step(llama, s, **how, walk="eager", attention="sdpa", tune=tune) for s in TORCHTUNE_SEQS]
+        head = rank * (llama.hidden + llama.vocab) if mode == "lora" and targets == "all" else 0
+        out[label] = {"tune": tune, "deck": deck, "eager": eager, "head_adapter": head,
+                      "theirs": int(float(theirs) * 1000) * calc.GB // 1000}  # fmt: skip
+    return out
+
+
+def nf4_init_transient(n: int) -> int:
+    """Bytes torchao's to_nf4 held at once while quantizing an n-weight matrix, before it quantized in chunks:
+    quantize_tensor_nearest compares every weight with the 16 NF4 values, (value - nf4).abs() in bf16 (the
+    difference and its absolute value, n x 16 each) and then min(dim=-1) (n bf16 values, n int64 indices)."""
+    return 2 * (n * 16 * 2) + n * (2 + 8)
 
 
 def finetune_section() -> list[str]:
@@ -347,6 +382,7 @@ def finetune_section() -> list[str]:
         out.append(f"| `{opt.name}` | {opt.label} | {per[0]:.4f} | {per[1]:.4f} | {opt.source} |")
     nf4 = finetune.nf4_bytes(rows_ * cols)
     lora_qv = calc.step(llama, 2048, 1, "bf16", "full", tune=finetune.Tuning("lora"))
+    long_, short_ = f"{TORCHTUNE_SEQS[1]:,}", f"{TORCHTUNE_SEQS[0]:,}"
     out += [
         "",
         "### 12.2 Trainable parameters and NF4",
@@ -354,76 +390,186 @@ def finetune_section() -> list[str]:
         f"LoRA rank 8 on q and v of Llama-2-7B (32 layers, 4,096 wide): **{lora_qv['trainable_params']:,}** "
         "trainable parameters, r (d_in + d_out) for each adapted linear. QLoRA's base in bitsandbytes' NF4 with "
         f"double quantization: the same matrix takes {nf4:,} bytes, **{8 * nf4 / (rows_ * cols):.4f} bits** a "
-        "weight (4 bits, 8 bits of absmax per 64 weights, 32 bits per 64 x 256).",
+        "weight (4 bits, 8 bits of absmax per 64 weights, 32 bits per 64 x 256). torchao's NF4Tensor, which "
+        "torchtune uses, keeps the same 4-bit codes and 8-bit scales but its 256-block factors in bf16: "
+        f"{8 * (nf4 - 2 * (rows_ * cols // (64 * 256))) / (rows_ * cols):.4f} bits, about 1 MB less for the "
+        "whole 7B model.",
         "",
         "### 12.3 Beside torchtune's published Llama-2-7B figures",
         "",
         f"Our predictions with `--recipe {TORCHTUNE_RECIPE} --recompute {TORCHTUNE_RECOMPUTE} --flash "
-        f"--micro-batch {TORCHTUNE_BATCH}` at sequence {TORCHTUNE_SEQS[0]:,} and {TORCHTUNE_SEQS[1]:,}; the "
-        f"terms are at {TORCHTUNE_SEQS[1]:,}. The last two columns compare what each configuration adds to "
-        "a reference (LoRA q,v rank 8 for LoRA; LoRA on all layers at rank 8 for QLoRA), where the allocator's "
-        "share largely cancels.",
+        f"--micro-batch {TORCHTUNE_BATCH}` at sequence {short_} and {long_}; the terms are the deck walk's at "
+        f"{long_}. torchtune's figures are the CUDA caching allocator's *reserved* peak "
+        "(`torch.cuda.max_memory_reserved`, as its tutorials' tables and `memory_stats_log` say), ours the "
+        "allocated peak of one step.",
         "",
-        "| Configuration | Trainable | Weights | Gradients + optimizer | Activations | Logits | Peak at "
-        f"{TORCHTUNE_SEQS[0]:,} | Peak at {TORCHTUNE_SEQS[1]:,} | torchtune | torchtune - ours | Added (ours) "
-        "| Added (torchtune) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Configuration | Trainable | Weights | Gradients + optimizer | Activations | Logits | Deck walk at "
+        f"{short_} | Deck walk at {long_} | Eager walk at {short_} | Eager walk at {long_} | torchtune |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    par = calc.Parallel(flash=True)
-    ours, theirs_all, peaks = {}, {}, {}
-    for label, mode, rank, targets, theirs in TORCHTUNE:
-        chosen = tuple(finetune.linears(llama)) if targets == "all" else targets
-        tune = finetune.Tuning(mode, rank=rank, targets=chosen)
-        short, long = (
-            calc.step(llama, s, TORCHTUNE_BATCH, TORCHTUNE_RECIPE, TORCHTUNE_RECOMPUTE, par=par, tune=tune)
-            for s in TORCHTUNE_SEQS
-        )
-        ours[label], theirs_all[label] = long, int(float(theirs) * 1000) * calc.GB // 1000
-        peaks[label] = short["peak"]
-    gaps = {}
-    for label, mode, _, _, theirs in TORCHTUNE:
-        long, theirs_bytes = ours[label], theirs_all[label]
-        b = long["bytes"]
-        ref = TORCHTUNE[1][0] if mode == "qlora" else TORCHTUNE[0][0]
-        added = ("", "") if label == ref else (
-            gb(long["peak"] - ours[ref]["peak"]),
-            gb(theirs_bytes - theirs_all[ref]),
-        )
-        gaps[label] = theirs_bytes - long["peak"]
+    runs = _torchtune_runs(llama)
+    for label, *_, theirs in TORCHTUNE:
+        run = runs[label]
+        long, b = run["deck"][1], run["deck"][1]["bytes"]
+        eager = [gb(e["peak"]) for e in run["eager"]] if run["eager"] else ["not walked"] * 2
         out.append(
             f"| {label} | {long['trainable_params']:,} | {gb(b['weights'])} | "
             f"{calc.format_gb(b['gradients'] + b['optimizer'], 2)} GB | {gb(b['activations'])} | {gb(b['logits'])} | "
-            f"{gb(peaks[label])} | **{gb(long['peak'])}** | {theirs} GB | {gb(gaps[label])} | "
-            f"{added[0]} | {added[1]} |"
+            f"{gb(run['deck'][0]['peak'])} | {gb(long['peak'])} | {eager[0]} | **{eager[1]}** | {theirs} GB |"
         )
+    out += ["", *_torchtune_terms(llama, runs)]
+    return [*out, ""]
+
+
+def _torchtune_terms(llama, runs: dict) -> list[str]:
+    """§12.3's term-by-term account of the difference, row by row."""
+    from calc import finetune
+
     lora = [label for label, mode, *_ in TORCHTUNE if mode == "lora"]
     qlora = next(label for label, mode, *_ in TORCHTUNE if mode == "qlora")
-    base = ours[lora[0]]["bytes"]["weights"]
-    adds = [ours[label]["peak"] - ours[lora[0]]["peak"] for label in lora[1:]]
-    their_adds = [theirs_all[label] - theirs_all[lora[0]] for label in lora[1:]]
-    lora_gaps = [gaps[label] for label in lora]
+    out = [
+        "Term by term, row by row (GB; *deck* and *eager* are our two walks at the two lengths):",
+        "",
+        f"| Configuration | Eager - deck at {TORCHTUNE_SEQS[1]:,} | Output projection's adapter | torchtune - "
+        f"eager at {TORCHTUNE_SEQS[0]:,} | torchtune - eager at {TORCHTUNE_SEQS[1]:,} | Reserved at model init "
+        "(torchtune) | What is left |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for label in lora:
+        run = runs[label]
+        eager, deck, theirs = run["eager"], run["deck"], run["theirs"]
+        head = run["head_adapter"]
+        head_cell = f"{head:,} params, {calc.format_gb(8 * head, 3)} GB" if head else "none"
+        init = TORCHTUNE_INIT.get(label)
+        left = [theirs - e["peak"] - 8 * head for e in eager]
+        verdict = (
+            "within what the unknown length spans"
+            if left[0] >= 0 >= left[1]
+            else f"{gb(min(left, key=abs))} at the nearer length"
+        )
+        out.append(
+            f"| {label} | {gb(eager[1]['peak'] - deck[1]['peak'])} | {head_cell} | {gb(theirs - eager[0]['peak'])} "
+            f"| {gb(theirs - eager[1]['peak'])} | {init + ' GB' if init else 'not published'} | {verdict} |"
+        )
+    q = runs[qlora]
+    model = q["deck"][1]["events"][0]["bytes"]  # the NF4 base resident at the step's start
+    init = int(float(TORCHTUNE_INIT[qlora]) * 1000) * calc.GB // 1000
+    largest = max(d_in * d_out for d_in, d_out in finetune.linears(llama).values())
+    transient = nf4_init_transient(largest)
+    out.append(
+        f"| {qlora} | not walked | none | {gb(q['theirs'] - q['deck'][0]['peak'])} (deck) | "
+        f"{gb(q['theirs'] - q['deck'][1]['peak'])} (deck) | {TORCHTUNE_INIT[qlora]} GB | "
+        f"{gb(q['theirs'] - init)} grew in training |"
+    )
+    e_lora = runs[lora[0]]["eager"]
+    span = [gb(e_lora[i]["peak"]) for i in (0, 1)]
+    bf16_base = runs[TORCHTUNE[1][0]]["deck"][1]["events"][0]["bytes"]
+    eager_q = [e["peak"] - bf16_base + model for e in runs[TORCHTUNE[1][0]]["eager"]]
     out += [
         "",
-        f"Term by term. *Weights*: the frozen base in bf16 ({gb(base)}) is nearly all of LoRA's peak; the "
-        "adapters' own weights, gradients and AdamW state are small: the larger ranks and targets add "
-        f"{gb(min(adds))} to {gb(max(adds))} to our peak, and {gb(min(their_adds))} to {gb(max(their_adds))} to "
-        "torchtune's. *Activations*: with checkpointing each block keeps its input, and the block being "
-        "recomputed holds what a frozen block still needs (Korthikanti et al.'s count less the inputs of frozen "
-        "linears, plus the rank-r intermediates). *Logits*: the 16-bit logits and their fp32 copy, $6sbV$, "
-        "often set the peak for small adapters. *What the walk leaves out*, and so sits in the difference: the "
-        "CUDA allocator's reserved but unused blocks and its rounding; backward's temporaries (the gradient "
-        "flowing down the residual stream, cross-entropy's fp32 gradient), RoPE's tables and AdamW's "
-        "temporaries, which the eager walk counts (§10.8; for LoRA and frozen layers §12.4); and "
-        "Korthikanti et al.'s layer is GPT's (an FFN 4h wide), not Llama's SwiGLU of width 11,008. The CUDA "
-        "context is counted by neither.",
+        "*The LoRA rows.* The deck walk leaves out backward's temporaries; the eager walk, which follows peft's "
+        "LoRA within 3% of measured steps (§12.4), counts them: cross-entropy's fp32 gradient beside the fp32 "
+        "logits sets its peak, "
+        f"{gb(runs[lora[0]]['eager'][1]['peak'] - runs[lora[0]]['deck'][1]['peak'])} above the deck's at "
+        f"{TORCHTUNE_SEQS[1]:,}. torchtune's LoRA figures then lie inside the range the unknown length spans "
+        f"(LoRA q,v rank 8: {span[0]} at {TORCHTUNE_SEQS[0]:,}, {span[1]} at {TORCHTUNE_SEQS[1]:,}, torchtune "
+        "15.57 GB): Alpaca examples are padded only to the longer of each pair, and the peak over an epoch is "
+        "set by its longest batch, which we cannot know. The LoRA tutorial's \"all layers\" also adapt the "
+        "output projection, which calc cannot: its adapter's weights, gradients and AdamW state (8 bytes a "
+        "parameter in bf16) are the column shown; its rank-r intermediate is small, and its s x b x V output "
+        "lives only during the head's forward, below the cross-entropy peak (our reading; not measured). The "
+        "caching allocator's rounding and the blocks it keeps reserved are in torchtune's figure and in "
+        "neither walk: at model init it reserved 0.02 GB more than it allocated (13.98 against 13.96 GB). "
+        "The eager walk replays peft's LoRA layer, whose ops torchtune's `LoRALinear` matches (the frozen "
+        "linear, then B(A(x)) scaled and added), with one difference in torchtune's favour: peft keeps its "
+        "adapters in fp32 over a 16-bit model and casts each adapted layer's input to fp32 for them, a copy "
+        "torchtune's bf16 adapters do not make; with checkpointing only the recomputed block holds such "
+        "copies, so the eager walk's LoRA rows are a little high on this account.",
         "",
-        "What we could not know: the lengths of torchtune's batches (Alpaca examples, not packed to a fixed "
-        "length: hence two columns), whether its figure is the allocator's reserved or allocated peak, and "
-        "whether its QLoRA peak comes from loading the bf16 checkpoint before quantizing it (torchtune "
-        "quantizes with torchao's NF4, the same 4 bits and double-quantized scales as bitsandbytes). LoRA's rows "
-        f"are {gb(min(lora_gaps))} to {gb(max(lora_gaps))} below torchtune's at sequence {TORCHTUNE_SEQS[1]:,}; "
-        f"QLoRA's {gb(gaps[qlora])} gap is the one we cannot explain term by term. peft's default, fp32 adapters "
-        "over a bf16 base (`autocast_adapter_dtype`), is not a recipe here.",
+        f"*The QLoRA row.* Its training figure ({q['theirs'] / calc.GB:.2f} GB) is only "
+        f"{gb(q['theirs'] - init)} above what torchtune reserved while building the model "
+        f"({TORCHTUNE_INIT[qlora]} GB), and `memory_stats_log` resets the peak counters after model init "
+        "without emptying the cache: training's reserved peak starts from what init left reserved. So the "
+        "9.29 GB is set by model init, not by the step. The step itself, by our walks, allocates "
+        f"{gb(q['deck'][0]['peak'])} to {gb(q['deck'][1]['peak'])} (deck walk, at {TORCHTUNE_SEQS[0]:,} and "
+        f"{TORCHTUNE_SEQS[1]:,}) or about {gb(eager_q[0])} to {gb(eager_q[1])} (the eager walk's LoRA step on "
+        f"all layers with its bf16 base, {gb(bf16_base)}, replaced by the NF4 one, {gb(model)}: an estimate, "
+        "the eager walk does not replay 4-bit layers), which fits inside the init reserve. What init held: "
+        f"the NF4 model ({gb(model)}), and the quantization's temporaries. torchao's `to_nf4` at the time "
+        "compared every weight with the 16 NF4 values at once, `(value - nf4).abs()` in bf16, then took the "
+        f"minimum: for one 4,096 x 11,008 matrix {gb(transient)} at once (later torchao quantizes in chunks). "
+        f"NF4 model plus that transient: {gb(model + transient)}; the remaining "
+        f"{gb(init - model - transient)} up to 9.13 GB is uncertain (the allocator's fragmentation over "
+        "blocks of many sizes, the checkpoint's bf16 tensors copied to the GPU one at a time to be quantized; "
+        "neither is published). torchtune's current QLoRA config also uses `CEWithChunkedOutputLoss`, which "
+        "upcasts the logits to fp32 a chunk at a time; whether the tutorial's run did is not stated.",
+        "",
+        "Not in either walk, and small here: the CUDA context (outside PyTorch's allocator), RoPE's tables, "
+        "the per-call dequantized weight of a 4-bit linear (the deck walk counts one layer's largest, "
+        f"{gb(2 * largest)}).",
+    ]
+    return out
+
+
+def qlora_section() -> list[str]:
+    """§12.5: bitsandbytes' NF4 layers with peft's LoRA, measured, beside the deck walk (docs/data/qlora.json)."""
+    out = ["### 12.5 QLoRA steps measured", ""]
+    command = "python scripts/training/measure_qlora.py --write"
+    if not QLORA.exists():
+        return [*out, f"Pending: run `{command}`.", ""]
+    data = json.loads(QLORA.read_text())
+    runs = data["runs"]
+    ratios = [r["ratio"] for r in runs]
+    lora_ratios = [r["lora"]["ratio"] for r in runs]
+    saved = [
+        ((r["lora"]["measured_peak"] - r["measured_peak"]), (r["lora"]["predicted_peak"] - r["predicted_peak"]))
+        for r in runs
+    ]
+    saved_ratio = [p / m for m, p in saved]
+    out += [
+        "transformers' Llama with random weights, saved and loaded back the way a QLoRA user loads a "
+        "checkpoint: `from_pretrained(dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(load_in_4bit"
+        "=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch."
+        "bfloat16))`, so every block linear is bitsandbytes' `Linear4bit`; peft's LoRA with "
+        "`autocast_adapter_dtype=False` (bf16 adapters); `torch.optim.AdamW` over the adapters; the second "
+        "step's CPU allocator peak (§10.8's profiler replay). bitsandbytes runs its 4-bit layers on the CPU "
+        "(from 0.48; without the optional `kernels` package it falls back to PyTorch code that dequantizes the "
+        "weight for each matmul). Each run is made again from the same file without the quantization config "
+        "(a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from what the deck walk misses "
+        f"for any step of so small a model. `{command}` remakes the table; with `--device cuda` it measures "
+        "`torch.cuda.max_memory_allocated` on a GPU instead (not run: no GPU here).",
+        "",
+        f"Environment: {data['environment']}.",
+        "",
+        f"Deck walk / measured, QLoRA: **{min(ratios):.4f} to {max(ratios):.4f}**; the same steps on a bf16 "
+        f"base: {min(lora_ratios):.4f} to {max(lora_ratios):.4f}. What QLoRA saves (the bf16 step's peak less "
+        f"the QLoRA step's), predicted / measured: **{min(saved_ratio):.4f} to {max(saved_ratio):.4f}**.",
+        "",
+        "| Shape | Tokens | Fine-tuning | Attention | Checkpointing | Model held (bytes) | NF4 base, calc "
+        "(bytes) | QLoRA measured | QLoRA deck walk | Ratio | bf16 base measured | bf16 deck walk | Ratio | "
+        "Saved, measured | Saved, predicted |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r, (m_saved, p_saved) in zip(runs, saved, strict=True):
+        m = r["model"]
+        shape = f"L {m['layers']}, h {m['hidden']}, {m['heads']} heads, {m['kv_heads']} kv, f {m['ffn']}, "
+        lo, shape = r["lora"], shape + f"V {m['vocab']}"
+        out.append(
+            f"| {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} | {r['attention']} | {r['checkpointing']} "
+            f"| {r['model_bytes']:,} | {r['predicted_weights']:,} | {r['measured_peak']:,} | {r['predicted_peak']:,} "
+            f"| {r['ratio']:.4f} | {lo['measured_peak']:,} | {lo['predicted_peak']:,} | {lo['ratio']:.4f} "
+            f"| {m_saved:,} | {p_saved:,} |"
+        )
+    out += [
+        "",
+        "*Model held* is every parameter and buffer and bitsandbytes' quantization state as the loaded model "
+        "holds them; calc's NF4 count leaves out the code books (16 fp32 values for the 4-bit codes and 256 for "
+        "the 8-bit absmax, 1,088 bytes in every quantized linear) and RoPE's inverse frequencies (two buffers "
+        "of head size / 2 fp32 values). The deck walk's ratio for QLoRA "
+        "follows its ratio on the bf16 base, a little lower: the generic gap (backward's temporaries, which "
+        "the eager walk counts for LoRA but not yet for 4-bit layers) is the same, and the QLoRA-specific "
+        "terms, the NF4 base and the dequantized weight, are what the *saved* columns check. The command of "
+        f"each row: `{runs[0]['command']}` and its like.",
     ]
     return [*out, ""]
 
@@ -473,7 +619,7 @@ def lora_section() -> list[str]:
         "tensors only; autocast caches the 16-bit casts of trainable weights only, so a frozen weight's cast "
         "is made at each call and, where the input needs a gradient, saved; peft's adapter casts a 16-bit "
         "input to fp32 before `lora_A`. Not modelled, beside §10.8's oneDNN scratch buffers: bitsandbytes' 4-bit "
-        "layers (`--finetune qlora` walks the deck only) and GPT-2's fused `c_attn` adapter.",
+        "layers (`--finetune qlora` walks the deck only; §12.5 measures them) and GPT-2's fused `c_attn` adapter.",
     ]
     return [*out, ""]
 
@@ -557,6 +703,7 @@ def render() -> str:
         *beyond_section(),
         *finetune_section(),
         *lora_section(),
+        *qlora_section(),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

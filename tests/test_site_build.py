@@ -36,7 +36,7 @@ def test_placeholders_print_calcs_values(spec, text):
 
 @pytest.mark.parametrize(
     "spec",
-    ["calc:llama-7b step.bytes.weigths", "calc:llama-8b step.peak", "calc:llama-7b step.peak MB",
+    ["calc:llama-7b step.bytes.weigths", "calc:llama-8b step.peak", "calc:llama-7b step.peak KiB",
      "calc:llama-7b seq=abc step.peak", "calc:llama-7b table.mixed-partial.peak", "calc:llama-7b"],
 )
 def test_a_bad_placeholder_fails_the_build(spec):

@@ -19,7 +19,7 @@ from scripts import site_browser
 base_url, browser, open_page = calculator_tests.base_url, calculator_tests.browser, calculator_tests.open_page
 change, assert_page_shows = calculator_tests.change, calculator_tests.assert_page_shows
 DEFAULT = answer_for({})
-PAGES = ["", "beyond/", "practice/", "results/"]
+PAGES = ["", "beyond/", "practice/", "finetune/", "results/"]
 
 
 def wait_live_source(page) -> None:
@@ -440,8 +440,8 @@ def test_screenshots_of_every_page_for_review(open_page):
     """Saves test-artifacts/pages/PAGE-WIDTH-SCHEME.png: every page at 390, 768 and 1280 px, light and dark."""
     out = Path(calculator_tests.ARTIFACTS) / "pages"
     out.mkdir(parents=True, exist_ok=True)
-    pages = [("", "memory"), ("beyond/", "beyond"), ("practice/", "practice"), ("results/", "results"),
-             ("no/such/page/", "404")]
+    pages = [("", "memory"), ("beyond/", "beyond"), ("practice/", "practice"), ("finetune/", "finetune"),
+             ("results/", "results"), ("no/such/page/", "404")]
     for path, name in pages:
         for width in (390, 768, 1280):
             for scheme in ("light", "dark"):

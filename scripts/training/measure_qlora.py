@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Check `--finetune qlora` against bitsandbytes' 4-bit layers and peft's LoRA on transformers' Llama.
+
+Each run builds a transformers Llama from a config with random weights (hf_models.py), saves it to a
+temporary folder and loads it back the way a QLoRA user does (nothing is downloaded):
+
+    AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16))
+    model = peft.get_peft_model(model, LoraConfig(r, lora_alpha, target_modules, lora_dropout=0.0),
+                                autocast_adapter_dtype=False)
+
+so every block linear is bitsandbytes' Linear4bit (NF4, double-quantized absmax) and everything else,
+the adapters included, is bf16: calc's `--recipe bf16 --finetune qlora`. Each run is made a second time
+without the quantization config (a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from
+what the deck walk misses for any LoRA step. AdamW over the adapters; two
+steps, the second measured: on the CPU the profiler's allocator peak (profile_step.py), on CUDA
+torch.cuda.max_memory_allocated. The prediction is the CLI's deck walk (the eager walk does not replay
+bitsandbytes' layers). Results go to docs/data/qlora.json, rendered by scripts/make_results.py §12.5.
+
+    python scripts/training/measure_qlora.py                        # on the CPU, print a table
+    python scripts/training/measure_qlora.py --device cuda --write  # on a GPU, write docs/data/qlora.json
+
+Needs `pip install bitsandbytes` (0.48 or later runs 4-bit layers on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import hf_models  # noqa: E402
+import measure_lora  # noqa: E402
+import measure_transformers  # noqa: E402
+import profile_step  # noqa: E402
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+RESULTS = ROOT / "docs" / "data" / "qlora.json"
+ALL = measure_lora.ALL
+RUNS = [  # (model, seq, micro-batch, tuning); bitsandbytes needs widths that are multiples of its blocks (64)
+    (hf_models.Model("llama", 4, 128, 4, 4, 384, 512), 128, 2, measure_lora.Tune("qlora", 8, 16, ("q", "v"))),
+    (hf_models.Model("llama", 4, 128, 4, 4, 384, 512), 128, 2, measure_lora.Tune("qlora", 16, 32, ALL)),
+    (hf_models.Model("llama", 4, 256, 4, 2, 704, 1024), 256, 1, measure_lora.Tune("qlora", 8, 16, ALL)),
+]
+ATTENTIONS, CHECKPOINTING = ("eager", "sdpa"), ("none", "full")
+
+
+def saved(m: hf_models.Model) -> str:
+    """A folder holding the model with random weights (fp32), as from_pretrained reads it."""
+    folder = tempfile.mkdtemp(prefix="qlora-")
+    hf_models.build(m, "eager", "none").save_pretrained(folder)
+    return folder
+
+
+def tuned(folder: str, attention: str, checkpointing: str, tune, device: str) -> torch.nn.Module:
+    """The model as a QLoRA user's code leaves it (see the module's docstring)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                           bnb_4bit_compute_dtype=torch.bfloat16) if tune.mode == "qlora" else None  # fmt: skip
+    net = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, quantization_config=q,
+                                               device_map=device, attn_implementation=attention)  # fmt: skip
+    net.config.use_cache = False
+    if device == "cpu":  # weights read from the file may be mapped, not allocated: copy them where the profiler sees
+        for t in [*net.parameters(), *net.buffers()]:
+            t.data = t.data.clone()
+    if checkpointing == "full":
+        net.activation_checkpointing_enable()
+    net.train()
+    config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0,
+                        target_modules=[measure_lora.MODULES[t] for t in tune.targets])  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        return get_peft_model(net, config, autocast_adapter_dtype=False)
+
+
+def resident(net: torch.nn.Module) -> int:
+    """Bytes of every parameter and buffer, and of bitsandbytes' quantization state (absmax, code books)."""
+    seen, total = set(), 0
+
+    def add(t):
+        nonlocal total
+        if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+
+    for t in [*net.parameters(), *net.buffers()]:
+        add(t)
+        state = getattr(t, "quant_state", None)
+        while state is not None:
+            add(state.absmax)
+            add(state.code)
+            state = state.state2
+    return total
+
+
+def measure_step(folder, attention, checkpointing, seq, b, tune, device) -> dict:
+    """The second step's peak and start, and what the model holds, in bytes."""
+    vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
+    batches = [hf_models.tokens(vocab, seq, b, seed).to(device) for seed in (0, 1)]
+    gc.collect()
+    if device == "cuda":
+        net = tuned(folder, attention, checkpointing, tune, device)
+        optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
+        hf_models.train_step(net, optimizer, batches[0], "bf16")
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        hf_models.train_step(net, optimizer, batches[1], "bf16")
+        torch.cuda.synchronize()
+        got = {"measured_peak": torch.cuda.max_memory_allocated(), "measured_start": start,
+               "measured_end": torch.cuda.memory_allocated()}  # fmt: skip
+    else:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            net = tuned(folder, attention, checkpointing, tune, device)
+            optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
+            hf_models.train_step(net, optimizer, batches[0].clone(), "bf16")
+            x = batches[1].clone()
+            with record_function(profile_step.STEP_MARK):
+                hf_models.train_step(net, optimizer, x, "bf16")
+        got = profile_step.step_peak(prof)
+    trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    return {**got, "measured_trainable": trainable, "model_bytes": resident(net)}
+
+
+def cli_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention: str, tune) -> list[str]:
+    """The command a user types to predict this step (the deck walk; SDPA's fused kernels keep no scores)."""
+    shape = ["--layers", m.layers, "--hidden", m.hidden, "--heads", m.heads, "--kv-heads", m.kv_heads]
+    shape += ["--ffn", m.ffn, "--vocab", m.vocab, "--seq", seq, "--micro-batch", b, "--recipe", "bf16"]
+    shape += ["--recompute", checkpointing, "--flash" if attention == "sdpa" else "--no-flash"]
+    flags = ["--finetune", tune.mode, "--lora-rank", tune.rank, "--lora-alpha", tune.alpha,
+             "--lora-targets", ",".join(tune.targets)]  # fmt: skip
+    return [str(a) for a in shape + flags]
+
+
+def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
+    t0 = time.perf_counter()
+    got = measure_step(folder, attention, checkpointing, seq, b, tune, device)
+    args = cli_args(m, seq, b, checkpointing, attention, tune)
+    pred = measure_transformers.predict(args)
+    return {
+        "model_type": m.model_type,
+        "model": asdict(m),
+        "tune": f"{tune.mode} r{tune.rank} {','.join(tune.targets)}",
+        "seq": seq,
+        "micro_batch": b,
+        "precision": "bf16",
+        "attention": attention,
+        "checkpointing": checkpointing,
+        "device": device,
+        **got,
+        "trainable_params": pred["trainable_params"],
+        "predicted_weights": pred["bytes"]["weights"],
+        "predicted_peak": pred["peak"],
+        "predicted_peak_event": pred["peak_event"],
+        "ratio": round(pred["peak"] / got["measured_peak"], 4),
+        "command": "python -m calc " + " ".join(args),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="measure_qlora.py", description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    p.add_argument("--only", type=int, action="append", help="only these runs (indices into RUNS)")
+    args = p.parse_args(argv)
+    import bitsandbytes
+    import peft
+
+    rows = []
+    for i, (m, seq, b, tune) in enumerate(RUNS):
+        if args.only and i not in args.only:
+            continue
+        folder = saved(m)
+        for attention in ATTENTIONS:
+            for checkpointing in CHECKPOINTING:
+                row = measure(folder, m, seq, b, tune, attention, checkpointing, args.device)
+                lora = measure(folder, m, seq, b, replace(tune, mode="lora"), attention, checkpointing, args.device)
+                rows.append({**row, "lora": lora})
+                print(
+                    f"{i} {row['tune']:28} lora {lora['measured_peak']:>11,} {lora['predicted_peak']:>11,} "
+                    f"{lora['ratio']:.4f}\n{'':30} {attention:5} {checkpointing:4} start {row['measured_start']:>11,} "
+                    f"model {row['model_bytes']:>11,} / {row['predicted_weights']:>11,} peak "
+                    f"{row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f} trainable "
+                    f"{row['measured_trainable']} / {row['trainable_params']}",
+                    flush=True,
+                )
+    if args.write:
+        env = f"{measure_transformers.environment(args.device)}, peft {peft.__version__}, "
+        env += f"bitsandbytes {bitsandbytes.__version__}"
+        RESULTS.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

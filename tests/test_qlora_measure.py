@@ -1,0 +1,67 @@
+"""`--finetune qlora` against bitsandbytes' 4-bit layers and peft's LoRA on transformers' Llama, measured on the
+CPU as scripts/training/measure_qlora.py does it: the NF4 base calc counts is what the loaded model holds (less
+the code books), and what QLoRA saves over a bf16 base is predicted within a few per cent. bitsandbytes is in
+the `measure` extra (`make setup` installs it); a few seconds."""
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from calc import finetune
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "training"))
+
+CODE_BOOKS = 4 * (16 + 256)  # fp32: the 16 NF4 values and the 256 of the absmax's 8-bit code, in every linear
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """One run of measure_qlora's first shape, QLoRA and the same step on a bf16 base."""
+    import measure_qlora
+
+    m, seq, b, tune = measure_qlora.RUNS[0]
+    folder = measure_qlora.saved(m)
+    return {
+        mode: measure_qlora.measure(folder, m, seq, b, replace(tune, mode=mode), "sdpa", "full", "cpu")
+        for mode in ("qlora", "lora")
+    }
+
+
+def test_nf4_base_is_what_bitsandbytes_holds(measured):
+    """The loaded model's bytes are calc's weights plus the code books of every 4-bit linear and RoPE's two
+    inverse-frequency buffers (fp32, head size / 2 each)."""
+    import measure_qlora
+
+    m = measure_qlora.RUNS[0][0]
+    row = measured["qlora"]
+    rope = 2 * 4 * (m.hidden // m.heads // 2)
+    linears = m.layers * 7
+    assert row["model_bytes"] == row["predicted_weights"] + linears * CODE_BOOKS + rope
+    assert row["trainable_params"] == row["measured_trainable"]
+
+
+def test_qlora_saving_is_predicted(measured):
+    """The bf16 step's peak less the QLoRA step's, predicted, is within 10% of the measured one."""
+    saved = measured["lora"]["measured_peak"] - measured["qlora"]["measured_peak"]
+    predicted = measured["lora"]["predicted_peak"] - measured["qlora"]["predicted_peak"]
+    assert saved > 0 and abs(predicted / saved - 1) <= 0.10, f"{predicted:,} / {saved:,}"
+
+
+def test_recorded_qlora_commands_still_predict_their_peaks(capsys):
+    """Every row of docs/data/qlora.json, run again through the CLI, predicts the bytes recorded beside it."""
+    from calc.cli import main
+
+    for row in json.loads((ROOT / "docs" / "data" / "qlora.json").read_text())["runs"]:
+        for r in (row, row["lora"]):
+            assert main([*r["command"].split()[3:], "--json"]) == 0
+            assert json.loads(capsys.readouterr().out)["peak"] == r["predicted_peak"], r["command"]
+
+
+def test_nf4_bytes_match_bitsandbytes_layout():
+    """calc's NF4 count: half a byte a weight, one absmax byte per 64, one fp32 per 256 absmax values."""
+    n = 4096 * 11008
+    assert finetune.nf4_bytes(n) == n // 2 + n // 64 + 4 * (n // 64 // 256)
