@@ -154,6 +154,22 @@ def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_p
     assert recorder.errors == [] and recorder2.errors == []
 
 
+def test_a_chosen_file_is_read_in_the_page_and_takes_its_own_sequence(open_page):
+    """GPT-2's config.json chosen as a file gives calc's answer at GPT-2's context; nothing is uploaded
+    (the fixture fails any request off the local origin)."""
+    page, recorder = open_page()
+    page.click("[data-hf] summary")
+    page.evaluate(WATCH_DRAWN)
+    page.set_input_files("[data-hf-file]", str(CONFIGS / "gpt2.json"))
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    text = (CONFIGS / "gpt2.json").read_text()
+    want = answer_for({"hf-config": text})
+    assert shown(page) == expected(want)
+    assert page.input_value('[name="seq"]') == "1024"
+    assert page.input_value('[name="hf-config"]') == text
+    assert recorder.errors == []
+
+
 def _bad(**changes) -> str:
     cfg = {**json.loads(LLAMA2), **changes}
     return json.dumps({k: v for k, v in cfg.items() if v is not None})
@@ -313,5 +329,13 @@ def test_screenshots_of_the_new_controls_for_review(open_page, width):
         page.locator("[data-calc-form]").screenshot(path=str(path))
         fit = ARTIFACTS / f"models-fit-{width}-{scheme}.png"
         page.locator("[data-fit]").screenshot(path=str(fit))
+        page.locator("[data-hf] summary").click()  # closed again, for the whole calculator
+        page.locator("#calculator").screenshot(path=str(ARTIFACTS / f"models-page-{width}-{scheme}.png"))
         overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 0
+        if width == 1280:  # the planner's twelve columns, ep among them, fit without scrolling sideways
+            spare = page.evaluate(
+                "() => { const s = document.querySelector('[data-planner] .calc-plan-scroll');"
+                " return s.getBoundingClientRect().right - s.querySelector('table').getBoundingClientRect().right; }"
+            )
+            assert spare >= 0
