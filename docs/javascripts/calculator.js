@@ -357,6 +357,15 @@
     return (i) => cursor.setAttribute("x", x(i) + w / 2 - Math.max(w, 2) / 2);
   }
 
+  // The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step).
+  function tuningText(tune) {
+    if (!tune) return "";
+    const what = { full: "every parameter", lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;
+    const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}`
+      : tune.mode === "freeze" ? ` the first ${formatInt(tune.freeze_layers)} layers` : "";
+    return `Fine-tuning: ${what}${detail}, ${tune.optimizer}${tune.paged ? " (paged)" : ""}. `;
+  }
+
   // ---------------------------------------------------------------- the planner's table
 
   const planLabel = (row) => `Load the layout with ${row.devices} devices: dp ${row.dp}, tp ${row.tp}, ` +
@@ -779,7 +788,8 @@
       const device = `one ${capacityText(answer.capacity)} device`;
       const fits = answer.fits ? `fits on ${device}` : `does not fit on ${device}`;
       summary.innerHTML = "";
-      summary.append(`With ${config.recipeLabels[step.config.recipe]} and ${recompute} recomputation the peak is `,
+      summary.append(tuningText(step.config.finetune),
+        `With ${config.recipeLabels[step.config.recipe]} and ${recompute} recomputation the peak is `,
         peakOut, ", reached at “");
       const event = document.createElement("span");
       event.dataset.out = "peak-event";
