@@ -244,6 +244,9 @@
   // The four recipes, then the fine-tuning step (the sweep's "finetune" row) when there is one.
   const RECIPE_LINES = ["calc-line-1", "calc-line-2", "calc-line-3", "calc-line-4", "calc-line-5"];
 
+  // The sweep's rows: the table's recipes by id, and "finetune", the reader's fine-tuning step.
+  const sweepLabel = (id) => (id === "finetune" ? "your fine-tuning step" : id);
+
   function drawSweep(container, answer) {
     const { seq: seqs, peaks } = answer.sweep;
     const ids = Object.keys(peaks);
@@ -281,7 +284,7 @@
     ids.forEach((id, i) => {
       const li = document.createElement("li");
       li.innerHTML = `<svg viewBox="0 0 24 8" aria-hidden="true"><line x1="0" x2="24" y1="4" y2="4" class="calc-line ${RECIPE_LINES[i % RECIPE_LINES.length]}"/></svg>`;
-      li.append(id);
+      li.append(sweepLabel(id));
       legend.appendChild(li);
     });
     const picks = [...new Set([0, 25, 50, 75, 100, 125, 150, 175, seqs.length - 1].map((j) => Math.min(j, seqs.length - 1)))];
@@ -290,7 +293,7 @@
     details.innerHTML = "<summary>The chart's data (sample points)</summary>";
     const table = document.createElement("table");
     const head = table.createTHead().insertRow();
-    for (const label of ["Sequence", ...ids]) {
+    for (const label of ["Sequence", ...ids.map(sweepLabel)]) {
       const th = document.createElement("th");
       th.scope = "col";
       th.textContent = label;
