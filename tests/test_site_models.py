@@ -195,7 +195,7 @@ def test_a_bad_config_is_named_inline_and_the_last_numbers_stay(open_page, text,
     error = page.locator('[data-error-for="hf-config"]')
     error.wait_for(state="visible")
     assert error.text_content().startswith("config.json: ")
-    assert says in error.text_content()
+    assert says in error.text_content() and "the last model calc accepted" in error.text_content()
     assert page.get_attribute('[name="hf-config"]', "aria-invalid") == "true"
     assert shown(page) == expected(DEFAULT)
     change(page, "hf-config", LLAMA2)  # mended: the message goes

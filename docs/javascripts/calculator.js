@@ -1035,7 +1035,9 @@
       if (!result.ok) {
         busy = false;
         clearErrors();
-        showError(result.field, result.message);
+        // A refused config.json leaves the last model calc accepted on show, and says so.
+        const kept = result.field === HF_CONFIG ? "; the numbers below are for the last model calc accepted" : "";
+        showError(result.field, result.message + kept);
         clearTimeout(planner.timer);
         planState("error", "The planner waits for valid inputs (see the message beside the field).");
         becomeReady();
