@@ -155,6 +155,39 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     return markdown
 
 
+FINETUNE_LABELS = {"full": "full (every parameter)", "lora": "LoRA", "qlora": "QLoRA (4-bit base)",
+                   "freeze": "freeze the first layers"}
+
+
+def _tuning_defaults() -> dict[str, str]:
+    """The fine-tuning fields' starting values, from calc.finetune.Tuning's defaults."""
+    tune = deck.calc.finetune.Tuning()
+    return {"finetune": tune.mode, "optimizer": tune.optimizer, "lora-rank": str(tune.rank),
+            "lora-targets": ",".join(tune.targets), "freeze-layers": str(tune.freeze_layers),
+            "paged-optimizer": str(tune.paged).lower()}
+
+
+def format_count(n: int) -> str:
+    """A parameter count for a label: 46.7B, 124M, or 5,376 below a million."""
+    if n >= 10**9:
+        return f"{deck.calc.format_gb(n)}B"  # calc's half-up rounding, in units of 10^9
+    if n >= 10**6:
+        return f"{deck.calc.units.format_gb(n * 1000, 0)}M"
+    return f"{n:,}"
+
+
+def preset_groups() -> list[tuple[str, list[dict]]]:
+    """The preset list by family (calc.presets.catalog), each labelled with its parameters: total, and
+    active as well for a mixture of experts."""
+    groups: dict[str, list[dict]] = {}
+    for row in deck.calc.presets.catalog():
+        total, active = format_count(row["params"]), format_count(row["active"])
+        label = f"{row['name']} — {total}" if row["active"] == row["params"] else \
+            f"{row['name']} — {total} total, {active} active"
+        groups.setdefault(row["group"], []).append({**row, "label": label})
+    return list(groups.items())
+
+
 def widget_html(page_url: str) -> str:
     """The calculator's HTML, filled in with the build-time answer for the deck's inputs."""
     answer = deck.compute(deck.DEFAULT_INPUTS, plan=True)
@@ -170,6 +203,8 @@ def widget_html(page_url: str) -> str:
         "sequence-parallel": str(par["sequence_parallel"]).lower(), "flash": str(par["flash"]).lower(),
         "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
         "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
+        "ep": str(par["ep"]),
+        **_tuning_defaults(),
     }
     state = {
         "initial": {k: v for k, v in answer.items() if k != "plan"},  # the plan is drawn in the HTML
@@ -180,13 +215,16 @@ def widget_html(page_url: str) -> str:
         "categoryLabels": deck.calc.CATEGORY_LABELS,
         "eagerBands": deck.eager_bands(),
         "resultsUrl": get_relative_url("results/", page_url) + "#sec-10-8",
+        "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
     }
+    fit = json.loads(deck.calc.web.handle(json.dumps({"inputs": {}, "sweep": False, "fit": True})))["fit"]
 
     def url(path: str) -> str:
         return get_relative_url(path, page_url)
 
     choices = {
-        "preset": [(name, name) for name in deck.calc.PRESETS],
+        "finetune": [(m, FINETUNE_LABELS[m]) for m in deck.calc.finetune.MODES],
+        "optimizer": [(name, name) for name in deck.calc.optimizers.OPTIMIZERS],
         "recipe": [(name, r["label"]) for name, r in deck.recipes().items()],
         "recompute": [(name, name) for name in deck.calc.RECOMPUTE],
         "norm": [("layer", "LayerNorm"), ("rms", "RMSNorm")],
@@ -198,6 +236,7 @@ def widget_html(page_url: str) -> str:
     return _templates.get_template("calculator.html").render(
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
         answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
+        preset_groups=preset_groups(), fit=fit, lora_targets=", ".join(deck.calc.finetune.TARGETS),
         capacity_presets=deck.CAPACITY_PRESETS_GB, plan_max_devices=deck.PLAN_MAX_DEVICES,
         tp_max=max(deck.calc.TP_DEGREES), plan_limit=deck.PLAN_LIMIT,
         categories=deck.calc.CATEGORIES,

@@ -11,14 +11,16 @@
   const SHAPE_FIELDS = ["layers", "hidden", "heads", "kv-heads", "ffn", "vocab", "context",
     "norm", "positions", "gated-ffn", "tied", "bias", "final-norm"];
   const RUN_FIELDS = ["seq", "micro-batch", "grad-accum", "recipe", "recompute", "attention", "device",
-    "dp", "tp", "pp", "zero",
-    "sequence-parallel", "flash", "global-batch", "capacity-gb"];
+    "dp", "tp", "pp", "ep", "zero",
+    "sequence-parallel", "flash", "global-batch", "capacity-gb",
+    "finetune", "optimizer", "lora-rank", "lora-targets", "freeze-layers", "paged-optimizer"];
   // What a planner row sets; none of these changes the planner's question.
-  const LAYOUT_FIELDS = ["dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum"];
+  const LAYOUT_FIELDS = ["dp", "tp", "pp", "ep", "zero", "recompute", "micro-batch", "grad-accum"];
+  const HF_CONFIG = "hf-config";  // the field (and the preset list's entry) of a pasted transformers config.json
   const datasetKey = (name) => name.replace(/-(.)/g, (_, c) => c.toUpperCase());  // "micro-batch" -> "microBatch"
   // The planner runs once the reader pauses, after the chart is drawn, so it never delays a redraw.
   const PLAN_DELAY_MS = 250;
-  const URL_FIELDS = ["preset", ...SHAPE_FIELDS, ...RUN_FIELDS];
+  const URL_FIELDS = ["preset", HF_CONFIG, ...SHAPE_FIELDS, ...RUN_FIELDS];
   const SVG_NS = "http://www.w3.org/2000/svg";
   const GB = 1e9;
   const PLAY_INTERVAL_MS = 80;
@@ -239,7 +241,11 @@
     capacityLine(frame, y, answer.capacity);
   }
 
-  const RECIPE_LINES = ["calc-line-1", "calc-line-2", "calc-line-3", "calc-line-4"];
+  // The four recipes, then the fine-tuning step (the sweep's "finetune" row) when there is one.
+  const RECIPE_LINES = ["calc-line-1", "calc-line-2", "calc-line-3", "calc-line-4", "calc-line-5"];
+
+  // The sweep's rows: the table's recipes by id, and "finetune", the reader's fine-tuning step.
+  const sweepLabel = (id) => (id === "finetune" ? "your fine-tuning step" : id);
 
   function drawSweep(container, answer) {
     const { seq: seqs, peaks } = answer.sweep;
@@ -278,7 +284,7 @@
     ids.forEach((id, i) => {
       const li = document.createElement("li");
       li.innerHTML = `<svg viewBox="0 0 24 8" aria-hidden="true"><line x1="0" x2="24" y1="4" y2="4" class="calc-line ${RECIPE_LINES[i % RECIPE_LINES.length]}"/></svg>`;
-      li.append(id);
+      li.append(sweepLabel(id));
       legend.appendChild(li);
     });
     const picks = [...new Set([0, 25, 50, 75, 100, 125, 150, 175, seqs.length - 1].map((j) => Math.min(j, seqs.length - 1)))];
@@ -287,7 +293,7 @@
     details.innerHTML = "<summary>The chart's data (sample points)</summary>";
     const table = document.createElement("table");
     const head = table.createTHead().insertRow();
-    for (const label of ["Sequence", ...ids]) {
+    for (const label of ["Sequence", ...ids.map(sweepLabel)]) {
       const th = document.createElement("th");
       th.scope = "col";
       th.textContent = label;
@@ -354,10 +360,19 @@
     return (i) => cursor.setAttribute("x", x(i) + w / 2 - Math.max(w, 2) / 2);
   }
 
+  // The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step).
+  function tuningText(tune) {
+    if (!tune) return "";
+    const what = { full: "every parameter", lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;
+    const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}`
+      : tune.mode === "freeze" ? ` the first ${formatInt(tune.freeze_layers)} layers` : "";
+    return `Fine-tuning: ${what}${detail}, ${tune.optimizer}${tune.paged ? " (paged)" : ""}. `;
+  }
+
   // ---------------------------------------------------------------- the planner's table
 
   const planLabel = (row) => `Load the layout with ${row.devices} devices: dp ${row.dp}, tp ${row.tp}, ` +
-    `pp ${row.pp}, ZeRO ${row.zero}, ${row.recompute} recomputation, micro-batch ${row.micro_batch}, ` +
+    `pp ${row.pp}, ep ${row.ep}, ZeRO ${row.zero}, ${row.recompute} recomputation, micro-batch ${row.micro_batch}, ` +
     `${row.grad_accum} micro-batches per step`;
   // Python's "{:.1%}" (display only; the row's data attributes keep the exact value).
 
@@ -366,10 +381,10 @@
       const tr = document.createElement("tr");
       tr.dataset.planRow = "";
       Object.assign(tr.dataset, {
-        devices: row.devices, dp: row.dp, tp: row.tp, pp: row.pp, zero: row.zero,
+        devices: row.devices, dp: row.dp, tp: row.tp, pp: row.pp, ep: row.ep, zero: row.zero,
         recompute: row.recompute, microBatch: row.micro_batch, gradAccum: row.grad_accum, peak: row.peak, extraCompute: row.extra_compute,
       });
-      for (const value of [row.devices, row.dp, row.tp, row.pp, row.zero, row.recompute, row.micro_batch,
+      for (const value of [row.devices, row.dp, row.tp, row.pp, row.ep, row.zero, row.recompute, row.micro_batch,
         formatInt(row.grad_accum), formatSize(row.peak), row.display.extra_compute]) tr.insertCell().textContent = value;
       const button = document.createElement("button");
       button.type = "button";
@@ -384,8 +399,31 @@
       const tr = document.createElement("tr");
       tr.dataset.planNone = "";
       const td = tr.insertCell();
-      td.colSpan = 11;
+      td.colSpan = 12;
       td.textContent = `No layout up to ${formatInt(maxDevices)} devices fits.`;
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+  }
+
+  // "What fits on one card": calc's fine-tunings that fit one device, cheapest first (calc.plan.fit_card).
+  function drawFit(body, fit, moe) {
+    const rows = fit.map((row) => {
+      const tr = document.createElement("tr");
+      tr.dataset.fitRow = "";
+      Object.assign(tr.dataset, {
+        finetune: row.finetune, rank: row.rank, microBatch: row.micro_batch, peak: row.peak, trainable: row.trainable_params,
+      });
+      for (const value of [row.finetune, row.rank || "", row.targets.join(","), row.recompute, row.micro_batch,
+        formatInt(row.trainable_params), formatSize(row.peak), row.display.extra_compute]) tr.insertCell().textContent = value;
+      return tr;
+    });
+    if (!rows.length) {
+      const tr = document.createElement("tr");
+      tr.dataset.fitNone = "";
+      const td = tr.insertCell();
+      td.colSpan = 8;
+      td.textContent = moe ? "A mixture of experts is not modelled here." : "Nothing fits one card.";
       rows.push(tr);
     }
     body.replaceChildren(...rows);
@@ -437,6 +475,26 @@
       shown: null,    // the question the table answers (inputs without the layout's own fields)
       asking: null,   // the question with the worker
     };
+    const fitView = {
+      body: root.querySelector("[data-fit-body]"),
+      status: root.querySelector("[data-fit-status]"),
+      caption: root.querySelector("[data-fit-caption]"),
+    };
+    // A transformers config.json (issue 10): the text calc was last given, the fields the reader (or the
+    // link) set beside it, which override it, and the preset to go back to.
+    const hf = {
+      details: root.querySelector("[data-hf]"),
+      option: root.querySelector("[data-hf-option]"),
+      file: root.querySelector("[data-hf-file]"),
+      text: "",
+      overrides: new Set(),
+      lastPreset: null,
+    };
+    // Fields that apply only to some fine-tunings (lora-rank for lora and qlora...), from the HTML.
+    const appliesTo = new Map();
+    for (const box of root.querySelectorAll("[data-show-for]")) {
+      for (const el of box.querySelectorAll("[name]")) appliesTo.set(el.name, box.dataset.showFor.split(" "));
+    }
 
     // -- form <-> values
     const labelOf = (name) => form.querySelector(`label[for="calc-${CSS.escape(name)}"]`)?.textContent.trim() ?? name;
@@ -462,8 +520,15 @@
       return null;
     }
     const choicesText = (name) => [...field(name).options].map((o) => o.value).join(", ");
+    const hfMode = () => valueOf("preset") === HF_CONFIG;
+    const applies = (name) => !appliesTo.has(name) || appliesTo.get(name).includes(valueOf("finetune"));
+    function showApplicable() {
+      const mode = valueOf("finetune");
+      for (const box of root.querySelectorAll("[data-show-for]")) box.hidden = !box.dataset.showFor.split(" ").includes(mode);
+    }
     function fillPreset(name) {
       const preset = presets.get(name);
+      if (!preset) return;  // "your config.json": its shape comes with calc's answer (fillFromAnswer)
       for (const key of SHAPE_FIELDS) {
         setField(key, preset[key]);
         if (field(key).type === "text") field(key).placeholder = String(preset[key]);
@@ -473,6 +538,62 @@
       for (const [key, value] of Object.entries(config.defaults)) setField(key, value);
       fillPreset(config.defaults.preset);
       seqAuto = false;
+      showApplicable();
+    }
+    // The shape fields the reader has not set, as calc read them from the config.json.
+    function fillFromAnswer(shape) {
+      for (const key of SHAPE_FIELDS) {
+        if (hf.overrides.has(key)) continue;
+        const value = shape[key.replace(/-/g, "_")];
+        setField(key, value);
+        if (field(key).type === "text") field(key).placeholder = String(value);
+      }
+    }
+    // Into config.json mode with this text (calc answers for it on the next update).
+    function enterHf(text) {
+      if (!hfMode()) hf.lastPreset = valueOf("preset");
+      hf.text = text;
+      hf.overrides.clear();
+      hf.option.disabled = false;
+      hf.option.hidden = false;
+      setField("preset", HF_CONFIG);
+      if (field(HF_CONFIG).value !== text) field(HF_CONFIG).value = text;
+      hf.details.open = true;
+      setField("seq", "");  // the config's own default sequence, filled in from the answer
+      seqAuto = true;
+    }
+    // Back to a preset: the config is forgotten.
+    function leaveHf(preset = hf.lastPreset ?? config.defaults.preset) {
+      hf.text = "";
+      hf.overrides.clear();
+      hf.option.disabled = true;
+      hf.option.hidden = true;
+      field(HF_CONFIG).value = "";
+      setField("preset", preset);
+      fillPreset(preset);
+      setField("seq", "");
+      seqAuto = true;
+    }
+    function refuseLong(size) {
+      showError(HF_CONFIG, `${size} is not a config.json (a few kB); at most ${formatInt(config.hfMaxChars)} ` +
+        "characters are read. The numbers below are for the last model calc accepted.");
+    }
+    // A config's text from the box, a file or a link: refused here, before the worker, when far too long.
+    function takeConfig(text) {
+      const slot = root.querySelector(`[data-error-for="${HF_CONFIG}"]`);
+      slot.textContent = "";
+      field(HF_CONFIG).removeAttribute("aria-invalid");
+      if (text.length > config.hfMaxChars) {
+        refuseLong(`${formatInt(text.length)} characters`);
+        return false;
+      }
+      if (text.trim() === "") {
+        if (hfMode()) leaveHf();
+        else hf.text = "";
+        return true;
+      }
+      enterHf(text);
+      return true;
     }
     // One field back to its default: a shape field to the preset's value, the sequence to the preset's own.
     function resetField(name) {
@@ -482,20 +603,31 @@
       } else if (name === "seq") {
         setField("seq", "");
         seqAuto = true;
+      } else if (name === HF_CONFIG) {
+        leaveHf(config.defaults.preset);
+      } else if (SHAPE_FIELDS.includes(name) && hfMode()) {
+        hf.overrides.delete(name);  // the config's value comes back with the next answer
       } else if (SHAPE_FIELDS.includes(name)) {
         setField(name, presets.get(valueOf("preset"))[name]);
       } else if (name in config.defaults) {
         setField(name, config.defaults[name]);
       }
     }
-    // The inputs for calc: the preset, shape fields that differ from it, the run's fields.
+    // The inputs for calc: the preset and shape fields that differ from it, or the config.json and the
+    // fields set beside it; then the run's fields (the fine-tuning ones where they apply).
     function inputs() {
       const preset = valueOf("preset");
-      const out = { preset };
-      for (const key of SHAPE_FIELDS) {
-        if (valueOf(key) !== String(presets.get(preset)?.[key])) out[key] = valueOf(key);
+      const out = {};
+      if (preset === HF_CONFIG) {
+        out[HF_CONFIG] = hf.text;
+        for (const key of SHAPE_FIELDS) if (hf.overrides.has(key) && valueOf(key) !== "") out[key] = valueOf(key);
+      } else {
+        out.preset = preset;
+        for (const key of SHAPE_FIELDS) {
+          if (valueOf(key) !== String(presets.get(preset)?.[key])) out[key] = valueOf(key);
+        }
       }
-      for (const key of RUN_FIELDS) if (valueOf(key) !== "") out[key] = valueOf(key);
+      for (const key of RUN_FIELDS) if (valueOf(key) !== "" && applies(key)) out[key] = valueOf(key);
       return out;
     }
 
@@ -510,6 +642,8 @@
     function writeUrl() {
       const params = new URLSearchParams();
       const given = inputs();
+      // The config in calc's short form (calc.hf.compact): what calc reads of it, and a shorter link.
+      if (HF_CONFIG in given && answer.hf_config) given[HF_CONFIG] = answer.hf_config;
       for (const [key, value] of Object.entries(given)) {
         if (Object.hasOwn(config.defaults, key) ? value !== config.defaults[key] : true) params.set(key, value);
       }
@@ -531,7 +665,15 @@
         if (n > 1) linkProblems.push({ name: key, message: `given ${n} times; the first, ${quote(values.get(key))}, is used` });
       }
       let preset = config.defaults.preset;
-      if (values.has("preset")) {
+      if (values.has(HF_CONFIG)) {
+        const text = values.get(HF_CONFIG);
+        if (values.has("preset")) {
+          linkProblems.push({ name: "preset", message: "a link gives a preset or a config.json, not both; the config is used" });
+        }
+        values.delete("preset");
+        if (takeConfig(text)) linkFields.add(HF_CONFIG);
+        else linkProblems.push({ name: HF_CONFIG, message: `${formatInt(text.length)} characters is far too long for a config.json` });
+      } else if (values.has("preset")) {
         const asked = String(values.get("preset")).trim().toLowerCase();
         if (presets.has(asked)) preset = asked;
         else {
@@ -539,11 +681,14 @@
             `the presets are ${[...presets.keys()].join(", ")}` });
         }
       }
-      setField("preset", preset);
-      fillPreset(preset);
-      if (values.has("preset") && !values.has("seq")) { setField("seq", ""); seqAuto = true; }
+      if (!hfMode()) {
+        setField("preset", preset);
+        fillPreset(preset);
+      }
+      if ((values.has("preset") || hfMode()) && !values.has("seq")) { setField("seq", ""); seqAuto = true; }
       for (const [key, raw] of values) {
-        if (key === "preset") continue;
+        if (key === "preset" || key === HF_CONFIG) continue;
+        if (SHAPE_FIELDS.includes(key) && hfMode()) hf.overrides.add(key);
         const el = field(key);
         let value = raw.trim();
         if (el.tagName === "SELECT") {
@@ -563,6 +708,7 @@
         linkFields.add(key);
         if (key === "seq") seqAuto = false;
       }
+      showApplicable();
       showLinkNotice();
     }
     function showLinkNotice() {
@@ -599,6 +745,7 @@
     }
     // An empty field is not silent: it says which value calc used in its place.
     function emptyValue(name) {
+      if (SHAPE_FIELDS.includes(name) && hfMode()) return "the config's value";
       if (SHAPE_FIELDS.includes(name)) return `the preset's ${formatInt(presets.get(valueOf("preset"))[name])}`;
       if (name === "seq") return `the preset's default, ${formatInt(answer.step.config.seq)}`;
       return `the default, ${config.defaults[name]}`;
@@ -644,12 +791,19 @@
       const device = `one ${capacityText(answer.capacity)} device`;
       const fits = answer.fits ? `fits on ${device}` : `does not fit on ${device}`;
       summary.innerHTML = "";
-      summary.append(`With ${config.recipeLabels[step.config.recipe]} and ${recompute} recomputation the peak is `,
+      summary.append(tuningText(step.config.finetune),
+        `With ${config.recipeLabels[step.config.recipe]} and ${recompute} recomputation the peak is `,
         peakOut, ", reached at “");
       const event = document.createElement("span");
       event.dataset.out = "peak-event";
       event.textContent = step.peak_event;
       summary.append(event, `”: it ${fits}.`);
+      const trainable = root.querySelector('[data-out="trainable"]');
+      trainable.textContent = formatInt(answer.trainable_params);
+      trainable.dataset.count = answer.trainable_params;
+      const params = root.querySelector('[data-out="params"]');
+      params.textContent = formatInt(step.params);
+      params.dataset.count = step.params;
       renderEager();
       if (!anim.timer) anim.index = step.peak_index;
       drawCharts();
@@ -797,7 +951,7 @@
       const start = performance.now();
       let result;
       try {
-        result = await planCall({ inputs: inputs(), sweep: false, plan: true });
+        result = await planCall({ inputs: inputs(), sweep: false, plan: true, fit: true });
       } catch (error) {
         result = { ok: false, field: null, message: error.message };
       }
@@ -811,6 +965,11 @@
       const plan = result.plan;
       const run = result.step.config;
       drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
+      drawFit(fitView.body, result.fit, run.shape.experts > 0);
+      fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
+        `on one ${capacityText(result.capacity)} device.`;
+      fitView.status.textContent = `${result.fit.length} fine-tuning${result.fit.length === 1 ? "" : "s"} fit ` +
+        "(computed in your browser).";
       setLoadButtons();
       planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
         `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
@@ -876,7 +1035,9 @@
       if (!result.ok) {
         busy = false;
         clearErrors();
-        showError(result.field, result.message);
+        // A refused config.json leaves the last model calc accepted on show, and says so.
+        const kept = result.field === HF_CONFIG ? "; the numbers below are for the last model calc accepted" : "";
+        showError(result.field, result.message + kept);
         clearTimeout(planner.timer);
         planState("error", "The planner waits for valid inputs (see the message beside the field).");
         becomeReady();
@@ -888,6 +1049,7 @@
       // A preset's own sequence is filled in, but never under the reader's cursor.
       if (seqAuto && valueOf("seq") === "" && document.activeElement !== field("seq")) setField("seq", answer.step.config.seq);
       seqAuto = false;
+      if (hfMode()) fillFromAnswer(answer.step.config.shape);
       showHints();
       writeUrl();
       charts.sweep.dataset.pending = "true";
@@ -910,9 +1072,16 @@
       if (!name || name === "event") return;
       clearTimeout(planner.timer);  // a plan waits until the reader pauses
       if (name === "preset") {
-        fillPreset(event.target.value);
+        hf.overrides.clear();
+        fillPreset(event.target.value);  // "your config.json" again: its shape comes with the answer
         setField("seq", "");  // each preset's own default sequence (calc decides), filled in from the answer
         seqAuto = true;
+      } else if (name === HF_CONFIG) {
+        if (!takeConfig(event.target.value)) return;  // far too long: refused with a message, never sent
+      } else if (name === "finetune") {
+        showApplicable();
+      } else if (SHAPE_FIELDS.includes(name) && hfMode()) {
+        hf.overrides.add(name);  // the reader's value, beside the config's
       } else if (name === "seq") {
         seqAuto = false;  // the reader's own sequence, even an empty one
       }
@@ -925,6 +1094,29 @@
       update();
     }
     form.addEventListener("input", onInput);
+    // A config.json from a file, chosen or dropped on the box: read here, never uploaded.
+    function readConfigFile(file) {
+      if (!file) return;
+      if (file.size > config.hfMaxChars) {
+        refuseLong(`a file of ${formatInt(file.size)} bytes`);
+        return;
+      }
+      file.text().then((text) => {
+        field(HF_CONFIG).value = text;
+        field(HF_CONFIG).dispatchEvent(new Event("input", { bubbles: true }));
+      });
+    }
+    hf.file.addEventListener("change", () => { readConfigFile(hf.file.files[0]); hf.file.value = ""; });
+    field(HF_CONFIG).addEventListener("dragover", (event) => event.preventDefault());
+    field(HF_CONFIG).addEventListener("drop", (event) => {
+      if (!event.dataTransfer?.files.length) return;
+      event.preventDefault();
+      readConfigFile(event.dataTransfer.files[0]);
+    });
+    root.querySelector("[data-hf-clear]").addEventListener("click", () => {
+      field(HF_CONFIG).value = "";
+      field(HF_CONFIG).dispatchEvent(new Event("input", { bubbles: true }));
+    });
     form.addEventListener("submit", (event) => event.preventDefault());
     for (const button of root.querySelectorAll("[data-capacity-preset]")) {
       button.addEventListener("click", () => {

@@ -1,0 +1,343 @@
+"""The calculator's models and fine-tuning in Debian's Chromium: a pasted config.json, the grouped
+preset list, expert parallelism, and the fine-tuning controls, each checked against calc's own answer."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from site_fixtures import (
+    ARTIFACTS,
+    AWAIT_DRAWN,
+    LIVE_TIMEOUT_MS,
+    Recorder,
+    answer_for,
+    built_site,
+    expected_table,
+    rendered_table,
+    require_chromium,
+)
+
+import calc
+from conftest import ROOT
+from scripts import site_browser
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CONFIGS = ROOT / "tests" / "hf_configs"
+LLAMA2 = (CONFIGS / "llama-2-7b.json").read_text()
+DEFAULT = answer_for({})
+WATCH_DRAWN = """() => { window.__drawn = new Promise(resolve => document.querySelector('[data-calc]')
+    .addEventListener('calc:drawn', e => resolve(e.detail.source), {once: true})); }"""
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    with site_browser.serve(built_site()) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
+    with playwright_api.sync_playwright() as p:
+        browser = site_browser.launch(p)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(browser, base_url):
+    """open_page(query="", **context options) -> (page, recorder); no request may leave the origin."""
+    contexts, recorders = [], []
+
+    def opener(query: str = "", wait_live: bool = True, **options):
+        context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
+        contexts.append(context)
+        page = context.new_page()
+        recorder = Recorder(base_url)
+        recorder.attach(page)
+        recorders.append(recorder)
+        page.goto(base_url + query)
+        if wait_live:
+            page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+            page.wait_for_function("() => document.querySelector('[data-calc]').dataset.source === 'live'")
+        return page, recorder
+
+    yield opener
+    for recorder in recorders:
+        assert recorder.foreign() == [], "requests left the local origin"
+    for context in contexts:
+        context.close()
+
+
+def change(page, name: str, value) -> None:
+    """Set one input as a reader would and wait for the live redraw."""
+    page.evaluate(WATCH_DRAWN)
+    field = page.locator(f'[data-calc-form] [name="{name}"]')
+    kind = field.evaluate("e => e.type")
+    if kind.startswith("select"):
+        field.select_option(value)
+    elif kind == "checkbox":
+        field.set_checked(value)
+    else:
+        field.fill(value)
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+
+
+def paste(page, text: str) -> None:
+    """Open the config.json box and paste `text` into it (no wait)."""
+    if not page.locator("[data-hf]").evaluate("d => d.open"):
+        page.click("[data-hf] summary")
+    page.fill('[name="hf-config"]', text)
+
+
+def shown(page) -> dict:
+    """The step's peak, the parameter counts and the table, as the page holds them."""
+    out = page.evaluate(
+        """() => ({peak: Number(document.querySelector('[data-out="peak"]').dataset.bytes),
+                   params: Number(document.querySelector('[data-out="params"]').dataset.count),
+                   trainable: Number(document.querySelector('[data-out="trainable"]').dataset.count),
+                   trainableText: document.querySelector('[data-out="trainable"]').textContent})"""
+    )
+    return {**out, "table": rendered_table(page)}
+
+
+def expected(answer: dict) -> dict:
+    return {
+        "peak": answer["step"]["peak"],
+        "params": answer["step"]["params"],
+        "trainable": answer["trainable_params"],
+        "trainableText": f"{answer['trainable_params']:,}",
+        "table": expected_table(answer),
+    }
+
+
+def query_of(page) -> dict[str, list[str]]:
+    return parse_qs(urlparse(page.url).query)
+
+
+def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_page):
+    """Llama 2 7B's config.json shows calc's answer; the address holds calc's compact form, which a fresh
+    page opens to the same numbers; a field set beside it overrides it; Clear goes back to the presets."""
+    page, recorder = open_page()
+    page.evaluate(WATCH_DRAWN)
+    paste(page, LLAMA2)
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    want = answer_for({"hf-config": LLAMA2})
+    assert shown(page) == expected(want)
+    assert want["step"]["params"] == 6_738_415_616
+    assert page.input_value('[name="preset"]') == "hf-config"
+    assert page.input_value('[name="layers"]') == "32"
+    assert page.input_value('[name="seq"]') == "4096"
+    assert query_of(page) == {"hf-config": [want["hf_config"]]}
+
+    again, recorder2 = open_page(page.url.split("/", 3)[3])
+    assert shown(again) == expected(want)
+    assert again.input_value('[name="preset"]') == "hf-config"
+    assert json.loads(again.input_value('[name="hf-config"]')) == json.loads(want["hf_config"])
+    assert again.locator("[data-calc-notice]").is_hidden()
+
+    change(again, "layers", "16")  # beside the config, as a flag beside --hf-config
+    assert shown(again) == expected(answer_for({"hf-config": LLAMA2, "layers": "16"}))
+    assert query_of(again)["layers"] == ["16"]
+    change(again, "vocab", "32000")
+    assert query_of(again)["layers"] == ["16"]
+
+    again.evaluate(WATCH_DRAWN)
+    again.click("[data-hf-clear]")
+    assert again.evaluate(AWAIT_DRAWN) == "live"
+    assert again.input_value('[name="preset"]') == "llama-7b"
+    assert shown(again) == expected(DEFAULT)
+    assert "hf-config" not in query_of(again)
+    assert recorder.errors == [] and recorder2.errors == []
+
+
+def test_a_chosen_file_is_read_in_the_page_and_takes_its_own_sequence(open_page):
+    """GPT-2's config.json chosen as a file gives calc's answer at GPT-2's context; nothing is uploaded
+    (the fixture fails any request off the local origin)."""
+    page, recorder = open_page()
+    page.click("[data-hf] summary")
+    page.evaluate(WATCH_DRAWN)
+    page.set_input_files("[data-hf-file]", str(CONFIGS / "gpt2.json"))
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    text = (CONFIGS / "gpt2.json").read_text()
+    want = answer_for({"hf-config": text})
+    assert shown(page) == expected(want)
+    assert page.input_value('[name="seq"]') == "1024"
+    assert page.input_value('[name="hf-config"]') == text
+    assert recorder.errors == []
+
+
+def _bad(**changes) -> str:
+    cfg = {**json.loads(LLAMA2), **changes}
+    return json.dumps({k: v for k, v in cfg.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"model_type": "llama", "hidden_size": ', "not JSON"),
+        (_bad(hidden_size=None), "hidden_size is missing"),
+        (_bad(num_hidden_layers=0), "num_hidden_layers must be at least 1"),
+        (_bad(intermediate_size=-5), "intermediate_size must be at least 1"),
+        (_bad(num_attention_heads=7, num_key_value_heads=7), "num_attention_heads (7) does not divide hidden_size"),
+        (_bad(model_type="bert"), 'model_type "bert" is not supported'),
+    ],
+    ids=["not-json", "missing", "zero", "negative", "heads", "model-type"],
+)
+def test_a_bad_config_is_named_inline_and_the_last_numbers_stay(open_page, text, says):
+    """calc's message on hf-config (naming the config's key) sits under the box; the numbers stay and the
+    rest of the page still answers."""
+    page, recorder = open_page()
+    paste(page, text)
+    error = page.locator('[data-error-for="hf-config"]')
+    error.wait_for(state="visible")
+    assert error.text_content().startswith("config.json: ")
+    assert says in error.text_content() and "the last model calc accepted" in error.text_content()
+    assert page.get_attribute('[name="hf-config"]', "aria-invalid") == "true"
+    assert shown(page) == expected(DEFAULT)
+    change(page, "hf-config", LLAMA2)  # mended: the message goes
+    assert error.is_hidden()
+    assert shown(page) == expected(answer_for({"hf-config": LLAMA2}))
+    assert recorder.errors == []
+
+
+def test_a_10_mb_paste_is_refused_before_the_worker_and_the_page_keeps_working(open_page):
+    """Ten million characters get a message at once (never sent to Python); the page still redraws."""
+    page, recorder = open_page()
+    page.click("[data-hf] summary")
+    took = page.evaluate(
+        """() => { const box = document.querySelector('[name="hf-config"]');
+             const t0 = performance.now();
+             box.value = '{"model_type": "llama", "pad": "' + 'x'.repeat(10_000_000) + '"}';
+             box.dispatchEvent(new Event('input', {bubbles: true}));
+             return performance.now() - t0; }"""
+    )
+    assert took < 2000
+    error = page.locator('[data-error-for="hf-config"]')
+    assert "10,000,0" in error.text_content() and "at most 1,000,000" in error.text_content()
+    assert page.input_value('[name="preset"]') == "llama-7b"
+    assert "hf-config" not in query_of(page)
+    change(page, "seq", "2048")  # the calculator still answers, for the preset
+    assert shown(page) == expected(answer_for({"seq": "2048"}))
+    assert recorder.errors == []
+
+
+def test_the_preset_list_is_grouped_by_family_with_calcs_parameter_counts(open_page):
+    """An optgroup per family of calc.presets.PRESET_GROUPS; each option carries calc's counts, and Mixtral's
+    label says total and active."""
+    page, _ = open_page(wait_live=False)
+    groups = page.evaluate(
+        """() => [...document.querySelectorAll('[name="preset"] optgroup')].map(g => [g.label,
+             [...g.querySelectorAll('option')].map(o => [o.value, Number(o.dataset.params),
+                                                          Number(o.dataset.active), o.textContent.trim()])])"""
+    )
+    catalog = calc.presets.catalog()
+    assert [g for g, _ in groups] == list(calc.presets.PRESET_GROUPS)
+    options = [row for _, rows in groups for row in rows]
+    assert [o[:3] for o in options] == [[r["name"], r["params"], r["active"]] for r in catalog]
+    mixtral = next(o for o in options if o[0] == "mixtral-8x7b")
+    assert mixtral[3] == "mixtral-8x7b — 46.7B total, 12.9B active"
+    assert mixtral[1] == calc.param_counts(calc.PRESETS["mixtral-8x7b"])["total"]
+    assert next(o for o in options if o[0] == "llama-7b")[3] == "llama-7b — 6.7B"
+
+
+def test_expert_parallelism_changes_the_numbers_as_calc_says_and_the_planner_loads_it(open_page):
+    """Mixtral with dp 8 and ep 8 shows calc's per-device numbers; a planner row with ep > 1 loads its ep."""
+    page, recorder = open_page()
+    change(page, "preset", "mixtral-8x7b")
+    change(page, "dp", "8")
+    change(page, "ep", "8")
+    want = answer_for({"preset": "mixtral-8x7b", "dp": "8", "ep": "8"})
+    assert want["step"]["peak"] != answer_for({"preset": "mixtral-8x7b", "dp": "8"})["step"]["peak"]
+    assert shown(page) == expected(want)
+    assert query_of(page)["ep"] == ["8"]
+    page.wait_for_function(
+        "() => document.querySelector('[data-planner]').dataset.planSource === 'live' && "
+        "document.querySelector('[data-planner]').dataset.planState === 'ready'",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    row = page.locator("tr[data-plan-row]:not([data-ep='1'])").first
+    layout = row.evaluate("tr => ({...tr.dataset})")
+    page.evaluate(WATCH_DRAWN)
+    row.locator("[data-plan-use]").click()
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert page.input_value('[name="ep"]') == layout["ep"] != "1"
+    assert page.input_value('[name="dp"]') == layout["dp"]
+    assert int(layout["peak"]) == page.evaluate("() => Number(document.querySelector('[data-out=peak]').dataset.bytes)")
+    assert recorder.errors == []
+
+
+def test_lora_shows_calcs_trainable_parameters_its_sweep_and_what_fits_one_card(open_page):
+    """LoRA rank 8 on q and v of LLaMA 7B trains 4,194,304 parameters; rank and targets show only for
+    LoRA; the sweep draws the fine-tuning step; the fit list is calc's, cheapest first."""
+    page, recorder = open_page()
+    assert page.locator('[name="lora-rank"]').is_hidden()
+    change(page, "finetune", "lora")
+    assert page.locator('[name="lora-rank"]').is_visible()
+    assert page.locator('[name="freeze-layers"]').is_hidden()
+    assert page.input_value('[name="lora-rank"]') == "8"
+    assert page.input_value('[name="lora-targets"]') == "q,v"
+    want = answer_for({"finetune": "lora", "lora-rank": "8", "lora-targets": "q,v"})
+    assert want["trainable_params"] == 4_194_304
+    assert shown(page) == expected(want)
+    assert page.text_content('[data-out="trainable"]') == "4,194,304"
+    assert page.text_content("[data-calc-summary]").startswith("Fine-tuning: LoRA rank 8 on q, v, adamw. With ")
+    assert query_of(page)["finetune"] == ["lora"]
+    line = page.locator('[data-chart=sweep] polyline[data-recipe="finetune"]')
+    assert int(line.get_attribute("data-last")) == want["sweep"]["peaks"]["finetune"][-1]
+
+    page.fill('[name="lora-rank"]', "0")  # an inline message naming the field
+    error = page.locator('[data-error-for="lora-rank"]')
+    error.wait_for(state="visible")
+    assert error.text_content().startswith("LoRA rank")
+    change(page, "lora-rank", "16")
+    assert shown(page) == expected(answer_for({"finetune": "lora", "lora-rank": "16"}))
+
+    page.wait_for_function(
+        "() => document.querySelector('[data-fit-status]').textContent.includes('in your browser')",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    fit = json.loads(calc.web.handle(json.dumps({"inputs": {}, "sweep": False, "fit": True})))["fit"]
+    rows = page.evaluate("() => [...document.querySelectorAll('tr[data-fit-row]')].map(tr => Number(tr.dataset.peak))")
+    assert rows == [row["peak"] for row in fit] and rows
+
+    change(page, "finetune", "full")
+    assert page.locator('[name="lora-rank"]').is_hidden()
+    assert "lora-rank" not in query_of(page)
+    assert shown(page) == expected(DEFAULT)
+    assert page.locator('[data-chart=sweep] polyline[data-recipe="finetune"]').count() == 0
+    assert page.text_content("[data-calc-summary]").startswith("With ")
+    change(page, "finetune", "freeze")
+    assert page.locator('[name="freeze-layers"]').is_visible()
+    change(page, "freeze-layers", "16")
+    assert shown(page) == expected(answer_for({"finetune": "freeze", "freeze-layers": "16"}))
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_screenshots_of_the_new_controls_for_review(open_page, width):
+    """Saves test-artifacts/models-WIDTH-SCHEME.png: the config box open with an error, LoRA's fields shown."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    for scheme in ("light", "dark"):
+        page, _ = open_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
+        change(page, "finetune", "lora")
+        paste(page, _bad(hidden_size=None))
+        page.locator('[data-error-for="hf-config"]').wait_for(state="visible")
+        page.add_style_tag(content=".md-header { position: absolute; }")
+        path = ARTIFACTS / f"models-{width}-{scheme}.png"
+        page.locator("[data-calc-form]").screenshot(path=str(path))
+        fit = ARTIFACTS / f"models-fit-{width}-{scheme}.png"
+        page.locator("[data-fit]").screenshot(path=str(fit))
+        page.locator("[data-hf] summary").click()  # closed again, for the whole calculator
+        page.locator("#calculator").screenshot(path=str(ARTIFACTS / f"models-page-{width}-{scheme}.png"))
+        overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert overflow <= 0
+        if width == 1280:  # the planner's twelve columns, ep among them, fit without scrolling sideways
+            spare = page.evaluate(
+                "() => { const s = document.querySelector('[data-planner] .calc-plan-scroll');"
+                " return s.getBoundingClientRect().right - s.querySelector('table').getBoundingClientRect().right; }"
+            )
+            assert spare >= 0
