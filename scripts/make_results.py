@@ -596,7 +596,7 @@ def qlora_section() -> list[str]:
         "checkpointed runs of the larger shape (hidden 256, FFN 704, 256 tokens) peak in the recomputed "
         "forward of the down projection, inside its `F.linear`: the CPU's bf16 matrix multiplication takes a "
         "scratch buffer from the allocator (oneDNN, 365,568 bytes for that 256 x 704 by 704 x 256 product), "
-        "the gap §10.8 leaves unmodelled; without it the walk is within 0.4% there too. The commands: "
+        "the gap §10.8 leaves unmodelled; without it the walk is within 0.5% there too. The commands: "
         f"`{runs[0]['eager_command']}` (eager), `{runs[0]['command']}` (deck), and their like.",
     ]
     return [*out, ""]
