@@ -494,7 +494,8 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
         f"{gb(q['deck'][0]['peak'])} to {gb(q['deck'][1]['peak'])} (deck walk, at {TORCHTUNE_SEQS[0]:,} and "
         f"{TORCHTUNE_SEQS[1]:,}) or about {gb(eager_q[0])} to {gb(eager_q[1])} (the eager walk's LoRA step on "
         f"all layers with its bf16 base, {gb(bf16_base)}, replaced by the NF4 one, {gb(model)}: an estimate, "
-        "the eager walk does not replay 4-bit layers), which fits inside the init reserve. What init held: "
+        "the eager walk replays bitsandbytes' 4-bit layers (§12.5), not torchao's that torchtune runs), which "
+        "fits inside the init reserve. What init held: "
         f"the NF4 model ({gb(model)}), and the quantization's temporaries. torchao's `to_nf4` at the time "
         "compared every weight with the 16 NF4 values at once, `(value - nf4).abs()` in bf16, then took the "
         f"minimum: for one 4,096 x 11,008 matrix {gb(transient)} at once (later torchao quantizes in chunks). "
@@ -504,9 +505,9 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
         "neither is published). torchtune's current QLoRA config also uses `CEWithChunkedOutputLoss`, which "
         "upcasts the logits to fp32 a chunk at a time; whether the tutorial's run did is not stated.",
         "",
-        "Not in either walk, and small here: the CUDA context (outside PyTorch's allocator), RoPE's tables, "
-        "the per-call dequantized weight of a 4-bit linear (the deck walk counts one layer's largest, "
-        f"{gb(2 * largest)}).",
+        "Not in either walk, and small here: the CUDA context (outside PyTorch's allocator), RoPE's tables. "
+        "The per-call dequantized weight of a 4-bit linear is the deck walk's as one layer's largest "
+        f"({gb(2 * largest)}), and the eager walk's at every call as bitsandbytes makes it (§12.5).",
     ]
     return out
 
