@@ -70,14 +70,18 @@ def saved(m: hf_models.Model) -> str:
     return folder
 
 
-def tuned(folder: str, attention: str, checkpointing: str, tune, device: str) -> torch.nn.Module:
-    """The model as a QLoRA user's code leaves it (see the module's docstring)."""
+def tuned(folder: str, attention: str, checkpointing: str, tune, device: str, precision: str = "bf16"):
+    """The model as a QLoRA user's code leaves it (see the module's docstring). `precision` other than bf16
+    (calc's fp32-full and autocast recipes): the model loaded in fp32 (the 4-bit layers still compute in bf16)
+    and trained so, with peft's default fp32 adapters (autocast_adapter_dtype=True; without it peft makes the
+    adapters of a 4-bit layer bf16, the compute dtype, on an fp32 model too)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                            bnb_4bit_compute_dtype=torch.bfloat16) if tune.mode == "qlora" else None  # fmt: skip
-    net = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, quantization_config=q,
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    net = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, quantization_config=q,
                                                device_map=device, attn_implementation=attention)  # fmt: skip
     net.config.use_cache = False
     if device == "cpu":  # weights read from the file may be mapped, not allocated: copy them where the profiler sees
@@ -90,7 +94,7 @@ def tuned(folder: str, attention: str, checkpointing: str, tune, device: str) ->
                         target_modules=[measure_lora.MODULES[t] for t in tune.targets])  # fmt: skip
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-        return get_peft_model(net, config, autocast_adapter_dtype=False)
+        return get_peft_model(net, config, autocast_adapter_dtype=precision != "bf16")
 
 
 def resident(net: torch.nn.Module) -> int:
@@ -113,30 +117,30 @@ def resident(net: torch.nn.Module) -> int:
     return total
 
 
-def measure_step(folder, attention, checkpointing, seq, b, tune, device) -> dict:
+def measure_step(folder, attention, checkpointing, seq, b, tune, device, precision: str = "bf16") -> dict:
     """The second step's peak and start, and what the model holds, in bytes."""
     vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
     batches = [hf_models.tokens(vocab, seq, b, seed).to(device) for seed in (0, 1)]
     gc.collect()
     if device == "cuda":
-        net = tuned(folder, attention, checkpointing, tune, device)
+        net = tuned(folder, attention, checkpointing, tune, device, precision)
         optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-        hf_models.train_step(net, optimizer, batches[0], "bf16")
+        hf_models.train_step(net, optimizer, batches[0], precision)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         start = torch.cuda.memory_allocated()
-        hf_models.train_step(net, optimizer, batches[1], "bf16")
+        hf_models.train_step(net, optimizer, batches[1], precision)
         torch.cuda.synchronize()
         got = {"measured_peak": torch.cuda.max_memory_allocated(), "measured_start": start,
                "measured_end": torch.cuda.memory_allocated()}  # fmt: skip
     else:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            net = tuned(folder, attention, checkpointing, tune, device)
+            net = tuned(folder, attention, checkpointing, tune, device, precision)
             optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-            hf_models.train_step(net, optimizer, batches[0].clone(), "bf16")
+            hf_models.train_step(net, optimizer, batches[0].clone(), precision)
             x = batches[1].clone()
             with record_function(profile_step.STEP_MARK):
-                hf_models.train_step(net, optimizer, x, "bf16")
+                hf_models.train_step(net, optimizer, x, precision)
         got = profile_step.step_peak(prof)
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     return {**got, "measured_trainable": trainable, "model_bytes": resident(net)}
@@ -152,11 +156,13 @@ def cli_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention
     return [str(a) for a in shape + flags]
 
 
-def eager_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention: str, tune, device: str):
+def eager_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention: str, tune, device: str,
+               precision: str = "bf16"):  # fmt: skip
     """The command a user types for the eager walk of this step."""
     flags = ["--finetune", tune.mode, "--lora-rank", tune.rank, "--lora-alpha", tune.alpha,
              "--lora-targets", ",".join(tune.targets)]  # fmt: skip
-    return measure_transformers.cli_args(m, seq, b, "bf16", attention, checkpointing, device) + [str(a) for a in flags]
+    run = measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, device)
+    return run + [str(a) for a in flags]
 
 
 def predictions(row: dict) -> dict:
