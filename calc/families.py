@@ -178,11 +178,12 @@ class Ops:
         self, x: T, y: T, width_in: int, width_out: int, name: str, label: str, category: str, four: bool = False
     ) -> T:
         """peft's lora.Linear.forward (peft/tuners/lora/layer.py): result = base_layer(x); x cast to
-        lora_A's dtype where it differs (_cast_input_dtype: fp32, as peft keeps adapters, upcasting them on a
-        16-bit model; the copy lives in forward's `x` until it returns); lora_dropout (nn.Identity at 0, peft's
+        lora_A's dtype where it differs (_cast_input_dtype; the adapters' dtype is the recipe's weights, Step.adapter:
+        fp32 for calc's fp32 recipes, as peft's default keeps them; the copy lives in forward's `x` until it
+        returns); lora_dropout (nn.Identity at 0, peft's
         default); result = result + lora_B(lora_A(x)) * scaling; result.to(the base output's dtype). lora_A
         (r x d_in) saves x, lora_B (d_out x r) the rank-r intermediate; times a Python float saves nothing;
-        the sum passes its gradient to both sides. The adapters' dtype is Step.adapter. peft's wrapper of a 4-bit
+        the sum passes its gradient to both sides. peft's wrapper of a 4-bit
         layer (`four`, tuners/lora/bnb.py) casts the adapter's output to the result's dtype before the sum
         (outside autocast), where lora.Linear casts the sum after it."""
         rp, r, unit = self.rp, self.st.lora_rank, self.st.adapter
