@@ -19,6 +19,8 @@ from .walk import Event, Reps, Segment, resident_state
 
 LAYERS = {"llama": llama_layer, "gpt2": gpt2_layer}
 RNG_STATE = 5056  # torch.get_rng_state(): the CPU generator's state, saved by each checkpointed call
+CODE_BOOKS = 4 * (16 + 256)  # bitsandbytes' QuantState of each 4-bit linear: its own fp32 copies of NF4's 16
+# values (code) and of the 256 of the absmax's 8-bit dynamic code (state2.code)
 CUDA_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize, every allocation is rounded up to it
 
 
@@ -69,7 +71,8 @@ def replay(
     r = RECIPES[recipe]
     act = r.activations if not r.autocast else 4
     lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
-    st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device, *lora)
+    st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device, *lora, r.weights,
+              tune.mode == "qlora")  # fmt: skip
     rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
@@ -219,6 +222,10 @@ def segments(
         state = finetune.optimizer_bytes(shape, recipe, tune)
         start = [Event("start", "weights resident (frozen where they do not train)", "weights",
                        weights["base"] + weights["adapters"], r.source)]  # fmt: skip
+        if tune.mode == "qlora":
+            books = CODE_BOOKS * shape.layers * len(finetune.linears(shape))
+            start.append(Event("start", "bitsandbytes' code books (NF4 and the absmax's 8-bit code, fp32)", "weights",
+                               books, "QuantState.code and state2.code: 1,088 bytes a 4-bit linear"))  # fmt: skip
         if state:
             start.append(Event("start", "AdamW moments of the trainable parameters", "optimizer", state, r.source))
         if r.master:

@@ -359,9 +359,8 @@ def tuning_problem(
 
 def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot replay this fine-tuning: it follows peft's LoRA and frozen
-    layers with AdamW on transformers' Llama, Mistral and Qwen2 (calc.eager_step)."""
-    if tune.mode == "qlora":
-        return "finetune", "the eager walk does not replay bitsandbytes' 4-bit layers: use the deck walk for qlora"
+    layers with AdamW on transformers' Llama, Mistral and Qwen2 (calc.eager_step), and QLoRA as bitsandbytes'
+    NF4 Linear4bit (double-quantized, bf16 compute) runs under peft's LoRA."""
     if tune.optimizer != "adamw" or tune.paged:
         return "optimizer", "the eager walk steps AdamW only: use the deck walk for other optimizers"
     if shape is not None and (shape.family != "llama" or shape.experts):

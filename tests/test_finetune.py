@@ -204,7 +204,7 @@ def test_cli_flags_and_json(capsys):
         (["--finetune", "lora", "--lora-targets", "q,x"], "--lora-targets"),
         (["--finetune", "freeze", "--freeze-layers", "33"], "--freeze-layers"),
         (["--optimizer", "adam"], "--optimizer"),
-        (["--finetune", "qlora", "--walk", "eager"], "--finetune"),
+        (["--finetune", "qlora", "--walk", "eager", "--preset", "gpt2"], "--finetune"),
         (["--finetune", "lora", "--tp", "2"], "--finetune"),
         (["--card", "h200", "--capacity-gb", "80"], "--card"),
     ]:

@@ -64,12 +64,12 @@ def test_eager_walk_predicts_peft_step(case):
 
 @st.composite
 def tunings(draw, shape: calc.Shape) -> Tuning:
-    mode = draw(st.sampled_from(["lora", "freeze"]))
+    mode = draw(st.sampled_from(["lora", "qlora", "freeze"]))
     if mode == "freeze":
         return Tuning("freeze", freeze_layers=draw(st.integers(0, shape.layers)))
     names = list(finetune.linears(shape))
     targets = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
-    return Tuning("lora", rank=draw(st.integers(1, 64)), targets=tuple(t for t in finetune.TARGETS if t in targets))
+    return Tuning(mode, rank=draw(st.integers(1, 64)), targets=tuple(t for t in finetune.TARGETS if t in targets))
 
 
 @settings(max_examples=60, deadline=None)
@@ -115,7 +115,7 @@ def test_recorded_commands_still_predict_their_peaks(data, capsys):
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-@pytest.mark.parametrize("mode", ["lora", "freeze"])
+@pytest.mark.parametrize("mode", ["lora", "qlora", "freeze"])
 def test_a_fine_tuning_step_ends_where_it_started(device, mode):
     """With checkpointing, what the step holds until it returns (a frozen embedding's output made a leaf,
     and its gradient) is freed in the allocator's blocks too: the step ends holding exactly its start."""

@@ -15,11 +15,16 @@ the adapters included, is bf16: calc's `--recipe bf16 --finetune qlora`. Each ru
 without the quantization config (a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from
 what the deck walk misses for any LoRA step. AdamW over the adapters; two
 steps, the second measured: on the CPU the profiler's allocator peak (profile_step.py), on CUDA
-torch.cuda.max_memory_allocated. The prediction is the CLI's deck walk (the eager walk does not replay
-bitsandbytes' layers). Results go to docs/data/qlora.json, rendered by scripts/make_results.py §12.5.
+torch.cuda.max_memory_allocated. Two predictions, each the CLI's from the flags a user types: the deck
+walk's (`cli_args`) and the eager walk's (`eager_args`: `--walk eager`, which replays bitsandbytes' Linear4bit
+and peft's wrapper of it op by op). `--recipe bf16` says what was run: a bf16 model, bf16 adapters (peft's
+default, autocast_adapter_dtype=True, would upcast them to fp32), bf16 gradients and AdamW moments (torch's
+AdamW keeps its state in the parameters' dtype). Results go to docs/data/qlora.json, rendered by
+scripts/make_results.py §12.5.
 
     python scripts/training/measure_qlora.py                        # on the CPU, print a table
     python scripts/training/measure_qlora.py --device cuda --write  # on a GPU, write docs/data/qlora.json
+    python scripts/training/measure_qlora.py --repredict --write    # predict the recorded runs again
 
 Needs `pip install bitsandbytes` (0.48 or later runs 4-bit layers on the CPU).
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import sys
 import tempfile
@@ -64,14 +70,18 @@ def saved(m: hf_models.Model) -> str:
     return folder
 
 
-def tuned(folder: str, attention: str, checkpointing: str, tune, device: str) -> torch.nn.Module:
-    """The model as a QLoRA user's code leaves it (see the module's docstring)."""
+def tuned(folder: str, attention: str, checkpointing: str, tune, device: str, precision: str = "bf16"):
+    """The model as a QLoRA user's code leaves it (see the module's docstring). `precision` other than bf16
+    (calc's fp32-full and autocast recipes): the model loaded in fp32 (the 4-bit layers still compute in bf16)
+    and trained so, with peft's default fp32 adapters (autocast_adapter_dtype=True; without it peft makes the
+    adapters of a 4-bit layer bf16, the compute dtype, on an fp32 model too)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                            bnb_4bit_compute_dtype=torch.bfloat16) if tune.mode == "qlora" else None  # fmt: skip
-    net = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, quantization_config=q,
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    net = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, quantization_config=q,
                                                device_map=device, attn_implementation=attention)  # fmt: skip
     net.config.use_cache = False
     if device == "cpu":  # weights read from the file may be mapped, not allocated: copy them where the profiler sees
@@ -84,7 +94,7 @@ def tuned(folder: str, attention: str, checkpointing: str, tune, device: str) ->
                         target_modules=[measure_lora.MODULES[t] for t in tune.targets])  # fmt: skip
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-        return get_peft_model(net, config, autocast_adapter_dtype=False)
+        return get_peft_model(net, config, autocast_adapter_dtype=precision != "bf16")
 
 
 def resident(net: torch.nn.Module) -> int:
@@ -107,30 +117,30 @@ def resident(net: torch.nn.Module) -> int:
     return total
 
 
-def measure_step(folder, attention, checkpointing, seq, b, tune, device) -> dict:
+def measure_step(folder, attention, checkpointing, seq, b, tune, device, precision: str = "bf16") -> dict:
     """The second step's peak and start, and what the model holds, in bytes."""
     vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
     batches = [hf_models.tokens(vocab, seq, b, seed).to(device) for seed in (0, 1)]
     gc.collect()
     if device == "cuda":
-        net = tuned(folder, attention, checkpointing, tune, device)
+        net = tuned(folder, attention, checkpointing, tune, device, precision)
         optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-        hf_models.train_step(net, optimizer, batches[0], "bf16")
+        hf_models.train_step(net, optimizer, batches[0], precision)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         start = torch.cuda.memory_allocated()
-        hf_models.train_step(net, optimizer, batches[1], "bf16")
+        hf_models.train_step(net, optimizer, batches[1], precision)
         torch.cuda.synchronize()
         got = {"measured_peak": torch.cuda.max_memory_allocated(), "measured_start": start,
                "measured_end": torch.cuda.memory_allocated()}  # fmt: skip
     else:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            net = tuned(folder, attention, checkpointing, tune, device)
+            net = tuned(folder, attention, checkpointing, tune, device, precision)
             optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-            hf_models.train_step(net, optimizer, batches[0].clone(), "bf16")
+            hf_models.train_step(net, optimizer, batches[0].clone(), precision)
             x = batches[1].clone()
             with record_function(profile_step.STEP_MARK):
-                hf_models.train_step(net, optimizer, x, "bf16")
+                hf_models.train_step(net, optimizer, x, precision)
         got = profile_step.step_peak(prof)
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     return {**got, "measured_trainable": trainable, "model_bytes": resident(net)}
@@ -146,11 +156,49 @@ def cli_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention
     return [str(a) for a in shape + flags]
 
 
+def eager_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention: str, tune, device: str,
+               precision: str = "bf16"):  # fmt: skip
+    """The command a user types for the eager walk of this step."""
+    flags = ["--finetune", tune.mode, "--lora-rank", tune.rank, "--lora-alpha", tune.alpha,
+             "--lora-targets", ",".join(tune.targets)]  # fmt: skip
+    run = measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, device)
+    return run + [str(a) for a in flags]
+
+
+def predictions(row: dict) -> dict:
+    """A run's predictions, deck walk and eager walk, from the CLI; its measurements are the row's."""
+    flags = row["command"].split()[3:]  # the deck walk's command, as recorded
+    given = dict(itertools.pairwise(flags))  # each flag and the value after it
+    tune = measure_lora.Tune(given["--finetune"], int(given["--lora-rank"]), int(given["--lora-alpha"]),
+                             tuple(given["--lora-targets"].split(",")))  # fmt: skip
+    m = hf_models.Model(**row["model"])
+    seq, b, attention, checkpointing = row["seq"], row["micro_batch"], row["attention"], row["checkpointing"]
+    args = cli_args(m, seq, b, checkpointing, attention, tune)
+    pred = measure_transformers.predict(args)
+    eager = eager_args(m, seq, b, checkpointing, attention, tune, row["device"])
+    walked = measure_transformers.predict(eager)
+    return {
+        "trainable_params": pred["trainable_params"],
+        "predicted_weights": pred["bytes"]["weights"],
+        "predicted_peak": pred["peak"],
+        "predicted_peak_event": pred["peak_event"],
+        "ratio": round(pred["peak"] / row["measured_peak"], 4),
+        "command": "python -m calc " + " ".join(args),
+        "eager_trainable_params": walked["trainable_params"],
+        "eager_predicted_peak": walked["peak"],
+        "eager_peak_event": walked["peak_event"],
+        "eager_ratio": round(walked["peak"] / row["measured_peak"], 4),
+        "eager_command": "python -m calc " + " ".join(eager),
+    }
+
+
 def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
     t0 = time.perf_counter()
     got = measure_step(folder, attention, checkpointing, seq, b, tune, device)
     args = cli_args(m, seq, b, checkpointing, attention, tune)
     pred = measure_transformers.predict(args)
+    eager = eager_args(m, seq, b, checkpointing, attention, tune, device)
+    walked = measure_transformers.predict(eager)
     return {
         "model_type": m.model_type,
         "model": asdict(m),
@@ -168,8 +216,24 @@ def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
         "predicted_peak_event": pred["peak_event"],
         "ratio": round(pred["peak"] / got["measured_peak"], 4),
         "command": "python -m calc " + " ".join(args),
+        "eager_trainable_params": walked["trainable_params"],
+        "eager_predicted_peak": walked["peak"],
+        "eager_peak_event": walked["peak_event"],
+        "eager_ratio": round(walked["peak"] / got["measured_peak"], 4),
+        "eager_command": "python -m calc " + " ".join(eager),
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def repredict() -> dict:
+    """docs/data/qlora.json with every run predicted again (both walks), its measurements kept."""
+    data = json.loads(RESULTS.read_text())
+    for row in data["runs"]:
+        row.update(predictions(row))
+        row["lora"].update(predictions(row["lora"]))
+        print(f"{row['tune']:28} {row['attention']:5} {row['checkpointing']:4} eager {row['eager_ratio']:.4f} "
+              f"(bf16 base {row['lora']['eager_ratio']:.4f}) deck {row['ratio']:.4f}", flush=True)  # fmt: skip
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     p.add_argument("--only", type=int, action="append", help="only these runs (indices into RUNS)")
+    p.add_argument("--repredict", action="store_true", help="predict the recorded runs again, measuring nothing")
     args = p.parse_args(argv)
+    if args.repredict:
+        data = repredict()
+        if args.write:
+            RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+        return 0
     import bitsandbytes
     import peft
 
@@ -195,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{i} {row['tune']:28} lora {lora['measured_peak']:>11,} {lora['predicted_peak']:>11,} "
                     f"{lora['ratio']:.4f}\n{'':30} {attention:5} {checkpointing:4} start {row['measured_start']:>11,} "
                     f"model {row['model_bytes']:>11,} / {row['predicted_weights']:>11,} peak "
-                    f"{row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f} trainable "
+                    f"{row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f} eager "
+                    f"{row['eager_predicted_peak']:>11,} {row['eager_ratio']:.4f} trainable "
                     f"{row['measured_trainable']} / {row['trainable_params']}",
                     flush=True,
                 )
