@@ -305,8 +305,9 @@ def parse(text: str) -> dict:
 OWN_CODE = ("gemma", "gemma2", "phi3")
 
 
-def shape_from_config(cfg: Mapping, name: str = "hf-config") -> Shape:
-    """The Shape of a transformers config (a dict), or ConfigError naming the key at fault."""
+def shape_from_config(cfg: Mapping, name: str | None = None) -> Shape:
+    """The Shape of a transformers config (a dict), or ConfigError naming the key at fault; its name, unless
+    given, says where it came from: "config.json (llama)"."""
     model_type = cfg.get("model_type")
     if model_type is None:
         raise ConfigError(f"model_type is missing; supported: {', '.join(READERS)}")
@@ -315,10 +316,10 @@ def shape_from_config(cfg: Mapping, name: str = "hf-config") -> Shape:
     fields = READERS[model_type](cfg)
     if model_type in OWN_CODE:  # code of its own, which the eager walk does not replay (calc.families)
         fields["family"] = model_type
-    return Shape(name=name, **fields)
+    return Shape(name=name or f"config.json ({model_type})", **fields)
 
 
-def shape_from_text(text: str, name: str = "hf-config") -> Shape:
+def shape_from_text(text: str, name: str | None = None) -> Shape:
     """The Shape of a config.json's text."""
     return shape_from_config(parse(text), name)
 

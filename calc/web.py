@@ -27,7 +27,7 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
 
 def eager_beside(inputs: dict) -> dict:
     """The step as PyTorch's eager autograd allocates it (calc.eager), for the page to show beside the
-    deck's accounting: {"available": true, "peak", "peak_event", "display", "family"}, or
+    deck's accounting: {"available": true, "peak", "peak_event", "display", "family", "band"}, or
     {"available": false, "reason"}."""
     shape = inputs["shape"]
     tune = inputs["tune"]
@@ -51,7 +51,18 @@ def eager_beside(inputs: dict) -> dict:
         "peak_event": event,
         "display": _display(top),
         "family": shape.family,
+        "band": eager_band(shape, tune),
     }
+
+
+def eager_band(shape, tune) -> str:
+    """Which measured steps speak for this one (the keys of hooks/deck.py's eager_bands): its fine-tuning
+    (peft's LoRA and frozen layers, or QLoRA), else mixture of experts, else its family's code."""
+    if tune.mode in ("lora", "freeze"):
+        return "lora"
+    if tune.mode == "qlora":
+        return "qlora"
+    return "moe" if shape.moe_layers else shape.family
 
 
 def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want_fit: bool = False) -> dict:

@@ -53,30 +53,50 @@ def compute(inputs: dict[str, str] | None = None, sweep: bool = True, plan: bool
 
 
 
-# Measured steps of each family's code against the eager walk (scripts/training/measure_transformers.py and
-# measure.py write them; docs/results.md §10.6 and §10.8 show them).
+# Measured steps against the eager walk, by what speaks for a step (calc.web.eager_beside's "band"):
+# full training of each family's code (scripts/training/measure_transformers.py, measure.py; results §10.6,
+# §10.8), fine-tuning with peft (measure_lora.py, §12.4) and QLoRA (measure_qlora.py, §12.5).
+DATA = ROOT / "docs" / "data"
 MEASURED = {
-    "transformers": ROOT / "docs" / "data" / "transformers.json",
-    "decoder": ROOT / "docs" / "data" / "measurements.json",
+    "transformers": DATA / "transformers.json",
+    "decoder": DATA / "measurements.json",
+    "lora": DATA / "lora.json",
+    "qlora": DATA / "qlora.json",
 }
-FAMILY_CLASSES = {"llama": ("llama", "mistral", "qwen2"), "gpt2": ("gpt2",)}  # transformers' model types
+FAMILY_CLASSES = {"llama": ("llama", "mistral", "qwen2"), "gpt2": ("gpt2",), "moe": ("mixtral", "qwen2_moe")}
+
+
+def _band(ratios: list[float], models, section: str, setting: str = "") -> dict:
+    return {"low": min(ratios), "high": max(ratios), "runs": len(ratios), "models": sorted(set(models)),
+            "section": section, "anchor": "sec-" + section.replace(".", "-"), "setting": setting}
 
 
 def eager_bands() -> dict[str, dict]:
-    """For each family the eager walk follows, the lowest and highest ratio of predicted to measured peak
-    over the steps measured on its code, and how many: {family: {"low", "high", "runs", "models"}}."""
+    """For each kind of step the eager walk follows, the lowest and highest ratio of predicted to measured
+    peak over the steps measured, how many, on which model types, and the section of results that lists
+    them: {band: {"low", "high", "runs", "models", "section", "anchor", "setting"}}."""
     out = {}
     if MEASURED["transformers"].exists():
         runs = json.loads(MEASURED["transformers"].read_text())["runs"]
         for family, classes in FAMILY_CLASSES.items():
             ratios = [r["ratio"] for r in runs if r["model_type"] in classes and r["measured_peak"]]
             if ratios:
-                out[family] = {"low": min(ratios), "high": max(ratios), "runs": len(ratios), "models": list(classes)}
+                out[family] = _band(ratios, classes, "10.8")
     if MEASURED["decoder"].exists():
         runs = json.loads(MEASURED["decoder"].read_text())["runs"]
         ratios = [r["ratio_eager"] for r in runs if r.get("measured_peak") and r.get("ratio_eager")]
         if ratios:
-            out["decoder"] = {"low": min(ratios), "high": max(ratios), "runs": len(ratios), "models": ["decoder"]}
+            out["decoder"] = _band(ratios, ["decoder"], "10.6")
+    if MEASURED["lora"].exists():
+        runs = [r for r in json.loads(MEASURED["lora"].read_text())["runs"] if r["measured_peak"]]
+        if runs:
+            out["lora"] = _band([r["ratio"] for r in runs], [r["model_type"] for r in runs], "12.4",
+                                "fine-tuned with peft's LoRA or with frozen layers")
+    if MEASURED["qlora"].exists():
+        runs = [r for r in json.loads(MEASURED["qlora"].read_text())["runs"] if r["measured_peak"]]
+        if runs:
+            out["qlora"] = _band([r["eager_ratio"] for r in runs], [r["model_type"] for r in runs], "12.5",
+                                 "with bitsandbytes' 4-bit layers and peft's LoRA")
     return out
 
 

@@ -214,7 +214,7 @@ def widget_html(page_url: str) -> str:
         "categories": list(deck.calc.CATEGORIES),
         "categoryLabels": deck.calc.CATEGORY_LABELS,
         "eagerBands": deck.eager_bands(),
-        "resultsUrl": get_relative_url("results/", page_url) + "#sec-10-8",
+        "resultsUrl": get_relative_url("results/", page_url),
         "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
     }
     fit = json.loads(deck.calc.web.handle(json.dumps({"inputs": {}, "sweep": False, "fit": True})))["fit"]

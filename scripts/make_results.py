@@ -619,7 +619,12 @@ def lora_section() -> list[str]:
         "model transformers and peft make the embedding's output require grad), or `requires_grad_(False)` on "
         "the embedding and the first N layers; `torch.optim.AdamW` over the parameters that require grad. The "
         "step, the measurement (the second step's CPU allocator peak) and the prediction (the CLI in-process, "
-        f"from the flags in the last column) are §10.8's; `{command}` remakes the table.",
+        f"from the flags a user types) are §10.8's; `{command}` remakes the table.",
+        "",
+        "Each row is predicted by the command a user types for it (docs/data/lora.json holds every row's), for "
+        "example the first one:",
+        "",
+        f"    {runs[0]['command']}",
         "",
         f"Environment: {data['environment']}.",
         "",
@@ -627,8 +632,8 @@ def lora_section() -> list[str]:
         f"{worst['precision']}, {worst['attention']} attention, checkpointing {worst['checkpointing']}).",
         "",
         "| Class | Shape | Tokens | Fine-tuning | Trainable | Recipe | Attention | Checkpointing "
-        "| Measured (bytes) | Eager walk (bytes) | Eager / measured | Command |",
-        "|---|---|---|---|---:|---|---|---|---:|---:|---:|---|",
+        "| Measured (bytes) | Eager walk (bytes) | Eager / measured |",
+        "|---|---|---|---|---:|---|---|---|---:|---:|---:|",
     ]
     for r in runs:
         m = r["model"]
@@ -637,7 +642,7 @@ def lora_section() -> list[str]:
         out.append(
             f"| {r['model_type']} | {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
             f"| {r['trainable_params']:,} | {r['precision']} | {r['attention']} | {r['checkpointing']} "
-            f"| {r['measured_peak']:,} | {r['predicted_peak']:,} | {r['ratio']:.4f} | `{r['command']}` |"
+            f"| {r['measured_peak']:,} | {r['predicted_peak']:,} | {r['ratio']:.4f} |"
         )
     out += [
         "",

@@ -363,9 +363,12 @@ def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_pa
     that model's code (the band results.md §10.8 tabulates) and a link to it; both follow the inputs."""
     bands = deck.eager_bands()
     results = (ROOT / "docs" / "results.md").read_text()
-    for family, classes in deck.FAMILY_CLASSES.items():
-        for model_type in classes:
-            assert f"| {model_type} | 24 | {bands[family]['low']:.4f} | {bands[family]['high']:.4f} |" in results
+    for family, classes in deck.FAMILY_CLASSES.items():  # the band spans its classes' rows in §10.8
+        rows = [re.search(rf"^\| {c} \| (\d+) \| ([\d.]+) \| ([\d.]+) \|", results, re.M) for c in classes]
+        assert all(rows), family
+        assert bands[family]["runs"] == sum(int(m[1]) for m in rows)
+        assert f"{bands[family]['low']:.4f}" == min(m[2] for m in rows)
+        assert f"{bands[family]['high']:.4f}" == max(m[3] for m in rows)
     page, recorder = open_page()
     shown = eager_shown(page)
     assert shown["peak"] == DEFAULT["eager"]["peak"] and shown["text"] == calc.units.format_size(shown["peak"])
@@ -384,6 +387,26 @@ def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_pa
     )
     change(page, "dp", "2")
     assert "one device" in eager_shown(page)["reason"] and eager_shown(page)["peak"] is None
+    assert recorder.errors == []
+
+
+def test_the_measured_error_shown_is_that_of_the_steps_like_this_one(open_page, base_url):
+    """A mixture of experts shows the error measured on Mixtral and Qwen2-MoE, LoRA that of peft's steps and
+    QLoRA that of bitsandbytes' (results §10.8, §12.4, §12.5), each linked to its section."""
+    bands = deck.eager_bands()
+    page, recorder = open_page()
+    change(page, "preset", "mixtral-8x7b")
+    shown = eager_shown(page)
+    assert shown["peak"] == answer_for({"preset": "mixtral-8x7b"})["eager"]["peak"]
+    assert (shown["low"], shown["high"]) == (bands["moe"]["low"], bands["moe"]["high"]) != (
+        bands["llama"]["low"], bands["llama"]["high"])
+    assert shown["href"] == base_url + "results/#sec-10-8"
+    change(page, "preset", "llama-7b")
+    for mode, band, section in (("lora", "lora", "12-4"), ("qlora", "qlora", "12-5"), ("freeze", "lora", "12-4")):
+        change(page, "finetune", mode)
+        shown = eager_shown(page)
+        assert (shown["low"], shown["high"]) == (bands[band]["low"], bands[band]["high"]), mode
+        assert shown["href"] == base_url + f"results/#sec-{section}", mode
     assert recorder.errors == []
 
 

@@ -83,6 +83,7 @@ def test_eager_walk_beside_the_deck():
         "peak_event": eager["peak_event"],
         "display": web._display(eager["peak"]),
         "family": "llama",
+        "band": "llama",
     }
     assert out["eager"]["peak"] != out["step"]["peak"]  # the deck's accounting is another figure
     sharded = json.loads(web.handle(json.dumps({"inputs": {"dp": 4, "zero": 1}})))
@@ -90,6 +91,10 @@ def test_eager_walk_beside_the_deck():
     assert "one device" in sharded["eager"]["reason"]
     moe = json.loads(web.handle(json.dumps({"inputs": {"preset": "mixtral-8x7b", "seq": 512}})))
     assert moe["eager"]["available"] and moe["eager"]["peak"] > 0  # Mixtral's sparse block is replayed
+    assert moe["eager"]["band"] == "moe"  # its error is the one measured on mixtures of experts
+    for mode, band in (("lora", "lora"), ("freeze", "lora"), ("qlora", "qlora")):
+        tuned = json.loads(web.handle(json.dumps({"inputs": {"seq": 512, "finetune": mode}})))
+        assert tuned["eager"]["band"] == band, mode
     capped_inputs = {"preset": "mixtral-8x7b", "seq": 512, "capacity-factor": 1.25}
     capped = json.loads(web.handle(json.dumps({"inputs": capped_inputs})))
     assert capped["eager"] == {

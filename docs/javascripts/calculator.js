@@ -814,7 +814,6 @@
       const out = root.querySelector("[data-calc-eager]");
       const eager = answer.eager;
       const link = document.createElement("a");
-      link.href = config.resultsUrl;
       out.replaceChildren();
       if (!eager.available) {
         const reason = document.createElement("span");
@@ -837,16 +836,18 @@
       out.append("What PyTorch allocates for the same step (", code,
         `: transformers' code, ${cfg.attention} attention, AdamW as PyTorch runs it on a ${where}): `,
         peak, ", reached at “", event, "”.");
-      const band = config.eagerBands[eager.family];
+      const band = config.eagerBands[eager.band];
       if (!band) return;
+      link.href = `${config.resultsUrl}#${band.anchor}`;
       const pct = (x) => `${(100 * x).toFixed(2)}%`;
       const said = document.createElement("span");
       said.dataset.out = "eager-band";
       said.dataset.low = band.low;
       said.dataset.high = band.high;
-      said.textContent = ` Measured against ${band.runs} real steps of this code (${band.models.join(", ")}), ` +
+      const setting = band.setting ? `, ${band.setting}` : "";
+      said.textContent = ` Measured against ${band.runs} real steps of this code (${band.models.join(", ")}${setting}), ` +
         `it predicted ${pct(band.low)} to ${pct(band.high)} of the measured peak`;
-      link.textContent = "results §10.8";
+      link.textContent = `results §${band.section}`;
       out.append(said, " (", link, ").");
     }
     // Everything drawn, the sweep included: "calc:drawn" (the tests and the benchmark wait for it).
