@@ -93,6 +93,7 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
         "capacity": inputs["capacity"],
         "global_batch": inputs["global_batch"],
     }
+    result["peak_display"] = _display(result["step"]["peak"])
     result["fits"] = result["step"]["peak"] <= inputs["capacity"]
     result["trainable_params"] = result["step"]["trainable_params"]
     result["eager"] = eager_beside(inputs)

@@ -128,6 +128,7 @@ def assert_page_shows(page, answer: dict) -> None:
     step = answer["step"]
     assert walk == {"events": str(len(step["events"])), "peakIndex": str(step["peak_index"]), "peak": str(step["peak"])}
     assert page.get_attribute('[data-out="peak"]', "data-bytes") == str(step["peak"])
+    assert page.text_content('[data-out="peak-gib"]') == f"{calc.units.format_gib(step['peak'])} GiB"
     assert page.text_content('[data-out="peak-event"]') == step["peak_event"]
     capacities = page.eval_on_selector_all(".calc-capacity", "gs => gs.map(g => g.dataset.capacity)")
     assert capacities == [str(answer["capacity"])] * 3  # the same device line on all three charts
@@ -252,14 +253,16 @@ def test_bad_input_names_the_field_and_the_page_keeps_working(open_page, name, v
     error.wait_for(state="visible")
     assert error.text_content().startswith(label)
     assert page.get_attribute(f'[data-calc-form] [name="{name}"]', "aria-invalid") == "true"
-    assert_page_shows(page, DEFAULT)  # the last good answer stays
+    assert_page_shows(page, DEFAULT)  # the last good answer stays, marked as the last one accepted
+    assert page.get_attribute("[data-calc]", "data-stale") == "true"
+    assert "the last settings calc accepted" in error.text_content()
     page.click('[data-anim="forward"]')  # the animation still steps
     assert "Event" in page.text_content('[data-anim="label"]')
     # Mending the field brings the live answer back and clears the message.
     good = {"seq": "2048", "micro-batch": "2", "heads": "16", "capacity-gb": "40"}[name]
     change(page, name, good)
     assert_page_shows(page, answer_for({name: good}))
-    assert error.is_hidden()
+    assert error.is_hidden() and page.get_attribute("[data-calc]", "data-stale") is None
     assert recorder.errors == []
 
 

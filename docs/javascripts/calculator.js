@@ -577,6 +577,7 @@
     function refuseLong(size) {
       showError(HF_CONFIG, `${size} is not a config.json (a few kB); at most ${formatInt(config.hfMaxChars)} ` +
         "characters are read. The numbers below are for the last model calc accepted.");
+      root.dataset.stale = "true";
     }
     // A config's text from the box, a file or a link: refused here, before the worker, when far too long.
     function takeConfig(text) {
@@ -648,7 +649,9 @@
         if (Object.hasOwn(config.defaults, key) ? value !== config.defaults[key] : true) params.set(key, value);
       }
       const query = params.toString();
-      history.replaceState(history.state, "", `${location.pathname}${query ? `?${query}` : ""}${location.hash}`);
+      // A shared link opens at the calculator, not at the top of the page it lives on.
+      const hash = location.hash || (query ? `#${root.id}` : "");
+      history.replaceState(history.state, "", `${location.pathname}${query ? `?${query}` : ""}${hash}`);
     }
     // A link never loses settings it can use: parameters that are not ours (utm_source, fbclid...) are
     // ignored; each value that cannot be used is reported by name and only its field keeps its default.
@@ -782,7 +785,9 @@
       }
       const shape = step.config.shape;
       root.querySelector('[data-out="caption"]').textContent =
-        `Bytes on one device: ${shape.name}, sequence ${formatInt(step.config.seq)}, micro-batch ${step.config.micro_batch}.`;
+        `Bytes on one device: ${shape.name}, sequence ${formatInt(step.config.seq)}, micro-batch ${step.config.micro_batch}.` +
+        (step.config.finetune && step.config.finetune.mode !== "full"
+          ? " The four recipes train every parameter: the deck's step, for comparison with your fine-tuning above." : "");
       const peakOut = root.querySelector('[data-out="peak"]');
       peakOut.textContent = formatSize(step.peak);
       peakOut.dataset.bytes = step.peak;
@@ -791,9 +796,12 @@
       const device = `one ${capacityText(answer.capacity)} device`;
       const fits = answer.fits ? `fits on ${device}` : `does not fit on ${device}`;
       summary.innerHTML = "";
+      const gib = document.createElement("span");
+      gib.dataset.out = "peak-gib";
+      gib.textContent = `${answer.peak_display.gib} GiB`;
       summary.append(tuningText(step.config.finetune),
         `With ${config.recipeLabels[step.config.recipe]} and ${recompute} recomputation the peak is `,
-        peakOut, ", reached at “");
+        peakOut, " (", gib, "), reached at “");
       const event = document.createElement("span");
       event.dataset.out = "peak-event";
       event.textContent = step.peak_event;
@@ -1036,14 +1044,16 @@
       if (!result.ok) {
         busy = false;
         clearErrors();
-        // A refused config.json leaves the last model calc accepted on show, and says so.
-        const kept = result.field === HF_CONFIG ? "; the numbers below are for the last model calc accepted" : "";
+        // A refused input leaves the last answer calc gave on show, dimmed, and says so.
+        const kept = `; the numbers below are for the last ${result.field === HF_CONFIG ? "model" : "settings"} calc accepted`;
         showError(result.field, result.message + kept);
         clearTimeout(planner.timer);
         planState("error", "The planner waits for valid inputs (see the message beside the field).");
         becomeReady();
+        root.dataset.stale = "true";
         return;
       }
+      delete root.dataset.stale;
       answer = { ...result, sweep: answer.sweep };  // the last sweep stays until the new one comes
       clearErrors();
       if (notice.dataset.kind === "input") { notice.hidden = true; delete notice.dataset.kind; }
