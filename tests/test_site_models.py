@@ -270,6 +270,28 @@ def test_expert_parallelism_changes_the_numbers_as_calc_says_and_the_planner_loa
     assert recorder.errors == []
 
 
+def test_a_fine_tuning_that_fits_loads_into_the_calculator(open_page):
+    """A row of "What fits on one card" loads its fine-tuning on one device, and the calculator's peak for it is
+    the row's own; the Load buttons work from the keyboard."""
+    page, recorder = open_page("?dp=2&capacity-gb=24")
+    page.wait_for_function(
+        "() => document.querySelector('[data-fit-status]').textContent.includes('in your browser')",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    row = page.locator("tr[data-fit-row]").filter(has=page.locator("td", has_text="lora")).first
+    data = row.evaluate("tr => ({...tr.dataset})")
+    page.evaluate(WATCH_DRAWN)
+    row.locator("[data-fit-use]").focus()
+    page.keyboard.press("Enter")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    inputs = {"finetune": data["finetune"], "lora-rank": data["rank"], "lora-targets": data["targets"],
+              "recompute": data["recompute"], "micro-batch": data["microBatch"], "capacity-gb": "24"}
+    want = answer_for(inputs)
+    assert shown(page) == expected(want) and want["step"]["peak"] == int(data["peak"])
+    assert page.input_value('[name="dp"]') == "1" and page.locator('[name="lora-rank"]').is_visible()
+    assert recorder.errors == []
+
+
 def test_lora_shows_calcs_trainable_parameters_its_sweep_and_what_fits_one_card(open_page):
     """LoRA rank 8 on q and v of LLaMA 7B trains 4,194,304 parameters; rank and targets show only for
     LoRA; the sweep draws the fine-tuning step; the fit list is calc's, cheapest first."""

@@ -407,22 +407,33 @@
   }
 
   // "What fits on one card": calc's fine-tunings that fit one device, cheapest first (calc.plan.fit_card).
-  function drawFit(body, fit, moe) {
+  const fitLabel = (row) => `Load ${row.finetune}${row.rank ? ` rank ${row.rank} on ${row.targets.join(",")}` : ""}, ` +
+    `${row.recompute} recomputation, micro-batch ${row.micro_batch}, on one device`;
+  function drawFit(body, fit, moe, live) {
     const rows = fit.map((row) => {
       const tr = document.createElement("tr");
       tr.dataset.fitRow = "";
       Object.assign(tr.dataset, {
-        finetune: row.finetune, rank: row.rank, microBatch: row.micro_batch, peak: row.peak, trainable: row.trainable_params,
+        finetune: row.finetune, rank: row.rank, targets: row.targets.join(","), recompute: row.recompute,
+        microBatch: row.micro_batch, peak: row.peak, trainable: row.trainable_params,
       });
       for (const value of [row.finetune, row.rank || "", row.targets.join(","), row.recompute, row.micro_batch,
         formatInt(row.trainable_params), formatSize(row.peak), row.display.extra_compute]) tr.insertCell().textContent = value;
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "md-button";
+      button.dataset.fitUse = "";
+      button.disabled = !live;
+      button.textContent = "Load";
+      button.setAttribute("aria-label", fitLabel(row));
+      tr.insertCell().appendChild(button);
       return tr;
     });
     if (!rows.length) {
       const tr = document.createElement("tr");
       tr.dataset.fitNone = "";
       const td = tr.insertCell();
-      td.colSpan = 8;
+      td.colSpan = 9;
       td.textContent = moe ? "A mixture of experts is not modelled here." : "Nothing fits one card.";
       rows.push(tr);
     }
@@ -929,6 +940,7 @@
       }
     }
     function setLoadButtons() {
+      for (const button of fitView.body.querySelectorAll("[data-fit-use]")) button.disabled = !call;
       for (const button of planner.body.querySelectorAll("[data-plan-use]")) {
         button.disabled = !call;
         if (!call) button.setAttribute("aria-describedby", "calc-plan-load-note");
@@ -974,7 +986,7 @@
       const plan = result.plan;
       const run = result.step.config;
       drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
-      drawFit(fitView.body, result.fit, run.shape.experts > 0);
+      drawFit(fitView.body, result.fit, run.shape.experts > 0, Boolean(call));
       fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
         `on one ${capacityText(result.capacity)} device.`;
       fitView.status.textContent = `${result.fit.length} fine-tuning${result.fit.length === 1 ? "" : "s"} fit ` +
@@ -1000,6 +1012,26 @@
     planner.body.addEventListener("click", (event) => {
       const button = event.target.closest("[data-plan-use]");
       if (button && !button.disabled) loadLayout(button.closest("tr"));
+    });
+    // A fine-tuning that fits: on one device, as calc.plan.fit_card answered it.
+    function loadFit(tr) {
+      for (const name of ["dp", "tp", "pp", "ep"]) setField(name, "1");
+      setField("zero", "0");
+      const { finetune, rank, targets, recompute, microBatch } = tr.dataset;
+      setField("finetune", finetune);
+      if (finetune === "lora" || finetune === "qlora") {
+        setField("lora-rank", rank);
+        setField("lora-targets", targets);
+      }
+      setField("recompute", recompute);
+      setField("micro-batch", microBatch);
+      showApplicable();
+      clearTimeout(planner.timer);
+      update();
+    }
+    fitView.body.addEventListener("click", (event) => {
+      const button = event.target.closest("[data-fit-use]");
+      if (button && !button.disabled) loadFit(button.closest("tr"));
     });
 
     // -- asking calc
