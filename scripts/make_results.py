@@ -512,6 +512,11 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
     return out
 
 
+def _short_shape(m: dict) -> str:
+    """A measured model's shape as §10.8 writes it: layers, width, heads, key/value heads, FFN, vocabulary."""
+    return ", ".join(str(m[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab"))
+
+
 def qlora_section() -> list[str]:
     """§12.5: bitsandbytes' NF4 layers with peft's LoRA, measured, beside the eager and deck walks
     (docs/data/qlora.json)."""
@@ -555,7 +560,7 @@ def qlora_section() -> list[str]:
         f"bf16 base: {min(lora_ratios):.4f} to {max(lora_ratios):.4f}. What QLoRA saves (the bf16 step's peak "
         f"less the QLoRA step's), deck walk / measured: {min(saved_ratio):.4f} to {max(saved_ratio):.4f}.",
         "",
-        "| Shape | Tokens | Fine-tuning | Attention | Checkpointing | Model held (bytes) | NF4 base, calc "
+        "| L, h, a, k, f, V | Tokens | Fine-tuning | Attention | Checkpointing | Model held (bytes) | NF4 base, calc "
         "(bytes) | QLoRA measured | QLoRA eager walk | Eager / measured | QLoRA deck walk | Deck / measured "
         "| bf16 base measured | bf16 eager walk | Eager / measured | bf16 deck walk | Deck / measured "
         "| Saved, measured | Saved, deck walk |",
@@ -563,8 +568,7 @@ def qlora_section() -> list[str]:
     ]
     for r, (m_saved, p_saved) in zip(runs, saved, strict=True):
         m = r["model"]
-        shape = f"L {m['layers']}, h {m['hidden']}, {m['heads']} heads, {m['kv_heads']} kv, f {m['ffn']}, "
-        lo, shape = r["lora"], shape + f"V {m['vocab']}"
+        lo, shape = r["lora"], _short_shape(m)
         out.append(
             f"| {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} | {r['attention']} | {r['checkpointing']} "
             f"| {r['model_bytes']:,} | {r['predicted_weights']:,} | {r['measured_peak']:,} "
@@ -631,14 +635,13 @@ def lora_section() -> list[str]:
         f"Worst of {len(runs)} runs: **{worst['ratio']:.4f}** ({worst['model_type']}, {worst['tune']}, "
         f"{worst['precision']}, {worst['attention']} attention, checkpointing {worst['checkpointing']}).",
         "",
-        "| Class | Shape | Tokens | Fine-tuning | Trainable | Recipe | Attention | Checkpointing "
+        "| Class | L, h, a, k, f, V | Tokens | Fine-tuning | Trainable | Recipe | Attention | Checkpointing "
         "| Measured (bytes) | Eager walk (bytes) | Eager / measured |",
         "|---|---|---|---|---:|---|---|---|---:|---:|---:|",
     ]
     for r in runs:
         m = r["model"]
-        shape = f"L {m['layers']}, h {m['hidden']}, {m['heads']} heads, {m['kv_heads']} kv, f {m['ffn']}, "
-        shape += f"V {m['vocab']}"
+        shape = _short_shape(m)
         out.append(
             f"| {r['model_type']} | {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
             f"| {r['trainable_params']:,} | {r['precision']} | {r['attention']} | {r['checkpointing']} "
