@@ -105,7 +105,8 @@
     return `${n < 0n ? "-" : ""}${q / 10n}.${q % 10n}`;
   }
   const formatGB = (bytes) => fixed(bytes, 1000000000n);
-  const formatInt = (n) => Number(n).toLocaleString("en-US");
+  const EN_US = new Intl.NumberFormat("en-US");  // as toLocaleString("en-US"), without a new formatter per call
+  const formatInt = (n) => EN_US.format(Number(n));
   // As calc.format_size: "1,234.5 GB", and from 10,000 GB on "861.1 TB" (display only).
   function formatSize(bytes) {
     let text = formatGB(bytes);
@@ -113,7 +114,7 @@
     if (Math.abs(Number(text)) >= 10000) [text, unit] = [fixed(bytes, 1000000000000n), "TB"];
     const negative = text.startsWith("-");
     const [whole, frac] = text.replace("-", "").split(".");
-    return `${negative ? "-" : ""}${BigInt(whole).toLocaleString("en-US")}.${frac} ${unit}`;
+    return `${negative ? "-" : ""}${EN_US.format(BigInt(whole))}.${frac} ${unit}`;
   }
   // A value from a link or a field, quoted for a message, never more than 40 characters of it.
   function quote(value) {
@@ -149,8 +150,16 @@
   const CHART_FONT_PX = 12;
   const charWidth = (s) => String(s).length * CHART_FONT_PX * 0.6;  // a generous estimate for layout
 
+  // The charts' widths, read once per redraw before it writes to the page (withWidths): each read of
+  // clientWidth after a write would lay the whole page out again.
+  let knownWidths = null;
+  function withWidths(containers, draw) {
+    knownWidths = new Map(containers.map((c) => [c, c.clientWidth]));
+    try { draw(); } finally { knownWidths = null; }
+  }
+
   function chartFrame(container, title, desc, { height = null, bottom = 44 } = {}) {
-    const width = Math.max(280, Math.round(container.clientWidth || 640));
+    const width = Math.max(280, Math.round((knownWidths?.get(container) ?? container.clientWidth) || 640));
     const tall = height ?? Math.round(Math.min(320, Math.max(250, width * 0.48)));
     const margin = { top: 20, right: 56, bottom, left: 60 };
     const root = svg("svg", {
@@ -621,6 +630,9 @@
     }
     // The table, the summary, the bars and the step; the sweep chart too once the answer has it.
     function renderNumbers() {
+      withWidths(Object.values(charts), renderNumbersNow);
+    }
+    function renderNumbersNow() {
       const step = answer.step;
       const selected = `${step.config.recipe}-${step.config.recompute}`;
       for (const row of answer.table) {
