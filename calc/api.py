@@ -8,7 +8,18 @@ from . import eager, eager_step, finetune
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .shape import Shape, param_counts
-from .walk import CATEGORIES, device_state, events, label_at, peak, segments, seq_sizes, stage_kept, template
+from .walk import (
+    CATEGORIES,
+    device_state,
+    events,
+    label_at,
+    peak,
+    peak_of,
+    segments,
+    seq_sizes,
+    stage_kept,
+    template,
+)
 
 
 def sizes(
@@ -220,6 +231,6 @@ def sweep(
     grad_accum: int | None = None,
 ) -> list[int]:
     """Peak bytes per device for each sequence length (the same walks, without expanding their events)."""
-    templates = [template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)]
+    top = peak_of(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)))
     p = RECIPES[recipe].activations
-    return [max(peak(t, seq_sizes(shape, s, micro_batch, recompute, p, par))[0] for t in templates) for s in seqs]
+    return [top(seq_sizes(shape, s, micro_batch, recompute, p, par)) for s in seqs]

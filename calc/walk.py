@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -404,3 +405,54 @@ def peak(segs, sizes: dict[str, int] | None = None) -> tuple[int, int]:
         running += repeats * local
         index += repeats * len(events)
     return best, best_index
+
+
+
+def peak_of(*templates) -> Callable[[dict[str, int]], int]:
+    """`max(peak(t, sizes)[0] for t in templates)` as a function of `sizes`, for many sizes (a chart's sweep).
+
+    A segment's largest total is the running total before it, plus the largest of its own running
+    totals, plus (repeats - 1) times its net when that is positive: the larger of two sums, each a
+    fixed number of bytes plus whole multiples of named sizes. So the peak is the largest of such sums
+    over all segments; of those with the same multiples only the one with the most fixed bytes can be
+    the largest. Evaluating what is left gives the same integers, the same peak, far faster."""
+    sums: dict[tuple[tuple[str, int], ...], int] = {}
+
+    def keep(total: dict[str, int]) -> None:
+        names = tuple(sorted((k, v) for k, v in total.items() if k and v))
+        const = total.get("", 0)
+        if names not in sums or const > sums[names]:
+            sums[names] = const
+
+    def plus(a: dict[str, int], b: dict[str, int], times: int = 1) -> dict[str, int]:
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + times * v
+        return out
+
+    for segs in templates:
+        running: dict[str, int] = {}
+        for seg in segs:
+            local: dict[str, int] = {}
+            totals = []
+            for e in seg.events:
+                key = "" if isinstance(e.bytes, int) else e.bytes
+                local[key] = local.get(key, 0) + (e.bytes if key == "" else 1)
+                totals.append(dict(local))
+            for total in totals:
+                keep(plus(running, total))
+                if seg.repeats > 1:
+                    keep(plus(plus(running, total), local, seg.repeats - 1))
+            running = plus(running, local, seg.repeats)
+    forms = tuple((const, names) for names, const in sums.items())
+
+    def top(sizes: dict[str, int]) -> int:
+        best = -1
+        for const, names in forms:
+            for name, count in names:
+                const += count * sizes[name]
+            if const > best:
+                best = const
+        return best
+
+    return top

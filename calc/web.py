@@ -122,8 +122,10 @@ def sweep_for(inputs: dict) -> dict:
     seqs = seq_grid(seq)
     if shape.positions == "learned":
         seqs = [s for s in seqs if s <= shape.context]
-    # Up to 2x the chosen sequence, where every byte count stays exact in a browser (< 2^53).
-    seqs = [s for s in seqs if s <= seq or size_bound(shape, s, b, par) <= MAX_BYTES]
+    # Up to 2x the chosen sequence, where every byte count stays exact in a browser (< 2^53). The bound grows
+    # with the sequence: when the longest one is within it, every one is.
+    if seqs and size_bound(shape, seqs[-1], b, par) > MAX_BYTES:
+        seqs = [s for s in seqs if s <= seq or size_bound(shape, s, b, par) <= MAX_BYTES]
     out = {
         "seq": seqs,
         "peaks": {

@@ -145,3 +145,23 @@ def test_fp32_activations_double():
     two = calc.step(DECODER, 8, 4, "fp32", "none")
     four = calc.step(DECODER, 8, 4, "fp32", "none", activation_bytes=4)
     assert four["bytes"]["activations"] == 2 * two["bytes"]["activations"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.lists(seqs, min_size=1, max_size=5), micro_batches, recipes, recomputes,
+       st.sampled_from([(1, 1, 1, 0), (2, 2, 2, 1), (8, 1, 4, 3), (4, 2, 1, 2)]), st.sampled_from([None, 1, 4, 8]))
+def test_sweep_peak_of_is_peak(shape, seq_list, b, recipe, recompute, layout, accum):
+    """The sweep's compiled peak (walk.peak_of) gives exactly the walks' own peaks, sequence by sequence."""
+    from calc.api import walks
+    from calc.parallel import Parallel
+    from calc.recipes import RECIPES
+    from calc.walk import seq_sizes, template
+
+    dp, tp, pp, zero = layout
+    par = Parallel(dp=dp, tp=tp, pp=pp, zero=zero)
+    if shape.layers < pp or shape.heads % tp or shape.kv_heads % tp:
+        return
+    p = RECIPES[recipe].activations
+    templates = [template(shape, recipe, recompute, par, *w) for w in walks(par, accum)]
+    want = [max(peak(t, seq_sizes(shape, s, b, recompute, p, par))[0] for t in templates) for s in seq_list]
+    assert calc.api.sweep(shape, seq_list, b, recipe, recompute, par, accum) == want

@@ -91,8 +91,8 @@
     return worker;
   }
 
-  // The planner's worker, started once the calculator is live (not competing with its start).
-  // Falls back to the calculator's own worker if a second one cannot start.
+  // The planner's worker, started when the first plan is asked (not competing with the calculator's start
+  // or with its redraws while the reader types). Falls back to the calculator's own worker if a second one cannot start.
   function startPlanWorker(root, fallback) {
     if (!planWorker) planWorker = spawnWorker(root).catch(() => fallback);
     return planWorker;
@@ -107,7 +107,8 @@
     return `${n < 0n ? "-" : ""}${q / 10n}.${q % 10n}`;
   }
   const formatGB = (bytes) => fixed(bytes, 1000000000n);
-  const formatInt = (n) => Number(n).toLocaleString("en-US");
+  const EN_US = new Intl.NumberFormat("en-US");  // as toLocaleString("en-US"), without a new formatter per call
+  const formatInt = (n) => EN_US.format(Number(n));
   // As calc.format_size: "1,234.5 GB", and from 10,000 GB on "861.1 TB" (display only).
   function formatSize(bytes) {
     let text = formatGB(bytes);
@@ -115,7 +116,7 @@
     if (Math.abs(Number(text)) >= 10000) [text, unit] = [fixed(bytes, 1000000000000n), "TB"];
     const negative = text.startsWith("-");
     const [whole, frac] = text.replace("-", "").split(".");
-    return `${negative ? "-" : ""}${BigInt(whole).toLocaleString("en-US")}.${frac} ${unit}`;
+    return `${negative ? "-" : ""}${EN_US.format(BigInt(whole))}.${frac} ${unit}`;
   }
   // A value from a link or a field, quoted for a message, never more than 40 characters of it.
   function quote(value) {
@@ -151,8 +152,16 @@
   const CHART_FONT_PX = 12;
   const charWidth = (s) => String(s).length * CHART_FONT_PX * 0.6;  // a generous estimate for layout
 
+  // The charts' widths, read once per redraw before it writes to the page (withWidths): each read of
+  // clientWidth after a write would lay the whole page out again.
+  let knownWidths = null;
+  function withWidths(containers, draw) {
+    knownWidths = new Map(containers.map((c) => [c, c.clientWidth]));
+    try { draw(); } finally { knownWidths = null; }
+  }
+
   function chartFrame(container, title, desc, { height = null, bottom = 44 } = {}) {
-    const width = Math.max(280, Math.round(container.clientWidth || 640));
+    const width = Math.max(280, Math.round((knownWidths?.get(container) ?? container.clientWidth) || 640));
     const tall = height ?? Math.round(Math.min(320, Math.max(250, width * 0.48)));
     const margin = { top: 20, right: 56, bottom, left: 60 };
     const root = svg("svg", {
@@ -782,6 +791,9 @@
     }
     // The table, the summary, the bars and the step; the sweep chart too once the answer has it.
     function renderNumbers() {
+      withWidths(Object.values(charts), renderNumbersNow);
+    }
+    function renderNumbersNow() {
       const step = answer.step;
       const selected = `${step.config.recipe}-${step.config.recompute}`;
       for (const row of answer.table) {
@@ -960,6 +972,7 @@
     }
     async function askPlan() {
       // One question at a time; on the calculator's own worker (a fallback) only between its redraws.
+      if (!planCall) startPlanWorker(root, call).then((entry) => { planCall = entry; });
       if (!planCall || planner.asking || (planCall === call && busy)) {
         planner.timer = setTimeout(askPlan, PLAN_DELAY_MS);
         return;
@@ -1042,13 +1055,18 @@
         return { ok: false, field: null, message: error.message };
       }
     }
+    // "calc:live": the worker's first answer drawn (the benchmark's time to live); "calc:ready": its sweep too.
+    function markLive() {
+      if (!performance.getEntriesByName("calc:live").length) performance.mark("calc:live");
+    }
     function becomeReady() {
       if (root.dataset.state === "ready") return;
       root.dataset.state = "ready";
       delete root.dataset.stale;
       pendingNote.hidden = true;
       progress.root.hidden = true;
-      performance.mark("calc:live");
+      markLive();
+      performance.mark("calc:ready");
       setStatus("Live: computed in your browser by calc, running in Pyodide.");
     }
     // Two questions per change: first the table, the bars and the step (a fraction of calc's work),
@@ -1058,7 +1076,10 @@
       if (busy) { again = true; return; }
       busy = true;
       const given = inputs();
-      const result = await ask({ inputs: given, sweep: false });
+      const numbers = ask({ inputs: given, sweep: false });
+      // Asked at once, so the worker computes the sweep while the page draws the numbers (dropped if the form moves on).
+      const withSweep = ask({ inputs: given, sweep: true });
+      const result = await numbers;
       performance.mark("calc:answered");
       if (again) { busy = false; again = false; update(); return; }  // the form moved on: answer the latest
       if (!result.ok && linkFields.size) {
@@ -1098,8 +1119,9 @@
       charts.sweep.dataset.pending = "true";
       renderNumbers();
       performance.mark("calc:numbers");
+      markLive();
       root.dispatchEvent(new CustomEvent("calc:numbers"));
-      const full = await ask({ inputs: given, sweep: true });
+      const full = await withSweep;
       busy = false;
       if (again) { again = false; update(); return; }
       if (full.ok) answer = full;  // the same numbers, with their sweep
@@ -1219,7 +1241,6 @@
       (entry) => {
         call = entry;
         setLoadButtons();
-        startPlanWorker(root, entry).then((entry2) => { planCall = entry2; });
         return update();
       },
       failed,
