@@ -1098,7 +1098,8 @@
         busy = false;
         clearErrors();
         // A refused input leaves the last answer calc gave on show, dimmed, and says so.
-        const kept = `; the numbers below are for the last ${result.field === HF_CONFIG ? "model" : "settings"} calc accepted`;
+        const kept = result.field === HF_CONFIG ? "; the numbers below are for the last model calc accepted"
+          : "; the numbers shown are the last accepted";
         showError(result.field, result.message + kept);
         clearTimeout(planner.timer);
         planState("error", "The planner waits for valid inputs (see the message beside the field).");
