@@ -24,7 +24,7 @@ import calc  # noqa: E402
 DEFAULT_INPUTS: dict[str, str] = {}  # calc's own defaults: llama-7b, seq 4096, micro-batch 1, mixed, none
 PLAN_MAX_DEVICES = inspect.signature(calc.plan).parameters["max_devices"].default
 PLAN_LIMIT = inspect.signature(calc.plan).parameters["limit"].default
-CAPACITY_PRESETS_GB = (40, 80, 94, 141, 192)  # A100 40/80 GB, H100 NVL 94 GB, H200 141 GB, B200/MI300X 192 GB
+
 
 
 def reload_calc() -> None:
@@ -116,3 +116,11 @@ def presets() -> dict[str, dict]:
         d = shape.__dict__
         out[name] = {field.replace("_", "-"): d[field] for field in d if field != "name"}
     return out
+
+
+def capacity_presets() -> list[dict]:
+    """The page's capacity buttons: calc's cards (--card), one button per size, naming the cards it stands for."""
+    sizes: dict[str, list[str]] = {}
+    for card, gb in calc.inputs.CARDS.items():
+        sizes.setdefault(gb, []).append(card)
+    return [{"gb": gb, "cards": ", ".join(cards)} for gb, cards in sorted(sizes.items(), key=lambda kv: float(kv[0]))]

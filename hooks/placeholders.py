@@ -237,7 +237,7 @@ def widget_html(page_url: str) -> str:
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
         answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
         preset_groups=preset_groups(), fit=fit, lora_targets=", ".join(deck.calc.finetune.TARGETS),
-        capacity_presets=deck.CAPACITY_PRESETS_GB, plan_max_devices=deck.PLAN_MAX_DEVICES,
+        capacity_presets=deck.capacity_presets(), plan_max_devices=deck.PLAN_MAX_DEVICES,
         tp_max=max(deck.calc.TP_DEGREES), plan_limit=deck.PLAN_LIMIT,
         categories=deck.calc.CATEGORIES,
         category_names=deck.calc.CATEGORY_LABELS,

@@ -110,3 +110,13 @@ def test_every_static_figure_has_a_phone_width_variant_that_pages_offer():
         for page in ("results/index.html", "index.html"):
             html = (site / page).read_text()
             assert re.search(rf'<picture><source media="[^"]+" srcset="[^"]*figures/{name}-narrow\.svg">', html)
+
+
+def test_the_capacity_buttons_are_calcs_cards():
+    """One capacity button per card size calc knows (--card), 24 GB consumer cards included, each naming its cards."""
+    html = (built_site() / "index.html").read_text()
+    buttons = re.findall(r'data-capacity-preset="([\d.]+)" title="([^"]*)"', html)
+    sizes = sorted(set(calc.inputs.CARDS.values()), key=float)
+    assert [gb for gb, _ in buttons] == sizes and "24" in sizes
+    for gb, names in buttons:
+        assert names.split(", ") == [card for card, size in calc.inputs.CARDS.items() if size == gb]
