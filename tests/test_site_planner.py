@@ -101,6 +101,33 @@ def test_loading_a_layout_sets_the_inputs_and_its_peak(open_page):
     assert recorder.errors == []
 
 
+def test_the_load_buttons_are_one_tab_stop_and_the_arrows_move_between_them(open_page):
+    """Tab reaches the planner's first Load button and then leaves the table; the arrow keys, Home and End move
+    between its buttons (a roving tabindex), so fifty layouts are not fifty Tab stops."""
+    page, recorder = open_page()
+    change(page, "preset", "llama-2-70b")
+    wait_for_live_plan(page)
+    buttons = page.locator("[data-plan-use]")
+    count = buttons.count()
+    assert count > 3
+    tabbable = "() => [...document.querySelectorAll('[data-plan-use]')].filter(b => b.tabIndex === 0).length"
+    assert page.evaluate(tabbable) == 1
+    focused_row = "() => [...document.querySelectorAll('[data-plan-use]')].indexOf(document.activeElement)"
+    buttons.first.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    assert page.evaluate(focused_row) == 2
+    page.keyboard.press("ArrowUp")
+    assert page.evaluate(focused_row) == 1
+    page.keyboard.press("End")
+    assert page.evaluate(focused_row) == count - 1
+    page.keyboard.press("Home")
+    assert page.evaluate(focused_row) == 0
+    page.keyboard.press("Tab")  # out of the table, not to the next Load button
+    assert page.evaluate(focused_row) == -1
+    assert recorder.errors == []
+
+
 def test_parallel_inputs_round_trip_through_the_address(open_page):
     """dp, ZeRO, tp and the global batch go into the URL, and opening that URL restores them."""
     page, _ = open_page()

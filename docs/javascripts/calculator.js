@@ -413,6 +413,24 @@
       rows.push(tr);
     }
     body.replaceChildren(...rows);
+    rove(body, "[data-plan-use]");
+  }
+
+  // A table's Load buttons are one Tab stop: the arrow keys (and Home, End) move between them.
+  function rove(body, selector) {
+    [...body.querySelectorAll(selector)].forEach((button, i) => { button.tabIndex = i === 0 ? 0 : -1; });
+  }
+  function roveWithArrows(body, selector) {
+    const moves = { ArrowDown: 1, ArrowUp: -1, Home: -Infinity, End: Infinity };
+    body.addEventListener("keydown", (event) => {
+      if (!Object.hasOwn(moves, event.key) || !event.target.matches(selector)) return;
+      const buttons = [...body.querySelectorAll(selector)];
+      const at = buttons.indexOf(event.target) + moves[event.key];
+      const next = buttons[Number.isFinite(at) ? Math.max(0, Math.min(buttons.length - 1, at)) : (at < 0 ? 0 : buttons.length - 1)];
+      event.preventDefault();
+      for (const button of buttons) button.tabIndex = button === next ? 0 : -1;
+      next.focus();
+    });
   }
 
   // "What fits on one card": calc's fine-tunings that fit one device, cheapest first (calc.plan.fit_card).
@@ -447,6 +465,7 @@
       rows.push(tr);
     }
     body.replaceChildren(...rows);
+    rove(body, "[data-fit-use]");
   }
 
   // ---------------------------------------------------------------- one calculator
@@ -952,6 +971,8 @@
       }
     }
     function setLoadButtons() {
+      rove(fitView.body, "[data-fit-use]");
+      rove(planner.body, "[data-plan-use]");
       for (const button of fitView.body.querySelectorAll("[data-fit-use]")) button.disabled = !call;
       for (const button of planner.body.querySelectorAll("[data-plan-use]")) {
         button.disabled = !call;
@@ -1042,6 +1063,8 @@
       clearTimeout(planner.timer);
       update();
     }
+    roveWithArrows(planner.body, "[data-plan-use]");
+    roveWithArrows(fitView.body, "[data-fit-use]");
     fitView.body.addEventListener("click", (event) => {
       const button = event.target.closest("[data-fit-use]");
       if (button && !button.disabled) loadFit(button.closest("tr"));
