@@ -380,8 +380,9 @@
 
   // ---------------------------------------------------------------- the planner's table
 
+  const recomputeText = (policy) => (policy === "none" ? "no recomputation" : `${policy} recomputation`);
   const planLabel = (row) => `Load the layout with ${row.devices} devices: dp ${row.dp}, tp ${row.tp}, ` +
-    `pp ${row.pp}, ep ${row.ep}, ZeRO ${row.zero}, ${row.recompute} recomputation, micro-batch ${row.micro_batch}, ` +
+    `pp ${row.pp}, ep ${row.ep}, ZeRO ${row.zero}, ${recomputeText(row.recompute)}, micro-batch ${row.micro_batch}, ` +
     `${row.grad_accum} micro-batches per step`;
   // Python's "{:.1%}" (display only; the row's data attributes keep the exact value).
 
@@ -435,7 +436,7 @@
 
   // "What fits on one card": calc's fine-tunings that fit one device, cheapest first (calc.plan.fit_card).
   const fitLabel = (row) => `Load ${row.finetune}${row.rank ? ` rank ${row.rank} on ${row.targets.join(",")}` : ""}, ` +
-    `${row.recompute} recomputation, micro-batch ${row.micro_batch}, on one device`;
+    `${recomputeText(row.recompute)}, micro-batch ${row.micro_batch}, on one device`;
   function drawFit(body, fit, moe, live) {
     const rows = fit.map((row) => {
       const tr = document.createElement("tr");
