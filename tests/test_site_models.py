@@ -7,23 +7,11 @@ import json
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from site_fixtures import (
-    ARTIFACTS,
-    AWAIT_DRAWN,
-    LIVE_TIMEOUT_MS,
-    Recorder,
-    answer_for,
-    built_site,
-    expected_table,
-    rendered_table,
-    require_chromium,
-)
+import test_site_calculator as calculator_tests
+from site_fixtures import ARTIFACTS, AWAIT_DRAWN, LIVE_TIMEOUT_MS, answer_for, expected_table, rendered_table
 
 import calc
 from conftest import ROOT
-from scripts import site_browser
-
-playwright_api = pytest.importorskip("playwright.sync_api")
 
 CONFIGS = ROOT / "tests" / "hf_configs"
 LLAMA2 = (CONFIGS / "llama-2-7b.json").read_text()
@@ -32,58 +20,10 @@ WATCH_DRAWN = """() => { window.__drawn = new Promise(resolve => document.queryS
     .addEventListener('calc:drawn', e => resolve(e.detail.source), {once: true})); }"""
 
 
-@pytest.fixture(scope="module")
-def base_url():
-    with site_browser.serve(built_site()) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    require_chromium()
-    with playwright_api.sync_playwright() as p:
-        browser = site_browser.launch(p)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def open_page(browser, base_url):
-    """open_page(query="", **context options) -> (page, recorder); no request may leave the origin."""
-    contexts, recorders = [], []
-
-    def opener(query: str = "", wait_live: bool = True, **options):
-        context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
-        contexts.append(context)
-        page = context.new_page()
-        recorder = Recorder(base_url)
-        recorder.attach(page)
-        recorders.append(recorder)
-        page.goto(base_url + query)
-        if wait_live:
-            page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
-            page.wait_for_function("() => document.querySelector('[data-calc]').dataset.source === 'live'")
-        return page, recorder
-
-    yield opener
-    for recorder in recorders:
-        assert recorder.foreign() == [], "requests left the local origin"
-    for context in contexts:
-        context.close()
-
-
-def change(page, name: str, value) -> None:
-    """Set one input as a reader would and wait for the live redraw."""
-    page.evaluate(WATCH_DRAWN)
-    field = page.locator(f'[data-calc-form] [name="{name}"]')
-    kind = field.evaluate("e => e.type")
-    if kind.startswith("select"):
-        field.select_option(value)
-    elif kind == "checkbox":
-        field.set_checked(value)
-    else:
-        field.fill(value)
-    assert page.evaluate(AWAIT_DRAWN) == "live"
+# The browser, the local server, a page that records every request (none may leave the origin) and a
+# reader's change, shared with the calculator's tests.
+base_url, browser, open_page = calculator_tests.base_url, calculator_tests.browser, calculator_tests.open_page
+change = calculator_tests.change
 
 
 def paste(page, text: str) -> None:

@@ -172,22 +172,27 @@ def predictions(row: dict) -> dict:
     tune = measure_lora.Tune(given["--finetune"], int(given["--lora-rank"]), int(given["--lora-alpha"]),
                              tuple(given["--lora-targets"].split(",")))  # fmt: skip
     m = hf_models.Model(**row["model"])
-    seq, b, attention, checkpointing = row["seq"], row["micro_batch"], row["attention"], row["checkpointing"]
+    return _predict(m, row["seq"], row["micro_batch"], tune, row["attention"], row["checkpointing"], row["device"],
+                    row["measured_peak"])  # fmt: skip
+
+
+def _predict(m, seq, b, tune, attention, checkpointing, device, measured_peak: int) -> dict:
+    """The deck walk's and the eager walk's predictions of one run, from the CLI with a user's flags."""
     args = cli_args(m, seq, b, checkpointing, attention, tune)
     pred = measure_transformers.predict(args)
-    eager = eager_args(m, seq, b, checkpointing, attention, tune, row["device"])
+    eager = eager_args(m, seq, b, checkpointing, attention, tune, device)
     walked = measure_transformers.predict(eager)
     return {
         "trainable_params": pred["trainable_params"],
         "predicted_weights": pred["bytes"]["weights"],
         "predicted_peak": pred["peak"],
         "predicted_peak_event": pred["peak_event"],
-        "ratio": round(pred["peak"] / row["measured_peak"], 4),
+        "ratio": round(pred["peak"] / measured_peak, 4),
         "command": "python -m calc " + " ".join(args),
         "eager_trainable_params": walked["trainable_params"],
         "eager_predicted_peak": walked["peak"],
         "eager_peak_event": walked["peak_event"],
-        "eager_ratio": round(walked["peak"] / row["measured_peak"], 4),
+        "eager_ratio": round(walked["peak"] / measured_peak, 4),
         "eager_command": "python -m calc " + " ".join(eager),
     }
 
@@ -195,10 +200,6 @@ def predictions(row: dict) -> dict:
 def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
     t0 = time.perf_counter()
     got = measure_step(folder, attention, checkpointing, seq, b, tune, device)
-    args = cli_args(m, seq, b, checkpointing, attention, tune)
-    pred = measure_transformers.predict(args)
-    eager = eager_args(m, seq, b, checkpointing, attention, tune, device)
-    walked = measure_transformers.predict(eager)
     return {
         "model_type": m.model_type,
         "model": asdict(m),
@@ -210,17 +211,7 @@ def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
         "checkpointing": checkpointing,
         "device": device,
         **got,
-        "trainable_params": pred["trainable_params"],
-        "predicted_weights": pred["bytes"]["weights"],
-        "predicted_peak": pred["peak"],
-        "predicted_peak_event": pred["peak_event"],
-        "ratio": round(pred["peak"] / got["measured_peak"], 4),
-        "command": "python -m calc " + " ".join(args),
-        "eager_trainable_params": walked["trainable_params"],
-        "eager_predicted_peak": walked["peak"],
-        "eager_peak_event": walked["peak_event"],
-        "eager_ratio": round(walked["peak"] / got["measured_peak"], 4),
-        "eager_command": "python -m calc " + " ".join(eager),
+        **_predict(m, seq, b, tune, attention, checkpointing, device, got["measured_peak"]),
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
