@@ -68,8 +68,8 @@ def _lines(ax, xs: list[int], labels, values) -> float:
 def _legend(ax, narrow: bool) -> None:
     if narrow:
         ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, fontsize=10)
-    else:
-        ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    else:  # below the plot, so both figures keep the same width and scale to the same text size
+        ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=9)
 
 
 def by_rank(narrow: bool = False) -> bytes:
