@@ -128,6 +128,23 @@ def test_the_load_buttons_are_one_tab_stop_and_the_arrows_move_between_them(open
     assert recorder.errors == []
 
 
+@pytest.mark.parametrize("width", [390, 768, 1280])
+def test_the_planners_header_stays_in_view_as_its_box_scrolls(open_page, width):
+    """Scrolled down, the planner's box still shows its column headers at its top; from 768 px on it has no
+    sideways scroll."""
+    page, _ = open_page(wait_live=False, viewport={"width": width, "height": 900})
+    box = page.evaluate(
+        """() => { const box = document.querySelector('[data-planner] .calc-plan-scroll');
+             box.scrollTop = 200;
+             const th = box.querySelector('thead th').getBoundingClientRect();
+             return {scrolled: box.scrollTop, gap: th.top - box.getBoundingClientRect().top,
+                     sideways: box.scrollWidth - box.clientWidth}; }"""
+    )
+    assert box["scrolled"] == 200 and 0 <= box["gap"] <= 2
+    if width >= 768:
+        assert box["sideways"] == 0
+
+
 def test_parallel_inputs_round_trip_through_the_address(open_page):
     """dp, ZeRO, tp and the global batch go into the URL, and opening that URL restores them."""
     page, _ = open_page()
