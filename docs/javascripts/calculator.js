@@ -835,7 +835,6 @@
       peakOut.textContent = formatSize(step.peak);
       peakOut.dataset.bytes = step.peak;
       const summary = root.querySelector("[data-calc-summary]");
-      const recompute = step.config.recompute === "none" ? "no" : step.config.recompute;
       const device = `one ${capacityText(answer.capacity)} device`;
       const fits = answer.fits ? `fits on ${device}` : `does not fit on ${device}`;
       summary.innerHTML = "";
@@ -843,7 +842,7 @@
       gib.dataset.out = "peak-gib";
       gib.textContent = `${answer.peak_display.gib} GiB`;
       summary.append(tuningText(step.config.finetune),
-        `With ${config.recipeLabels[step.config.recipe]} and ${recompute} recomputation the peak is `,
+        `With ${config.recipeLabels[step.config.recipe]} and ${recomputeText(step.config.recompute)} the peak is `,
         peakOut, " (", gib, "), reached at “");
       const event = document.createElement("span");
       event.dataset.out = "peak-event";
