@@ -93,7 +93,14 @@ def kept_bytes(
     shape: Shape, seq: int, micro_batch: int, recompute: str, par: Parallel = SINGLE, moe: bool = False
 ) -> int:
     """What a layer keeps through the forward pass under each recomputation policy."""
-    outside, inside, scores = layer_parts(shape, seq, micro_batch, par, moe)
+    return kept_of_parts(layer_parts(shape, seq, micro_batch, par, moe), shape, seq, micro_batch, recompute, par)
+
+
+def kept_of_parts(
+    parts: tuple[int, int, int], shape: Shape, seq: int, micro_batch: int, recompute: str, par: Parallel = SINGLE
+) -> int:
+    """kept_bytes from the layer's three groups (layer_parts), for callers that need both them and their sum."""
+    outside, inside, scores = parts
     if recompute == "none":
         return outside + inside + scores
     if recompute == "selective":

@@ -104,8 +104,9 @@ def seq_sizes(
     }
     # A dense layer's sizes as "kept", "recomputed", "-full"; a mixture-of-experts layer's as "moe:kept", ...
     for moe in (False, True) if shape.moe_layers else (False,):
-        full = act.layer_bytes(shape, seq, micro_batch, par, moe) * scale
-        kept = act.kept_bytes(shape, seq, micro_batch, recompute, par, moe) * scale
+        parts = act.layer_parts(shape, seq, micro_batch, par, moe)
+        full = sum(parts) * scale
+        kept = act.kept_of_parts(parts, shape, seq, micro_batch, recompute, par) * scale
         prefix = "moe:" if moe else ""
         out.update({prefix + "kept": kept, prefix + "recomputed": full - kept, prefix + "-full": -full})
     return out

@@ -143,30 +143,19 @@ def sweep_for(inputs: dict) -> dict:
     return out
 
 
-# The page asks twice for each change: the numbers first, then the same with the sweep. The last answer
-# without its sweep is kept, so the second question computes only the sweep.
-_last: dict[str, dict] = {}
-
-
 def handle(request: str) -> str:
-    """{"inputs": {field: value}, "sweep": bool, "plan": bool, "fit": bool} -> {"ok": true, ...} or
-    {"ok": false, "field", "message"}."""
+    """{"inputs": {field: value}, "sweep": bool, "plan": bool, "fit": bool, "numbers": bool} -> {"ok": true, ...}
+    or {"ok": false, "field", "message"}. With "numbers": false (and "sweep": true) the answer is
+    {"ok": true, "sweep": ...} alone: the page asks for the numbers first, then for their sweep."""
     try:
         payload = json.loads(request)
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
             return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
         raw = payload.get("inputs", {})
         inputs = parse_inputs(raw)
-        want_plan, want_fit = payload.get("plan", False), payload.get("fit", False)
-        key = json.dumps([raw, want_plan, want_fit], sort_keys=True)
-        numbers = _last.get(key)
-        if numbers is None:
-            numbers = compute(inputs, False, want_plan, want_fit)
-            _last.clear()
-            _last[key] = numbers
-        result = dict(numbers)
-        if payload.get("sweep", True):
-            result["sweep"] = sweep_for(inputs)
+        if payload.get("numbers", True) is False and payload.get("sweep", True):
+            return json.dumps({"ok": True, "sweep": sweep_for(inputs)})
+        result = compute(inputs, payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False))
         return json.dumps(result)
     except InputError as e:
         return json.dumps({"ok": False, "field": e.field, "message": e.message})

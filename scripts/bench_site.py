@@ -7,6 +7,9 @@ Side by side in one run, each load in a fresh browser context (cold cache), in s
     drawn too (the second answer, mark "calc:ready");
   - a bare page on the same server whose module worker only runs stock Pyodide 314 (the npm
     package as published: full standard library, its own lock file) with `loadPyodide()` then `1+1`;
+  - the site's worker alone: a blank page that starts the site's own calc-worker.mjs and asks it the
+    page's first question (the default numbers), so what the deck page itself costs (its layout, Material's
+    scripts, the search index, drawing the answer) is the difference between it and the deck page;
 both on localhost and throttled to 10 Mbit/s down and up with 40 ms latency (Chrome DevTools
 Protocol, Network.emulateNetworkConditions), with the bytes each load received (encoded, gzip where
 the server sends it: a `.gz` sibling or on-the-fly gzip, as a static host does). Our time to live is
@@ -52,6 +55,17 @@ BARE_WORKER_JS = """import { loadPyodide } from "./pyodide/pyodide.mjs";
 const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
 postMessage(pyodide.runPython("1+1"));
 """
+# The site's worker and nothing else: the deck page's first question, answered.
+WORKER_PAGE = "__bench__/worker.html"
+WORKER_HTML = """<!doctype html><meta charset="utf-8"><title>the site's worker alone</title>
+<p>Starting the site's worker…</p>
+<script>
+const worker = new Worker("../javascripts/calc-worker.mjs", {type: "module"});
+worker.onmessage = ({data}) => {
+  if (data.type === "ready") worker.postMessage({id: 0, request: JSON.stringify({inputs: {}, sweep: false})});
+  else if (data.answer) { performance.mark("calc:live"); document.body.dataset.state = "ready"; }
+};
+</script>"""
 # The memory snapshot: taken once in the browser (after `import calc.web`), then restored per load.
 MAKE_SNAPSHOT_HTML = """<!doctype html><meta charset="utf-8"><title>take a snapshot</title>
 <p>Taking a memory snapshot…</p>
@@ -118,6 +132,7 @@ def bench_root(site: Path):
         (bench / "pyodide").mkdir(parents=True)
         (bench / "bare.html").write_text(BARE_HTML)
         (bench / "bare-worker.mjs").write_text(BARE_WORKER_JS)
+        (bench / "worker.html").write_text(WORKER_HTML)
         (bench / "make-snapshot.html").write_text(MAKE_SNAPSHOT_HTML)
         (bench / "make-snapshot-worker.mjs").write_text(MAKE_SNAPSHOT_WORKER_JS)
         (bench / "snapshot.html").write_text(SNAPSHOT_HTML)
@@ -224,7 +239,8 @@ def main() -> int:
     parser.add_argument("--snapshot", action="store_true", help="also measure a memory snapshot (not shipped)")
     args = parser.parse_args()
 
-    pages = {"site": ("", "[data-calc][data-state=ready]"), "bare": (BARE_PAGE, "body[data-state=ready]")}
+    pages = {"site": ("", "[data-calc][data-state=ready]"), "bare": (BARE_PAGE, "body[data-state=ready]"),
+             "worker": (WORKER_PAGE, "body[data-state=ready]")}
     if args.snapshot:
         pages["snapshot"] = ("__bench__/snapshot.html", "body[data-state=ready]")
     plan = [(c, p) for c in CONDITIONS for p in pages] * args.runs
@@ -254,6 +270,7 @@ def main() -> int:
             "time_to_sweep_drawn_ms": statistics.median(t["ready"] for t in ours),
             "bare_pyodide_start_ms": bare_live,
             "live_ratio_to_bare": live / bare_live,
+            "worker_alone_ms": statistics.median(t["live"] for t in results[condition, "worker"]),
             "site_bytes": statistics.median(t["bytes"] for t in ours),
             "bare_bytes": statistics.median(t["bytes"] for t in bare),
         }
@@ -270,6 +287,9 @@ def main() -> int:
         print(f"  ... and its sweep drawn    {row['time_to_sweep_drawn_ms']:8.0f} ms")
         print(f"  bare Pyodide start         {bare_live:8.0f} ms   {row['bare_bytes'] / 1e6:5.2f} MB received")
         print(f"  live / bare                {row['live_ratio_to_bare']:8.2f}   (aim: <= {aim})")
+        row["worker_alone_ratio_to_bare"] = row["worker_alone_ms"] / bare_live
+        print(f"  the site's worker alone    {row['worker_alone_ms']:8.0f} ms   {row['worker_alone_ratio_to_bare']:.2f} x bare "
+              "(a blank page, the same first question)")
         if args.snapshot:
             print(f"  memory snapshot, 1st answer{row['snapshot_ms']:8.0f} ms   {row['snapshot_bytes'] / 1e6:5.2f} MB "
                   f"received, {row['snapshot_ratio_to_bare']:.2f} x bare (snapshot {snapshot_bytes / 1e6:.1f} MB raw)")

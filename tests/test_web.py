@@ -27,6 +27,18 @@ def test_default_is_the_deck_configuration():
     assert {k: v[i] for k, v in out["sweep"]["peaks"].items()} == {r["id"]: r["peak"] for r in out["table"]}
 
 
+def test_the_page_asks_for_the_numbers_then_their_sweep():
+    """The page's two questions per change: the numbers without the sweep, then the sweep alone, which is the
+    full answer's sweep; a refused input is refused by both."""
+    inputs = {"preset": "mistral-7b", "seq": "3000", "micro-batch": "2", "finetune": "lora"}
+    full = call(inputs=inputs)
+    numbers = call(inputs=inputs, sweep=False)
+    assert "sweep" not in numbers and numbers == {k: v for k, v in full.items() if k != "sweep"}
+    assert call(inputs=inputs, sweep=True, numbers=False) == {"ok": True, "sweep": full["sweep"]}
+    assert "finetune" in full["sweep"]["peaks"]
+    assert call(inputs={"seq": "0"}, numbers=False)["field"] == "seq"
+
+
 def test_inputs_use_the_cli_names():
     """Field names are the CLI's flags."""
     out = call(inputs={"preset": "decoder", "seq": "8", "micro-batch": "16", "recompute": "full"})

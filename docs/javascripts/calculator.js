@@ -154,9 +154,12 @@
 
   // The charts' widths, read once per redraw before it writes to the page (withWidths): each read of
   // clientWidth after a write would lay the whole page out again.
+  // The sweep drawn after the numbers reuses the widths their redraw read (a resize redraws every chart).
   let knownWidths = null;
-  function withWidths(containers, draw) {
-    knownWidths = new Map(containers.map((c) => [c, c.clientWidth]));
+  let lastWidths = new Map();
+  function withWidths(containers, draw, widths = null) {
+    knownWidths = widths ?? new Map(containers.map((c) => [c, c.clientWidth]));
+    lastWidths = knownWidths;
     try { draw(); } finally { knownWidths = null; }
   }
 
@@ -691,7 +694,8 @@
       const query = params.toString();
       // A shared link opens at the calculator, not at the top of the page it lives on.
       const hash = location.hash || (query ? `#${root.id}` : "");
-      history.replaceState(history.state, "", `${location.pathname}${query ? `?${query}` : ""}${hash}`);
+      const url = `${location.pathname}${query ? `?${query}` : ""}${hash}`;
+      if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(history.state, "", url);
     }
     // A link never loses settings it can use: parameters that are not ours (utm_source, fbclid...) are
     // ignored; each value that cannot be used is reported by name and only its field keeps its default.
@@ -802,18 +806,19 @@
 
     // -- drawing
     function setStatus(message) { status.textContent = message; }
-    function drawCharts() {
+    // `sweep`: false while the new sweep is being computed (the last one stays, marked pending, until it comes).
+    function drawCharts(sweep = true) {
       const step = answer.step;
       drawBreakdown(charts.breakdown, answer, `${step.config.recipe}-${step.config.recompute}`);
-      if (answer.sweep) drawSweep(charts.sweep, answer);
+      if (sweep && answer.sweep) drawSweep(charts.sweep, answer);
       anim.moveCursor = drawWalk(charts.walk, step, answer.capacity);
       anim.moveCursor(anim.index);
     }
     // The table, the summary, the bars and the step; the sweep chart too once the answer has it.
-    function renderNumbers() {
-      withWidths(Object.values(charts), renderNumbersNow);
+    function renderNumbers(sweep = true) {
+      withWidths(Object.values(charts), () => renderNumbersNow(sweep));
     }
-    function renderNumbersNow() {
+    function renderNumbersNow(sweep) {
       const step = answer.step;
       const selected = `${step.config.recipe}-${step.config.recompute}`;
       for (const row of answer.table) {
@@ -856,7 +861,7 @@
       params.dataset.count = step.params;
       renderEager();
       if (!anim.timer) anim.index = step.peak_index;
-      drawCharts();
+      drawCharts(sweep);
       showEvent(Math.min(anim.index, step.events.length - 1));
     }
     // What PyTorch allocates for the same step (calc's eager walk), with the error measured on that code.
@@ -1101,7 +1106,7 @@
       const given = inputs();
       const numbers = ask({ inputs: given, sweep: false });
       // Asked at once, so the worker computes the sweep while the page draws the numbers (dropped if the form moves on).
-      const withSweep = ask({ inputs: given, sweep: true });
+      const withSweep = ask({ inputs: given, sweep: true, numbers: false });
       const result = await numbers;
       performance.mark("calc:answered");
       if (again) { busy = false; again = false; update(); return; }  // the form moved on: answer the latest
@@ -1139,19 +1144,19 @@
       seqAuto = false;
       if (hfMode()) fillFromAnswer(answer.step.config.shape);
       showHints();
-      writeUrl();
       charts.sweep.dataset.pending = "true";
-      renderNumbers();
+      renderNumbers(false);
       performance.mark("calc:numbers");
       markLive();
       root.dispatchEvent(new CustomEvent("calc:numbers"));
       const full = await withSweep;
       busy = false;
       if (again) { again = false; update(); return; }
-      if (full.ok) answer = full;  // the same numbers, with their sweep
+      if (full.ok) answer = { ...answer, sweep: full.sweep };  // the numbers drawn, with their sweep
       delete charts.sweep.dataset.pending;
-      if (answer.sweep) drawSweep(charts.sweep, answer);
+      if (answer.sweep) withWidths([charts.sweep], () => drawSweep(charts.sweep, answer), lastWidths.has(charts.sweep) ? lastWidths : null);
       finish("live");
+      writeUrl();  // after the chart: the address follows, the reader's eyes first
       schedulePlan();
       becomeReady();
     }
