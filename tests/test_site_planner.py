@@ -145,6 +145,28 @@ def test_the_planners_header_stays_in_view_as_its_box_scrolls(open_page, width):
         assert box["sideways"] == 0
 
 
+@pytest.mark.parametrize("width", [390, 768])
+def test_the_tables_captions_stay_in_their_boxes(open_page, width):
+    """The planner's and the fit list's captions wrap inside their boxes and stay in view as the tables
+    scroll sideways (at 390 px they are wider than the page)."""
+    page, _ = open_page(wait_live=False, viewport={"width": width, "height": 900})
+    for box_selector in ("[data-planner] .calc-plan-scroll", "[data-fit] .calc-plan-scroll"):
+        spans = page.evaluate(
+            """(selector) => { const box = document.querySelector(selector);
+                 const caption = box.querySelector('caption');
+                 const inside = () => { const b = box.getBoundingClientRect(), c = caption.getBoundingClientRect();
+                   return [c.left - b.left, b.right - c.right]; };
+                 const before = inside();
+                 box.scrollLeft = box.scrollWidth;
+                 return {before, after: inside(), sideways: box.scrollLeft}; }""",
+            box_selector,
+        )
+        for left, right in (spans["before"], spans["after"]):
+            assert left >= -1 and right >= -1, (box_selector, spans)
+        if width == 390:
+            assert spans["sideways"] > 0, "the table fits the phone: nothing was scrolled"
+
+
 def test_parallel_inputs_round_trip_through_the_address(open_page):
     """dp, ZeRO, tp and the global batch go into the URL, and opening that URL restores them."""
     page, _ = open_page()
