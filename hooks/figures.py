@@ -30,8 +30,9 @@ ALT = {  # file name (under figures/ in the site) -> alternative text
     "peak-vs-seq.svg": "Peak memory against sequence length for the four recipes, with the device's capacity",
     "step-walk.svg": "Memory by category over the events of one training step, with the peak event marked",
 }
-RECIPE_STYLES = {  # line style per recipe in the sweep figure
-    "mixed-none": "-", "mixed-selective": "--", "mixed-full": ":", "fp32-none": "-.",
+RECIPE_STYLES = {  # colour and line style per recipe in the sweep figure: the live chart's (--calc-line-N in site.css)
+    "mixed-none": ("#0072B2", "-"), "mixed-selective": ("#D55E00", "--"),
+    "mixed-full": ("#009E73", ":"), "fp32-none": ("#CC79A7", "-."),
 }
 
 plt.rcParams.update({
@@ -127,7 +128,8 @@ def sweep(seqs: list[int], peaks: dict[str, list[int]], capacity_bytes: int, seq
         seq = seqs[-1] // 2
     fig, ax = plt.subplots(figsize=NARROW if narrow else WIDE)
     for recipe_id, values in peaks.items():
-        ax.plot(seqs, [v / GB for v in values], RECIPE_STYLES.get(recipe_id, "-"), linewidth=2, label=recipe_id)
+        colour, style = RECIPE_STYLES.get(recipe_id, ("#E69F00", "-"))
+        ax.plot(seqs, [v / GB for v in values], style, color=colour, linewidth=2, label=recipe_id)
     ax.axhline(capacity_bytes / GB, color="black", linewidth=1.5)
     _capacity_label(ax, capacity_bytes, narrow)
     if seq is not None:

@@ -112,6 +112,21 @@ def test_every_static_figure_has_a_phone_width_variant_that_pages_offer():
             assert re.search(rf'<picture><source media="[^"]+" srcset="[^"]*figures/{name}-narrow\.svg">', html)
 
 
+def test_static_and_live_charts_share_their_colours():
+    """The build-time figures colour each category and each recipe's line as the live charts do (site.css's
+    light scheme), and the static sweep draws those colours."""
+    from hooks import figures
+
+    css = (built_site() / "stylesheets" / "site.css").read_text()
+    light = dict(re.findall(r"--calc-([a-z0-9-]+): (#[0-9a-f]{6});", css.split("[data-md-color-scheme")[0]))
+    assert {c: light[c] for c in calc.CATEGORIES} == {c: v.lower() for c, v in figures.COLOURS.items()}
+    rows = [f"{recipe}-{recompute}" for recipe, recompute in calc.TABLE_ROWS]
+    lines = [light[f"line-{i + 1}"] for i in range(len(rows))]  # calculator.js: the sweep's i-th row, calc-line-(i+1)
+    assert [figures.RECIPE_STYLES[r][0].lower() for r in rows] == lines
+    svg = (built_site() / "figures" / "peak-vs-seq.svg").read_text().lower()
+    assert all(f"stroke: {colour}" in svg for colour in lines)
+
+
 def test_the_capacity_buttons_are_calcs_cards():
     """One capacity button per card size calc knows (--card), 24 GB consumer cards included, each naming its cards."""
     html = (built_site() / "index.html").read_text()
