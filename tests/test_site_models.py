@@ -110,6 +110,28 @@ def test_a_chosen_file_is_read_in_the_page_and_takes_its_own_sequence(open_page)
     assert recorder.errors == []
 
 
+def test_a_file_dropped_on_the_box_is_read_in_the_page(open_page):
+    """A config.json dropped on the box (a drop event carrying a file, as a file manager's drag gives) is read
+    in the page and gives calc's answer for it, as a chosen file does; nothing is uploaded."""
+    page, recorder = open_page()
+    page.click("[data-hf] summary")
+    page.evaluate(WATCH_DRAWN)
+    text = (CONFIGS / "qwen1.5-moe-a2.7b.json").read_text()
+    transfer = page.evaluate_handle(
+        """(text) => { const dt = new DataTransfer();
+             dt.items.add(new File([text], "config.json", {type: "application/json"})); return dt; }""",
+        text,
+    )
+    page.dispatch_event('[name="hf-config"]', "dragover", {"dataTransfer": transfer})
+    page.dispatch_event('[name="hf-config"]', "drop", {"dataTransfer": transfer})
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert page.input_value('[name="hf-config"]') == text
+    want = answer_for({"hf-config": text})
+    assert page.input_value('[name="seq"]') == str(want["step"]["config"]["seq"])
+    assert shown(page) == expected(want)
+    assert recorder.errors == []
+
+
 def _bad(**changes) -> str:
     cfg = {**json.loads(LLAMA2), **changes}
     return json.dumps({k: v for k, v in cfg.items() if v is not None})
