@@ -34,3 +34,19 @@ def format_size(n: int) -> str:
     sign, digits = ("-", text[1:]) if text.startswith("-") else ("", text)
     whole, frac = digits.split(".")
     return f"{sign}{int(whole):,}.{frac} {name}"
+
+
+def format_count(n: int) -> str:
+    """A parameter count for a label: "46.7B", "124M", or "5,376" below a million (half up, as format_gb)."""
+    if n >= 10**9:
+        return f"{_fixed(n, 10**9, 1)}B"
+    if n >= 10**6:
+        return f"{_fixed(n, 10**6, 0)}M"
+    return f"{n:,}"
+
+
+def params_label(total: int, active: int) -> str:
+    """A model's size for a list of models: "6.7B", or "46.7B total, 12.9B active" for a mixture of experts."""
+    if active == total:
+        return format_count(total)
+    return f"{format_count(total)} total, {format_count(active)} active"

@@ -9,7 +9,7 @@ from .finetune import segments as finetune_segments
 from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
 from .plan import fit_card, plan
 from .recipes import RECIPES, TABLE_ROWS
-from .units import format_gb, format_gib, format_size
+from .units import format_gb, format_gib, format_size, params_label
 from .walk import peak
 
 SWEEP_POINTS = 200
@@ -99,6 +99,8 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
     result["eager"] = eager_beside(inputs)
     if inputs.get("hf_config"):
         result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
+        counts = result["step"]["param_counts"]
+        result["params_label"] = params_label(counts["total"], counts["active"])  # as the presets are listed
     if want_plan:
         result["plan"] = plan(
             shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash

@@ -167,23 +167,12 @@ def _tuning_defaults() -> dict[str, str]:
             "paged-optimizer": str(tune.paged).lower()}
 
 
-def format_count(n: int) -> str:
-    """A parameter count for a label: 46.7B, 124M, or 5,376 below a million."""
-    if n >= 10**9:
-        return f"{deck.calc.format_gb(n)}B"  # calc's half-up rounding, in units of 10^9
-    if n >= 10**6:
-        return f"{deck.calc.units.format_gb(n * 1000, 0)}M"
-    return f"{n:,}"
-
-
 def preset_groups() -> list[tuple[str, list[dict]]]:
     """The preset list by family (calc.presets.catalog), each labelled with its parameters: total, and
     active as well for a mixture of experts."""
     groups: dict[str, list[dict]] = {}
     for row in deck.calc.presets.catalog():
-        total, active = format_count(row["params"]), format_count(row["active"])
-        label = f"{row['name']} — {total}" if row["active"] == row["params"] else \
-            f"{row['name']} — {total} total, {active} active"
+        label = f"{row['name']} — {deck.calc.units.params_label(row['params'], row['active'])}"
         groups.setdefault(row["group"], []).append({**row, "label": label})
     return list(groups.items())
 

@@ -191,6 +191,31 @@ def test_changing_an_input_redraws_everything_with_calcs_values(open_page, name,
     assert recorder.errors == []
 
 
+def test_the_charts_take_their_new_width_when_it_changes_during_a_redraw(open_page):
+    """The calculator narrows between the numbers and their sweep: once drawn, every chart is as wide as its box
+    (the sweep too, which was being computed when the width changed: a fine-tuning sweep of a 70B model takes
+    the worker several frames, so the page lays out the new width before it comes)."""
+    page, recorder = open_page("?preset=llama-2-70b&finetune=lora")
+    charts = page.evaluate(
+        """() => new Promise(resolve => {
+             const root = document.querySelector('[data-calc]');
+             const before = root.querySelector('[data-chart]').clientWidth;
+             root.addEventListener('calc:numbers', () => { root.style.maxWidth = `${before - 200}px`; }, {once: true});
+             const frames = (n, done) => n ? requestAnimationFrame(() => frames(n - 1, done)) : done();
+             root.addEventListener('calc:drawn', () => frames(4, () => resolve({before, charts:
+               [...root.querySelectorAll('[data-chart]')].map(c => [c.dataset.chart, c.clientWidth,
+                 Number(c.querySelector('svg').getAttribute('width'))])})), {once: true});
+             const field = root.querySelector('[data-calc-form] [name="seq"]');
+             field.value = '3000';
+             field.dispatchEvent(new Event('input', {bubbles: true}));
+           })"""
+    )
+    assert len(charts["charts"]) == 3
+    for name, width, drawn in charts["charts"]:
+        assert width < charts["before"] and drawn == max(280, width), (name, width, drawn)
+    assert recorder.errors == []
+
+
 def test_a_link_reproduces_a_configuration(open_page):
     """Opening the address of a configured page shows the same configuration."""
     page, _ = open_page()

@@ -72,6 +72,8 @@ def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_p
     assert page.input_value('[name="layers"]') == "32"
     assert page.input_value('[name="seq"]') == "4096"
     assert query_of(page) == {"hf-config": [want["hf_config"]]}
+    option = '[name="preset"] option[value="hf-config"]'
+    assert want["params_label"] == "6.7B" and page.locator(option).text_content() == "your config.json — 6.7B"
 
     again, recorder2 = open_page(page.url.split("/", 3)[3])
     assert shown(again) == expected(want)
@@ -89,6 +91,7 @@ def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_p
     again.click("[data-hf-clear]")
     assert again.evaluate(AWAIT_DRAWN) == "live"
     assert again.input_value('[name="preset"]') == "llama-7b"
+    assert again.locator(option).text_content() == "your config.json"
     assert shown(again) == expected(DEFAULT)
     assert "hf-config" not in query_of(again)
     assert recorder.errors == [] and recorder2.errors == []

@@ -26,3 +26,13 @@ def test_format_gib_uses_binary_units():
     """A GiB is 2^30 bytes."""
     assert calc.format_gib(2**30) == "1.0"
     assert calc.format_gb(2**30, 3) == "1.074"
+
+
+def test_parameter_counts_read_as_the_preset_list_shows_them():
+    """46.7B total, 12.9B active; 124M; below a million every digit; rounded half up on the integer."""
+    from calc.units import format_count, params_label
+
+    assert params_label(46_702_792_704, 12_879_925_248) == "46.7B total, 12.9B active"
+    assert params_label(6_738_415_616, 6_738_415_616) == "6.7B"
+    assert [format_count(n) for n in (124_439_808, 5_376, 1_250_000_000, 1_249_999_999, 999_999)] == [
+        "124M", "5,376", "1.3B", "1.2B", "999,999"]

@@ -611,6 +611,7 @@
       hf.overrides.clear();
       hf.option.disabled = true;
       hf.option.hidden = true;
+      hf.option.textContent = "your config.json";
       field(HF_CONFIG).value = "";
       setField("preset", preset);
       fillPreset(preset);
@@ -683,9 +684,9 @@
     }
 
     // -- the URL holds every value that differs from the defaults
-    function writeUrl() {
+    function writeUrl(drawn = inputs()) {
       const params = new URLSearchParams();
-      const given = inputs();
+      const given = { ...drawn };
       // The config in calc's short form (calc.hf.compact): what calc reads of it, and a shorter link.
       if (HF_CONFIG in given && answer.hf_config) given[HF_CONFIG] = answer.hf_config;
       for (const [key, value] of Object.entries(given)) {
@@ -920,7 +921,9 @@
     new ResizeObserver(() => {
       cancelAnimationFrame(resizeFrame);
       resizeFrame = requestAnimationFrame(() => {
-        if (Math.round(charts.breakdown.clientWidth) !== Number(charts.breakdown.dataset.drawnWidth)) drawCharts();
+        if (Math.round(charts.breakdown.clientWidth) === Number(charts.breakdown.dataset.drawnWidth)) return;
+        // A sweep being computed is drawn, at these widths, when it comes.
+        withWidths(Object.values(charts), () => drawCharts(!charts.sweep.dataset.pending));
       });
     }).observe(charts.breakdown);
 
@@ -1142,7 +1145,10 @@
       // A preset's own sequence is filled in, but never under the reader's cursor.
       if (seqAuto && valueOf("seq") === "" && document.activeElement !== field("seq")) setField("seq", answer.step.config.seq);
       seqAuto = false;
-      if (hfMode()) fillFromAnswer(answer.step.config.shape);
+      if (hfMode()) {
+        fillFromAnswer(answer.step.config.shape);
+        hf.option.textContent = `your config.json — ${answer.params_label}`;  // calc's count, as the presets show theirs
+      }
       showHints();
       charts.sweep.dataset.pending = "true";
       renderNumbers(false);
@@ -1151,12 +1157,14 @@
       root.dispatchEvent(new CustomEvent("calc:numbers"));
       const full = await withSweep;
       busy = false;
-      if (again) { again = false; update(); return; }
-      if (full.ok) answer = { ...answer, sweep: full.sweep };  // the numbers drawn, with their sweep
-      delete charts.sweep.dataset.pending;
-      if (answer.sweep) withWidths([charts.sweep], () => drawSweep(charts.sweep, answer), lastWidths.has(charts.sweep) ? lastWidths : null);
+      if (again) { again = false; writeUrl(given); update(); return; }  // the address of the numbers on show
+      if (full.ok) {  // the numbers drawn, with their sweep; else the last sweep stays, marked pending
+        answer = { ...answer, sweep: full.sweep };
+        delete charts.sweep.dataset.pending;
+        withWidths([charts.sweep], () => drawSweep(charts.sweep, answer), lastWidths.has(charts.sweep) ? lastWidths : null);
+      }
       finish("live");
-      writeUrl();  // after the chart: the address follows, the reader's eyes first
+      writeUrl(given);  // after the chart: the address follows, the reader's eyes first
       schedulePlan();
       becomeReady();
     }
