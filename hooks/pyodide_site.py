@@ -54,6 +54,7 @@ def requests() -> list[str]:
     asks += [{"inputs": {"preset": name}, "sweep": True, "plan": True} for name in calc.PRESETS]
     asks += [{"inputs": {"recipe": r, "recompute": c}, "sweep": True} for r, c in calc.TABLE_ROWS]
     asks += [{"inputs": {"walk": w}, "sweep": False} for w in WALKS]
+    asks += [{"inputs": {"seq": "3000", "finetune": "lora"}, "sweep": True, "numbers": False}]  # a change's sweep
     asks += [
         {"inputs": {"dp": "8", "tp": "2", "pp": "2", "zero": "1", "sequence-parallel": "true", "flash": "true",
                     "grad-accum": "4", "global-batch": "512", "capacity-gb": "40"}, "plan": True},
