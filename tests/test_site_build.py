@@ -127,6 +127,23 @@ def test_static_and_live_charts_share_their_colours():
     assert all(f"stroke: {colour}" in svg for colour in lines)
 
 
+def test_flags_in_inline_code_are_kept_whole_and_code_blocks_untouched():
+    """hooks/flags.py wraps each --flag of inline code (so no line breaks after its dashes), leaves its text as it
+    was (what a reader copies runs) and does not touch highlighted code blocks."""
+    from hooks.flags import wrap_flags
+
+    assert wrap_flags("<p><code>python -m calc --walk eager --seq 8</code> and <code>a--b</code></p>") == (
+        '<p><code>python -m calc <span class="calc-flag">--walk</span> eager <span class="calc-flag">--seq</span> 8'
+        "</code> and <code>a--b</code></p>"
+    )
+    block = '<pre><span></span><code><span class="o">--</span>walk</code></pre>'
+    assert wrap_flags(block) == block
+    for page in ("index.html", "results/index.html", "finetune/index.html"):
+        html = (built_site() / page).read_text()
+        assert '<span class="calc-flag">--' in html
+        assert not re.search(r"<code>[^<]*(?<![\w-])--[A-Za-z]", html), page  # no bare flag left in inline code
+
+
 def test_the_capacity_buttons_are_calcs_cards():
     """One capacity button per card size calc knows (--card), 24 GB consumer cards included, each naming its cards."""
     html = (built_site() / "index.html").read_text()

@@ -402,6 +402,22 @@ def test_every_page_fits_its_width_with_readable_chart_text(open_page, width, ba
             assert page.evaluate("document.querySelector('[data-calc-table]').scrollWidth") <= width
 
 
+def test_no_flag_in_running_text_breaks_after_its_dashes(open_page):
+    """At 390 px, every --flag in inline code (the pages' and the live calculator's) sits on one line."""
+    broken, seen = [], 0
+    for path in PAGES:
+        page, _ = open_page(path, wait_live=path == "", viewport={"width": 390, "height": 900})
+        lines = page.eval_on_selector_all(
+            "code .calc-flag",
+            "fs => fs.map(f => [f.textContent, new Set([...f.getClientRects()].map(r => r.top)).size])",
+        )
+        seen += len(lines)
+        broken += [(path, text) for text, n in lines if n != 1]
+        if path == "":
+            assert page.locator("[data-calc-eager] code .calc-flag").text_content() == "--walk"
+    assert seen > 20 and broken == []
+
+
 def test_wide_formulas_fit_or_scroll_inside_their_box_and_take_the_keyboard(open_page):
     """At 390 px a formula wider than the column is set smaller (to 70% at least) and, if still too wide,
     scrolls in a focusable, named region; at 1280 px every formula is at full size."""

@@ -880,7 +880,10 @@
       }
       const cfg = answer.step.config;
       const code = document.createElement("code");
-      code.textContent = "--walk eager";
+      const flag = document.createElement("span");
+      flag.className = "calc-flag";  // no line break after its "--" (hooks/flags.py does the same for the pages)
+      flag.textContent = "--walk";
+      code.append(flag, " eager");
       const peak = document.createElement("strong");
       peak.dataset.out = "eager-peak";
       peak.dataset.bytes = eager.peak;
