@@ -387,37 +387,49 @@
   const planLabel = (row) => `Load the layout with ${row.devices} devices: dp ${row.dp}, tp ${row.tp}, ` +
     `pp ${row.pp}, ep ${row.ep}, ZeRO ${row.zero}, ${recomputeText(row.recompute)}, micro-batch ${row.micro_batch}, ` +
     `${row.grad_accum} micro-batches per step`;
-  // Python's "{:.1%}" (display only; the row's data attributes keep the exact value).
 
-  function drawPlan(body, plan, maxDevices) {
-    const rows = plan.map((row) => {
+  // A table whose rows each have a Load button (the planner's and the fit list's): `kind` names their data
+  // attributes (data-KIND-row, data-KIND-use, data-KIND-none); shown(row) gives the row's data attributes,
+  // its cells' text and its button's name; `none` is said across the table's columns when there is no row.
+  function drawLoadTable(body, kind, rows, shown, none, disabled = false) {
+    const trs = rows.map((row) => {
+      const { data, cells, label } = shown(row);
       const tr = document.createElement("tr");
-      tr.dataset.planRow = "";
-      Object.assign(tr.dataset, {
-        devices: row.devices, dp: row.dp, tp: row.tp, pp: row.pp, ep: row.ep, zero: row.zero,
-        recompute: row.recompute, microBatch: row.micro_batch, gradAccum: row.grad_accum, peak: row.peak, extraCompute: row.extra_compute,
-      });
-      for (const value of [row.devices, row.dp, row.tp, row.pp, row.ep, row.zero, row.recompute, row.micro_batch,
-        formatInt(row.grad_accum), formatSize(row.peak), row.display.extra_compute]) tr.insertCell().textContent = value;
+      tr.dataset[`${kind}Row`] = "";
+      Object.assign(tr.dataset, data);
+      for (const value of cells) tr.insertCell().textContent = value;
       const button = document.createElement("button");
       button.type = "button";
       button.className = "md-button";
-      button.dataset.planUse = "";
+      button.dataset[`${kind}Use`] = "";
+      button.disabled = disabled;
       button.textContent = "Load";
-      button.setAttribute("aria-label", planLabel(row));
+      button.setAttribute("aria-label", label);
       tr.insertCell().appendChild(button);
       return tr;
     });
-    if (!rows.length) {
+    if (!trs.length) {
       const tr = document.createElement("tr");
-      tr.dataset.planNone = "";
+      tr.dataset[`${kind}None`] = "";
       const td = tr.insertCell();
-      td.colSpan = 12;
-      td.textContent = `No layout up to ${formatInt(maxDevices)} devices fits.`;
-      rows.push(tr);
+      td.colSpan = body.closest("table").tHead.rows[0].cells.length;
+      td.textContent = none;
+      trs.push(tr);
     }
-    body.replaceChildren(...rows);
-    rove(body, "[data-plan-use]");
+    body.replaceChildren(...trs);
+    rove(body, `[data-${kind}-use]`);
+  }
+
+  function drawPlan(body, plan, maxDevices) {
+    drawLoadTable(body, "plan", plan, (row) => ({
+      data: {
+        devices: row.devices, dp: row.dp, tp: row.tp, pp: row.pp, ep: row.ep, zero: row.zero,
+        recompute: row.recompute, microBatch: row.micro_batch, gradAccum: row.grad_accum, peak: row.peak, extraCompute: row.extra_compute,
+      },
+      cells: [row.devices, row.dp, row.tp, row.pp, row.ep, row.zero, row.recompute, row.micro_batch,
+        formatInt(row.grad_accum), formatSize(row.peak), row.display.extra_compute],
+      label: planLabel(row),
+    }), `No layout up to ${formatInt(maxDevices)} devices fits.`);
   }
 
   // A table's Load buttons are one Tab stop: the arrow keys (and Home, End) move between them.
@@ -441,35 +453,15 @@
   const fitLabel = (row) => `Load ${row.finetune}${row.rank ? ` rank ${row.rank} on ${row.targets.join(",")}` : ""}, ` +
     `${recomputeText(row.recompute)}, micro-batch ${row.micro_batch}, on one device`;
   function drawFit(body, fit, moe, live) {
-    const rows = fit.map((row) => {
-      const tr = document.createElement("tr");
-      tr.dataset.fitRow = "";
-      Object.assign(tr.dataset, {
+    drawLoadTable(body, "fit", fit, (row) => ({
+      data: {
         finetune: row.finetune, rank: row.rank, targets: row.targets.join(","), recompute: row.recompute,
         microBatch: row.micro_batch, peak: row.peak, trainable: row.trainable_params,
-      });
-      for (const value of [row.finetune, row.rank || "", row.targets.join(","), row.recompute, row.micro_batch,
-        formatInt(row.trainable_params), formatSize(row.peak), row.display.extra_compute]) tr.insertCell().textContent = value;
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "md-button";
-      button.dataset.fitUse = "";
-      button.disabled = !live;
-      button.textContent = "Load";
-      button.setAttribute("aria-label", fitLabel(row));
-      tr.insertCell().appendChild(button);
-      return tr;
-    });
-    if (!rows.length) {
-      const tr = document.createElement("tr");
-      tr.dataset.fitNone = "";
-      const td = tr.insertCell();
-      td.colSpan = 9;
-      td.textContent = moe ? "A mixture of experts is not modelled here." : "Nothing fits one card.";
-      rows.push(tr);
-    }
-    body.replaceChildren(...rows);
-    rove(body, "[data-fit-use]");
+      },
+      cells: [row.finetune, row.rank || "", row.targets.join(","), row.recompute, row.micro_batch,
+        formatInt(row.trainable_params), formatSize(row.peak), row.display.extra_compute],
+      label: fitLabel(row),
+    }), moe ? "A mixture of experts is not modelled here." : "Nothing fits one card.", !live);
   }
 
   // ---------------------------------------------------------------- one calculator
