@@ -1,3 +1,5 @@
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,3 +11,19 @@ from hypothesis import settings  # noqa: E402
 # Timing is not what these properties test: a busy 2-core CI machine must not fail them on a deadline.
 settings.register_profile("ci", deadline=None)
 settings.load_profile("ci")
+
+
+def cli_json(args: list[str]) -> dict:
+    """calc's answer as a user gets it: `python -m calc ARGS --json`, run from the repository."""
+    out = subprocess.run([sys.executable, "-m", "calc", *args, "--json"], capture_output=True, text=True, cwd=ROOT,
+                         check=True)  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def assert_cli_predicts(args: list[str], got: dict, bound: float) -> None:
+    """The CLI, given `args`, trains the parameters a measured fine-tuning step trained (got["measured_trainable"])
+    and predicts its peak (got["measured_peak"]) within `bound`."""
+    predicted = cli_json(args)
+    assert predicted["trainable_params"] == got["measured_trainable"]
+    ratio = predicted["peak"] / got["measured_peak"]
+    assert abs(ratio - 1) <= bound, f"predicted / measured = {ratio:.4f}"

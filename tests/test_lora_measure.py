@@ -7,7 +7,6 @@ prediction from the flags a user would type. Small shapes; a few seconds each.""
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import calc
 from calc import eager_step, finetune
 from calc.finetune import Tuning
 from calc.inputs import eager_lacks, family_problem
+from conftest import assert_cli_predicts
 from strategies import micro_batches, recipes, shapes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,13 +53,7 @@ def test_eager_walk_predicts_peft_step(case):
     m = hf_models.Model(*model)
     tune = measure_lora.Tune(*tune)
     got = measure_lora.measure_cpu(m, precision, attention, checkpointing, seq, b, tune)
-    args = measure_lora.cli_args(m, seq, b, precision, attention, checkpointing, tune)
-    out = subprocess.run([sys.executable, "-m", "calc", *args, "--json"], capture_output=True, text=True, cwd=ROOT,
-                         check=True)  # fmt: skip
-    predicted = json.loads(out.stdout)
-    assert predicted["trainable_params"] == got["measured_trainable"]
-    ratio = predicted["peak"] / got["measured_peak"]
-    assert abs(ratio - 1) <= BOUND, f"predicted / measured = {ratio:.4f}"
+    assert_cli_predicts(measure_lora.cli_args(m, seq, b, precision, attention, checkpointing, tune), got, BOUND)
 
 
 @st.composite

@@ -5,7 +5,6 @@ replays bitsandbytes' Linear4bit and peft's wrapper of it, predicts the step's p
 the `measure` extra (`make setup` installs it); a few seconds a run."""
 
 import json
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from calc import finetune
+from conftest import assert_cli_predicts
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "training"))
@@ -98,10 +98,4 @@ def test_eager_walk_predicts_qlora_step(case):
     model, seq, b, (rank, alpha, targets), attention, checkpointing, recipe = case
     m, tune = hf_models.Model(*model), measure_lora.Tune("qlora", rank, alpha, targets)
     got = measure_qlora.measure_step(measure_qlora.saved(m), attention, checkpointing, seq, b, tune, "cpu", recipe)
-    args = measure_qlora.eager_args(m, seq, b, checkpointing, attention, tune, "cpu", recipe)
-    out = subprocess.run([sys.executable, "-m", "calc", *args, "--json"], capture_output=True, text=True, cwd=ROOT,
-                         check=True)  # fmt: skip
-    predicted = json.loads(out.stdout)
-    assert predicted["trainable_params"] == got["measured_trainable"]
-    ratio = predicted["peak"] / got["measured_peak"]
-    assert abs(ratio - 1) <= BOUND, f"predicted / measured = {ratio:.4f}"
+    assert_cli_predicts(measure_qlora.eager_args(m, seq, b, checkpointing, attention, tune, "cpu", recipe), got, BOUND)

@@ -4,9 +4,6 @@ the address, a bad global batch, and every number of the Beyond page against cal
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -16,7 +13,7 @@ from site_fixtures import ARTIFACTS, AWAIT_DRAWN, LIVE_TIMEOUT_MS, answer_for, b
 import calc
 from calc.activations import kept_bytes
 from calc.recipes import state_bytes
-from conftest import ROOT
+from conftest import cli_json
 
 PLAN_ROW_JS = """() => [...document.querySelectorAll('[data-plan-row]')].map(tr => ({
   devices: Number(tr.dataset.devices), dp: Number(tr.dataset.dp), tp: Number(tr.dataset.tp),
@@ -32,10 +29,7 @@ ROW_KEYS = ("devices", "dp", "tp", "pp", "zero", "recompute", "micro_batch", "gr
 
 def cli_plan(*flags: str) -> list[dict]:
     """What `python -m calc --plan --json FLAGS` prints, cut to the columns the page shows."""
-    out = subprocess.run(
-        [sys.executable, "-m", "calc", "--plan", "--json", *flags], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    return [{k: row[k] for k in ROW_KEYS} for row in json.loads(out.stdout)]
+    return [{k: row[k] for k in ROW_KEYS} for row in cli_json(["--plan", *flags])]
 
 
 def wait_for_live_plan(page) -> None:
@@ -165,6 +159,27 @@ def test_the_tables_captions_stay_in_their_boxes(open_page, width):
             assert left >= -1 and right >= -1, (box_selector, spans)
         if width == 390:
             assert spans["sideways"] > 0, "the table fits the phone: nothing was scrolled"
+
+
+def test_when_nothing_fits_each_table_says_so_across_its_columns(open_page):
+    """A 1 GB device: the live planner and fit list have no row to load, and each says why in one cell as wide as
+    its table."""
+    page, recorder = open_page("?capacity-gb=1")
+    wait_for_live_plan(page)
+    page.wait_for_selector("[data-fit] [data-fit-status]:not(:has-text('computed when this site was built'))")
+    rows = page.evaluate(
+        """() => [['plan', '[data-planner]'], ['fit', '[data-fit]']].map(([kind, at]) => {
+             const table = document.querySelector(`${at} table`);
+             const cells = [...table.tBodies[0].rows].map(
+               r => [r.dataset[`${kind}None`] !== undefined, r.cells[0].colSpan, r.cells[0].textContent]);
+             return [table.tHead.rows[0].cells.length, cells, table.querySelectorAll('button').length];
+           })"""
+    )
+    assert rows == [
+        [12, [[True, 12, "No layout up to 4,096 devices fits."]], 0],
+        [9, [[True, 9, "Nothing fits one card."]], 0],
+    ]
+    assert recorder.errors == []
 
 
 def test_parallel_inputs_round_trip_through_the_address(open_page):

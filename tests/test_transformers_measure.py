@@ -5,12 +5,12 @@ most people write, and the second step's allocator peak compared with what the C
 model from the flags a user would type. Slow-ish (a few seconds each); small shapes.
 """
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import cli_json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "training"))
@@ -24,10 +24,7 @@ BOUND = 0.03  # the issue's bound: within 3% of the measured peak
 
 def predicted(m, precision, attention, checkpointing, seq, b) -> int:
     """The peak the CLI prints, run as a user runs it (the flags from measure_transformers.cli_args)."""
-    args = measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, "cpu")
-    argv = [sys.executable, "-m", "calc", *args, "--json"]
-    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=True)
-    return json.loads(out.stdout)["peak"]
+    return cli_json(measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, "cpu"))["peak"]
 
 
 CASES = [
