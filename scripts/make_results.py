@@ -57,11 +57,20 @@ def exact_table(rows: list[dict]) -> list[str]:
     return out
 
 
+def section_data(heading: str, path: Path, command: str) -> tuple[list[str], dict | None]:
+    """A measured section's heading, and the JSON its command writes to `path`; None while that file is missing,
+    and then the heading says which command to run."""
+    out = [heading, ""]
+    if not path.exists():
+        return [*out, f"Pending: run `{command}`.", ""], None
+    return out, json.loads(path.read_text())
+
+
 def measured_section() -> list[str]:
-    out = ["### 10.6 Checked against a real training step", ""]
-    if not MEASUREMENTS.exists():
-        return [*out, "Pending: run `python scripts/training/measure.py --write`.", ""]
-    data = json.loads(MEASUREMENTS.read_text())
+    out, data = section_data("### 10.6 Checked against a real training step", MEASUREMENTS,
+                             "python scripts/training/measure.py --write")
+    if data is None:
+        return out
     env = data.get("environment", {})
     if env:
         out += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".", ""]
@@ -129,11 +138,10 @@ def recipes_section() -> list[str]:
 
 def transformers_section() -> list[str]:
     """§10.8: the eager walk against transformers' own models (docs/data/transformers.json)."""
-    out = ["### 10.8 Checked against transformers' own models", ""]
     command = "python scripts/training/measure_transformers.py --write"
-    if not TRANSFORMERS.exists():
-        return [*out, f"Pending: run `{command}`.", ""]
-    data = json.loads(TRANSFORMERS.read_text())
+    out, data = section_data("### 10.8 Checked against transformers' own models", TRANSFORMERS, command)
+    if data is None:
+        return out
     runs = data["runs"]
     env = data.get("environment", {})
     out += [
@@ -520,11 +528,10 @@ def _short_shape(m: dict) -> str:
 def qlora_section() -> list[str]:
     """§12.5: bitsandbytes' NF4 layers with peft's LoRA, measured, beside the eager and deck walks
     (docs/data/qlora.json)."""
-    out = ["### 12.5 QLoRA steps measured", ""]
     command = "python scripts/training/measure_qlora.py --write"
-    if not QLORA.exists():
-        return [*out, f"Pending: run `{command}`.", ""]
-    data = json.loads(QLORA.read_text())
+    out, data = section_data("### 12.5 QLoRA steps measured", QLORA, command)
+    if data is None:
+        return out
     runs = data["runs"]
     ratios = [r["ratio"] for r in runs]
     lora_ratios = [r["lora"]["ratio"] for r in runs]
@@ -609,11 +616,10 @@ def qlora_section() -> list[str]:
 
 def lora_section() -> list[str]:
     """§12.4: the eager walk against peft's LoRA and frozen layers (docs/data/lora.json)."""
-    out = ["### 12.4 LoRA steps measured", ""]
     command = "python scripts/training/measure_lora.py --write"
-    if not LORA.exists():
-        return [*out, f"Pending: run `{command}`.", ""]
-    data = json.loads(LORA.read_text())
+    out, data = section_data("### 12.4 LoRA steps measured", LORA, command)
+    if data is None:
+        return out
     runs = [r for r in data["runs"] if r["measured_peak"]]
     worst = max(runs, key=lambda r: abs(r["ratio"] - 1))
     out += [
