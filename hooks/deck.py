@@ -26,7 +26,6 @@ PLAN_MAX_DEVICES = inspect.signature(calc.plan).parameters["max_devices"].defaul
 PLAN_LIMIT = inspect.signature(calc.plan).parameters["limit"].default
 
 
-
 def reload_calc() -> None:
     """Import calc afresh (``mkdocs serve`` rebuilds when calc/ changes)."""
     global calc
@@ -46,10 +45,10 @@ def _compute(key: str) -> dict:
     return result
 
 
-def compute(inputs: dict[str, str] | None = None, sweep: bool = True, plan: bool = False) -> dict:
+def compute(inputs: dict[str, str] | None = None, sweep: bool = True, plan: bool = False, fit: bool = False) -> dict:
     """calc.web.handle's answer for these inputs (CLI flag names, string values); with plan=True
-    it includes the planner's layouts (what `--plan --json` prints)."""
-    return _compute(json.dumps({"inputs": inputs or {}, "sweep": sweep, "plan": plan}, sort_keys=True))
+    it includes the planner's layouts (what `--plan --json` prints), with fit=True what fits one card."""
+    return _compute(json.dumps({"inputs": inputs or {}, "sweep": sweep, "plan": plan, "fit": fit}, sort_keys=True))
 
 
 

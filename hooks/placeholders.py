@@ -179,7 +179,7 @@ def preset_groups() -> list[tuple[str, list[dict]]]:
 
 def widget_html(page_url: str) -> str:
     """The calculator's HTML, filled in with the build-time answer for the deck's inputs."""
-    answer = deck.compute(deck.DEFAULT_INPUTS, plan=True)
+    answer = deck.compute(deck.DEFAULT_INPUTS, plan=True, fit=True)
     config = answer["step"]["config"]
     shape = config["shape"]
     par = config["parallel"]
@@ -196,7 +196,7 @@ def widget_html(page_url: str) -> str:
         **_tuning_defaults(),
     }
     state = {
-        "initial": {k: v for k, v in answer.items() if k != "plan"},  # the plan is drawn in the HTML
+        "initial": {k: v for k, v in answer.items() if k not in ("plan", "fit")},  # both are drawn in the HTML
         "defaults": defaults,
         "presets": deck.presets(),
         "recipeLabels": {name: r["label"] for name, r in deck.recipes().items()},
@@ -206,7 +206,6 @@ def widget_html(page_url: str) -> str:
         "resultsUrl": get_relative_url("results/", page_url),
         "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
     }
-    fit = json.loads(deck.calc.web.handle(json.dumps({"inputs": {}, "sweep": False, "fit": True})))["fit"]
 
     def url(path: str) -> str:
         return get_relative_url(path, page_url)
@@ -225,7 +224,7 @@ def widget_html(page_url: str) -> str:
     return _templates.get_template("calculator.html").render(
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
         answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
-        preset_groups=preset_groups(), fit=fit, lora_targets=", ".join(deck.calc.finetune.TARGETS),
+        preset_groups=preset_groups(), fit=answer["fit"], lora_targets=", ".join(deck.calc.finetune.TARGETS),
         capacity_presets=deck.capacity_presets(), plan_max_devices=deck.PLAN_MAX_DEVICES,
         tp_max=max(deck.calc.TP_DEGREES), plan_limit=deck.PLAN_LIMIT,
         categories=deck.calc.CATEGORIES,
