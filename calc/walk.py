@@ -408,7 +408,6 @@ def peak(segs, sizes: dict[str, int] | None = None) -> tuple[int, int]:
     return best, best_index
 
 
-
 def peak_of(*templates) -> Callable[[dict[str, int]], int]:
     """`max(peak(t, sizes)[0] for t in templates)` as a function of `sizes`, for many sizes (a chart's sweep).
 

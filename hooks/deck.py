@@ -51,7 +51,6 @@ def compute(inputs: dict[str, str] | None = None, sweep: bool = True, plan: bool
     return _compute(json.dumps({"inputs": inputs or {}, "sweep": sweep, "plan": plan, "fit": fit}, sort_keys=True))
 
 
-
 # Measured steps against the eager walk, by what speaks for a step (calc.web.eager_beside's "band"):
 # full training of each family's code (scripts/training/measure_transformers.py, measure.py; results §10.6,
 # §10.8), fine-tuning with peft (measure_lora.py, §12.4) and QLoRA (measure_qlora.py, §12.5).
