@@ -163,7 +163,7 @@ def test_the_tables_captions_stay_in_their_boxes(open_page, width):
 
 def test_when_nothing_fits_each_table_says_so_across_its_columns(open_page):
     """A 1 GB device: the live planner and fit list have no row to load, and each says why in one cell as wide as
-    its table."""
+    its table, starting at its left edge."""
     page, recorder = open_page("?capacity-gb=1")
     wait_for_live_plan(page)
     page.wait_for_selector("[data-fit] [data-fit-status]:not(:has-text('computed when this site was built'))")
@@ -171,13 +171,14 @@ def test_when_nothing_fits_each_table_says_so_across_its_columns(open_page):
         """() => [['plan', '[data-planner]'], ['fit', '[data-fit]']].map(([kind, at]) => {
              const table = document.querySelector(`${at} table`);
              const cells = [...table.tBodies[0].rows].map(
-               r => [r.dataset[`${kind}None`] !== undefined, r.cells[0].colSpan, r.cells[0].textContent]);
+               r => [r.dataset[`${kind}None`] !== undefined, r.cells[0].colSpan, r.cells[0].textContent,
+                     getComputedStyle(r.cells[0]).textAlign]);
              return [table.tHead.rows[0].cells.length, cells, table.querySelectorAll('button').length];
            })"""
     )
     assert rows == [
-        [12, [[True, 12, "No layout up to 4,096 devices fits."]], 0],
-        [9, [[True, 9, "Nothing fits one card."]], 0],
+        [12, [[True, 12, "No layout up to 4,096 devices fits.", "left"]], 0],
+        [9, [[True, 9, "Nothing fits one card.", "left"]], 0],
     ]
     assert recorder.errors == []
 
