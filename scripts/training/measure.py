@@ -25,7 +25,6 @@ PyTorch's eager autograd allocates, calc/eager.py).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import platform
 import sys
@@ -37,17 +36,15 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import profile_step  # noqa: E402
 import torch  # noqa: E402
-from profile_step import events as _events  # noqa: E402
 from reference import RECOMPUTE, Config, Decoder, batch, make_optimizer, synthetic_stream, train_step  # noqa: E402
 from torch._C._profiler import _EventType  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 import calc  # noqa: E402
 
 MEASUREMENTS = ROOT / "docs" / "data" / "measurements.json"
 RECIPE, ACTIVATION_BYTES = "fp32", 4  # the reference trainer: FP32 Adam, fp32 activations
-STEP_MARK = "measure: training step"
 DEVICES = ("cpu", "cuda")
 
 
@@ -300,21 +297,26 @@ def _batches(run: Run) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [batch(stream, run.seq, run.micro_batch, gen) for _ in range(2)]
 
 
+def _make(run: Run, device: str = "cpu"):
+    """make and step for profile_step's harness: the reference Decoder, its optimizer and train_step."""
+
+    def make():
+        torch.manual_seed(0)
+        model = Decoder(run.config).to(device)  # all the step holds is allocated inside the measurement
+        return model, make_optimizer(model)
+
+    def step(state, xy):
+        train_step(*state, *xy)  # the warm-up step: Adam creates its moments at the first step
+
+    return make, step
+
+
 def measure_cpu(run: Run) -> dict:
     """Peak bytes of PyTorch's CPU allocator over one training step, every allocation seen."""
-    batches = _batches(run)
-    gc.collect()  # a tensor allocated before the profile and freed inside it would upset the running sum
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        torch.manual_seed(0)
-        model = Decoder(run.config)  # all the step holds is allocated inside the profile
-        optimizer = make_optimizer(model)
-        x, y = (t.clone() for t in batches[0])
-        train_step(model, optimizer, x, y)  # warm-up: Adam creates its moments at the first step
-        x, y = (t.clone() for t in batches[1])
-        with record_function(STEP_MARK):
-            train_step(model, optimizer, x, y)
-    events = _events(prof)
-    step = next(e for e in events if e.name == STEP_MARK)
+    prof, (model, optimizer) = profile_step.profiled(profile_step.two_steps(*_make(run), _batches(run)))
+    x, y = _batches(run)[1]  # the same sizes as the step's copies
+    events = profile_step.events(prof)
+    step = next(e for e in events if e.name == profile_step.STEP_MARK)
     backward = next(e for e in events if e.name == "backward" and e.start_time_ns >= step.start_time_ns)
     allocations = sorted((e for e in events if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
     # Replay the allocator: the running sum of sizes is its total; remember who holds what.
@@ -361,22 +363,13 @@ def measure_cpu(run: Run) -> dict:
 
 
 def measure_cuda(run: Run) -> dict:
-    """Peak bytes of the CUDA caching allocator over one training step (torch.cuda.max_memory_allocated)."""
-    batches = _batches(run)
-    torch.manual_seed(0)
-    model = Decoder(run.config).cuda()
-    optimizer = make_optimizer(model)
-    train_step(model, optimizer, *(t.cuda() for t in batches[0]))
-    x, y = (t.cuda() for t in batches[1])
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    start = torch.cuda.memory_allocated()
-    train_step(model, optimizer, x, y)
-    torch.cuda.synchronize()
+    """Peak bytes of the CUDA caching allocator over one training step (torch.cuda.max_memory_allocated; its
+    max_memory_reserved beside it)."""
+    batches = [tuple(t.cuda() for t in xy) for xy in _batches(run)]
+    got, (model, optimizer) = profile_step.on_cuda(profile_step.two_steps(*_make(run, "cuda"), batches))
+    x, y = batches[1]
     return {
-        "measured_peak": torch.cuda.max_memory_allocated(),
-        "measured_start": start,
-        "measured_end": torch.cuda.memory_allocated(),
+        **got,
         "state_from_tensors": sum(p.nbytes for p in model.parameters())
         + sum(t.nbytes for s in optimizer.state.values() for t in s.values())
         + sum(b.nbytes for b in model.buffers())

@@ -21,7 +21,6 @@ types (`cli_args`), run in-process. Results go to docs/data/lora.json, rendered 
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import json
 import sys
@@ -38,7 +37,6 @@ import hf_models  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 RESULTS = ROOT / "docs" / "data" / "lora.json"
 MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
@@ -96,18 +94,17 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
 
 
 def measure_cpu(m, precision, attention, checkpointing, seq, b, tune: Tune) -> dict:
-    """profile_step.measure_cpu for a fine-tuned model: the second step's allocator peak, in bytes."""
-    batches = [hf_models.tokens(m.vocab, seq, b, seed) for seed in (0, 1)]
-    gc.collect()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    """The second step's allocator peak of a fine-tuned model, in bytes (profile_step's harness)."""
+
+    def make():
         net = tuned(m, attention, checkpointing, tune)
-        optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-        hf_models.train_step(net, optimizer, batches[0].clone(), precision)
-        x = batches[1].clone()
-        with record_function(profile_step.STEP_MARK):
-            hf_models.train_step(net, optimizer, x, precision)
+        return net, torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
+
+    batches = [hf_models.tokens(m.vocab, seq, b, seed) for seed in (0, 1)]
+    body = profile_step.two_steps(make, lambda s, x: hf_models.train_step(*s, x, precision), batches)
+    got, (net, _) = profile_step.on_cpu(body)
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
-    return {**profile_step.step_peak(prof), "measured_trainable": trainable}
+    return {**got, "measured_trainable": trainable}
 
 
 def cli_args(m, seq, b, precision, attention, checkpointing, tune: Tune) -> list[str]:

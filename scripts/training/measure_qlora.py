@@ -15,12 +15,12 @@ the adapters included, is bf16: calc's `--recipe bf16 --finetune qlora`. Each ru
 without the quantization config (a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from
 what the deck walk misses for any LoRA step. AdamW over the adapters; two
 steps, the second measured: on the CPU the profiler's allocator peak (profile_step.py), on CUDA
-torch.cuda.max_memory_allocated. Two predictions, each the CLI's from the flags a user types: the deck
-walk's (`cli_args`) and the eager walk's (`eager_args`: `--walk eager`, which replays bitsandbytes' Linear4bit
-and peft's wrapper of it op by op). `--recipe bf16` says what was run: a bf16 model, bf16 adapters (peft's
-default, autocast_adapter_dtype=True, would upcast them to fp32), bf16 gradients and AdamW moments (torch's
-AdamW keeps its state in the parameters' dtype). Results go to docs/data/qlora.json, rendered by
-scripts/make_results.py §12.5.
+torch.cuda.max_memory_allocated (max_memory_reserved beside it). Two predictions, each the CLI's from the flags
+a user types: the deck walk's (`cli_args`) and the eager walk's (`eager_args`: `--walk eager`, which replays
+bitsandbytes' Linear4bit and peft's wrapper of it op by op). `--recipe bf16` says what was run: a bf16 model,
+bf16 adapters (peft's default, autocast_adapter_dtype=True, would upcast them to fp32), bf16 gradients and
+AdamW moments (torch's AdamW keeps its state in the parameters' dtype). Results go to docs/data/qlora.json,
+rendered by scripts/make_results.py §12.5.
 
     python scripts/training/measure_qlora.py                        # on the CPU, print a table
     python scripts/training/measure_qlora.py --device cuda --write  # on a GPU, write docs/data/qlora.json
@@ -32,7 +32,6 @@ Needs `pip install bitsandbytes` (0.48 or later runs 4-bit layers on the CPU).
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import json
 import sys
@@ -51,7 +50,6 @@ import measure_lora  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 RESULTS = ROOT / "docs" / "data" / "qlora.json"
 ALL = measure_lora.ALL
@@ -121,27 +119,13 @@ def measure_step(folder, attention, checkpointing, seq, b, tune, device, precisi
     """The second step's peak and start, and what the model holds, in bytes."""
     vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
     batches = [hf_models.tokens(vocab, seq, b, seed).to(device) for seed in (0, 1)]
-    gc.collect()
-    if device == "cuda":
+
+    def make():
         net = tuned(folder, attention, checkpointing, tune, device, precision)
-        optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-        hf_models.train_step(net, optimizer, batches[0], precision)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        start = torch.cuda.memory_allocated()
-        hf_models.train_step(net, optimizer, batches[1], precision)
-        torch.cuda.synchronize()
-        got = {"measured_peak": torch.cuda.max_memory_allocated(), "measured_start": start,
-               "measured_end": torch.cuda.memory_allocated()}  # fmt: skip
-    else:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            net = tuned(folder, attention, checkpointing, tune, device, precision)
-            optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-            hf_models.train_step(net, optimizer, batches[0].clone(), precision)
-            x = batches[1].clone()
-            with record_function(profile_step.STEP_MARK):
-                hf_models.train_step(net, optimizer, x, precision)
-        got = profile_step.step_peak(prof)
+        return net, torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
+
+    body = profile_step.two_steps(make, lambda s, x: hf_models.train_step(*s, x, precision), batches)
+    got, (net, _) = profile_step.on(device, body)
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     return {**got, "measured_trainable": trainable, "model_bytes": resident(net)}
 
