@@ -18,6 +18,8 @@ MEASUREMENTS = ROOT / "docs" / "data" / "measurements.json"
 TRANSFORMERS = ROOT / "docs" / "data" / "transformers.json"  # scripts/training/measure_transformers.py
 LORA = ROOT / "docs" / "data" / "lora.json"  # scripts/training/measure_lora.py
 QLORA = ROOT / "docs" / "data" / "qlora.json"  # scripts/training/measure_qlora.py
+FAMILIES = ROOT / "docs" / "data" / "families.json"  # scripts/training/measure_families.py
+LOOPS = ROOT / "docs" / "data" / "loops.json"  # scripts/training/measure_loops.py
 SEQ, MICRO_BATCH = 4096, 1
 DECODER_SEQ, DECODER_BATCH = 8, 16
 DECK_SAVED_VALUES = 2_320  # the deck's measured count per sequence per block for the Decoder
@@ -668,6 +670,119 @@ def lora_section() -> list[str]:
     return [*out, ""]
 
 
+# §13: the families and loops people train now, measured, beside what today's CLI answers. The prose is
+# Markdown with {names} filled from the data (one str.format per section); the tables are rendered below it.
+FAMILIES_PROSE = """\
+Each family is a tiny transformers model built from a config with random weights ({shape}), trained two
+steps with the usual loop (PyTorch's AdamW); the second step is measured with the harness of §10.8
+(`scripts/training/profile_step.py`) in fp32 and under autocast, with eager and sdpa attention, without and
+with checkpointing: {measured} steps of {families} families, {not_run} not run because transformers itself
+refuses that attention for the family. The CLI is then asked as a user would ask it: the config.json with
+`--hf-config`, the same step's flags, `--walk eager` and the deck walk. **Today {eager_refused} of the
+{families} families are refused by `--walk eager`, and {deck_refused} by the deck walk too** ({reason});
+where the deck walk answers, its ratio (predicted / measured) is shown, its worst case per family. Each
+family's parameters: transformers' own count of the tiny config on the meta device, and calc's where it
+reads the config. Environment: {environment}."""
+LOOPS_PROSE = """\
+The loops most training runs through, each run as it comes for two optimizer steps on transformers' Llama
+and Qwen2 (two shapes each, one where the vocabulary of {vocab:,} takes the peak), fp32 and autocast
+(`bf16=True`), checkpointing off and on; the second optimizer step is measured with the same harness. The
+prediction is the CLI's from the config.json and the flags a user would type for that loop (below), by
+`--walk eager` and by the deck walk; the worst case per loop and family (largest distance from 1). **Today
+`--walk eager` answers {answered} of the {loops} loops**: Trainer with its default fused AdamW and with
+`adamw_torch` (within {trainer_worst} of the measured peak), and TRL's SFTTrainer with LoRA, where it
+predicts {sft_low:.2f} to {sft_high:.2f} of the measured peak (TRL's chunked log-prob head is not
+modelled); gradient accumulation and every optimizer but AdamW are refused. Environment: {environment}."""
+
+
+def _said(answer: dict) -> str:
+    """A CLI answer in a table cell: the ratio, or the refusal's message."""
+    if "ratio" in answer:
+        return f"{answer['ratio']:.3f}"
+    message = answer["refused"].removeprefix("error: ")
+    return "refused: " + message.split("; supported")[0].split(": use the deck walk")[0]  # the reason, not the advice
+
+
+def _worst(rows: list[dict], walk: str) -> str:
+    """The worst case of one walk over measured rows: the ratio farthest from 1, else the (first) refusal."""
+    said = [r[walk] for r in rows if walk in r]
+    ratios = [a for a in said if "ratio" in a]
+    if ratios:
+        return _said(max(ratios, key=lambda a: abs(a["ratio"] - 1)))
+    return _said(said[0]) if said else "not run"
+
+
+def families_section() -> list[str]:
+    """§13.1 and §13.3: the families people train now (docs/data/families.json)."""
+    out, data = section_data("### 13.1 Model families, measured", FAMILIES,
+                             "python scripts/training/measure_families.py --write")  # fmt: skip
+    if data is None:
+        return out
+    runs, families = data["runs"], data["families"]
+    measured = [r for r in runs if "measured_peak" in r]
+    per = {name: [r for r in runs if r["family"] == name] for name in families}
+    eager_refused = sum(all("ratio" not in r.get("eager", {}) for r in rows) for rows in per.values())
+    deck_refused = sum(all("ratio" not in r.get("deck", {}) for r in rows) for rows in per.values())
+    m = runs[0]["model"]
+    shape = f"{m['layers']} layers, width {m['hidden']}, {m['heads']} heads, sequence {runs[0]['seq']}"
+    reason = "most at `--hf-config`, which reads " + str(len(calc.hf.READERS)) + " model types"
+    out += [FAMILIES_PROSE.format(shape=shape, measured=len(measured), families=len(families),
+                                  not_run=len(runs) - len(measured), eager_refused=eager_refused,
+                                  deck_refused=deck_refused, reason=reason, environment=data["environment"]), ""]
+    out += ["| Family | Parameters (transformers) | calc | Steps measured | Measured peak (largest) | "
+            "`--walk eager`, worst | deck walk, worst |", "|---|---:|---|---:|---:|---|---|"]  # fmt: skip
+    for name, rows in per.items():
+        got = [r for r in rows if "measured_peak" in r]
+        count = families[name]["calc"]
+        calc_says = f"{count['params']:,}" if "params" in count else "refused"
+        out.append(f"| `{name}` | {families[name]['transformers_params']:,} | {calc_says} | {len(got)} of {len(rows)} "
+                   f"| {max(r['measured_peak'] for r in got):,} | {_worst(got, 'eager')} | {_worst(got, 'deck')} |")
+    return [*out, ""]
+
+
+def presets_section() -> list[str]:
+    """§13.3: the published config.json files stored under calc/configs/, counted by transformers and calc."""
+    out, data = section_data("### 13.3 Published configs, counted", FAMILIES,
+                             "python scripts/training/measure_families.py --counts --write")  # fmt: skip
+    presets = (data or {}).get("presets", [])
+    if data is not None and not presets:
+        return [*out, "None stored yet.", ""]
+    out += ["The published `config.json` of the presets issue 18 lists, where a public copy was found (stored in "
+            "`calc/configs/`, not yet presets): transformers' parameter count on the meta device (a multimodal "
+            "release: its language model), and calc's from `--hf-config` or its refusal.", "",
+            "| Config | model_type | Parameters (transformers) | calc |", "|---|---|---:|---|"]  # fmt: skip
+    for row in presets:
+        calc_says = f"{row['calc']['params']:,}" if "params" in row["calc"] else _said(row["calc"])
+        kind = row["model_type"] + (f", {row['counted']}" if "counted" in row else "")
+        out.append(f"| `{row['preset']}.json` | {kind} | {row['transformers_params']:,} | {calc_says} |")
+    return [*out, ""]
+
+
+def loops_section() -> list[str]:
+    """§13.2: the training loops, measured (docs/data/loops.json)."""
+    out, data = section_data("### 13.2 Training loops, measured", LOOPS,
+                             "python scripts/training/measure_loops.py --write")  # fmt: skip
+    if data is None:
+        return out
+    runs = data["runs"]
+    loops = list(dict.fromkeys(r["loop"] for r in runs))
+    answered = [name for name in loops if any("ratio" in r["eager"] for r in runs if r["loop"] == name)]
+    trainer = [r["eager"]["ratio"] for r in runs if r["loop"].startswith("trainer") and "ratio" in r["eager"]]
+    sft = [r["eager"]["ratio"] for r in runs if r["loop"] == "sft-lora"]
+    out += [LOOPS_PROSE.format(vocab=max(r["model"]["vocab"] for r in runs), answered=len(answered),
+                               loops=len(loops), trainer_worst=f"{max(abs(x - 1) for x in trainer):.2%}",
+                               sft_low=min(sft), sft_high=max(sft),
+                               environment="; ".join(f"{k}: {v}" for k, v in data["environment"].items())), ""]
+    out += ["| Loop | Family | Steps | `--walk eager`, worst | deck walk, worst | A user's command (one of them) |",
+            "|---|---|---:|---|---|---|"]  # fmt: skip
+    for name in loops:
+        for family in dict.fromkeys(r["model_type"] for r in runs):
+            rows = [r for r in runs if r["loop"] == name and r["model_type"] == family]
+            out.append(f"| `{name}` | `{family}` | {len(rows)} | {_worst(rows, 'eager')} | {_worst(rows, 'deck')} "
+                       f"| `{rows[0]['eager']['command']}` |")
+    return [*out, ""]
+
+
 def render() -> str:
     llama = calc.PRESETS["llama-7b"]
     rows = calc.table(llama, SEQ, MICRO_BATCH)
@@ -748,6 +863,11 @@ def render() -> str:
         *finetune_section(),
         *lora_section(),
         *qlora_section(),
+        "## 13. The families and loops people train now",
+        "",
+        *families_section(),
+        *loops_section(),
+        *presets_section(),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
