@@ -4,6 +4,7 @@
 #   make test    build the site, then run every test (calc's and the browser's)
 #   make check   ruff, a strict build and results.md up to date
 #   make bench   time the built site in headless Chromium (scripts/bench_site.py)
+#   make gpu-check  every CUDA measurement on one GPU in at most 8 minutes (DRY_RUN=1: a CPU sample)
 
 PYTHON ?= python3
 PORT ?= 8000
@@ -15,7 +16,7 @@ CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup setup-browser build serve live test check bench clean
+.PHONY: setup setup-browser build serve live test check bench gpu-check clean
 
 setup: $(VENV)/.installed node_modules/.installed $(TOOL_VENV)/.installed
 
@@ -68,6 +69,11 @@ check: build
 
 bench: build setup-browser
 	$(BIN)/python scripts/bench_site.py
+
+# Every CUDA measurement (dense, MoE, LoRA, QLoRA, the loops) on one GPU, writing docs/data/*.json
+# (scripts/training/gpu_check.py); DRY_RUN=1 runs a small sample of each on the CPU and writes nothing.
+gpu-check: setup
+	$(BIN)/python scripts/training/gpu_check.py $(if $(DRY_RUN),--dry-run)
 
 clean:
 	rm -rf site test-artifacts build/pyodide-site

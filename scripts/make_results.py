@@ -20,6 +20,10 @@ LORA = ROOT / "docs" / "data" / "lora.json"  # scripts/training/measure_lora.py
 QLORA = ROOT / "docs" / "data" / "qlora.json"  # scripts/training/measure_qlora.py
 FAMILIES = ROOT / "docs" / "data" / "families.json"  # scripts/training/measure_families.py
 LOOPS = ROOT / "docs" / "data" / "loops.json"  # scripts/training/measure_loops.py
+# What `make gpu-check` writes (scripts/training/gpu_check.py), by the measurement it comes from.
+CUDA_SOURCES = {"dense (§10.6)": MEASUREMENTS, "transformers' models (§10.8)": TRANSFORMERS,
+                "LoRA": ROOT / "docs" / "data" / "lora-cuda.json", "QLoRA": ROOT / "docs" / "data" / "qlora-cuda.json",
+                "loops (§13.2)": LOOPS}  # fmt: skip
 SEQ, MICRO_BATCH = 4096, 1
 DECODER_SEQ, DECODER_BATCH = 8, 16
 DECK_SAVED_VALUES = 2_320  # the deck's measured count per sequence per block for the Decoder
@@ -783,6 +787,39 @@ def loops_section() -> list[str]:
     return [*out, ""]
 
 
+def _predicted_ratio(row: dict) -> float | None:
+    """A measured row's eager-walk ratio (predicted / measured), whichever script wrote it."""
+    for value in (row.get("eager", {}).get("ratio"), row.get("eager_ratio"), row.get("ratio_eager"), row.get("ratio")):
+        if value is not None:
+            return value
+    return None
+
+
+def gpu_section() -> list[str]:
+    """§13.4: every CUDA row `make gpu-check` wrote, with the caching allocator's view beside the peak."""
+    out = ["### 13.4 On one GPU", ""]
+    rows = {}
+    for name, path in CUDA_SOURCES.items():
+        data = json.loads(path.read_text()) if path.exists() else {"runs": []}
+        got = [r for r in data["runs"] if r.get("device") == "cuda" and r.get("measured_peak") is not None]
+        if got:
+            rows[name] = got
+    if not rows:
+        return [*out, "Pending: no GPU was lent for this check. `make gpu-check` runs every CUDA measurement "
+                "(dense, mixtures of experts, LoRA, QLoRA, the loops) on one GPU in at most 8 minutes and writes "
+                "the JSON this section reads; it is ready and untried (`make gpu-check DRY_RUN=1` runs a small "
+                "sample of each on the CPU).", ""]  # fmt: skip
+    out += ["| Measurement | Steps | Peak (max_memory_allocated), largest | max_memory_reserved / allocated, "
+            "largest | `--walk eager` / measured |", "|---|---:|---:|---:|---|"]  # fmt: skip
+    for name, got in rows.items():
+        reserved = [r["max_memory_reserved"] / r["measured_peak"] for r in got if "max_memory_reserved" in r]
+        ratios = [x for x in map(_predicted_ratio, got) if x is not None]
+        span = f"{min(ratios):.3f} to {max(ratios):.3f}" if ratios else "refused"
+        out.append(f"| {name} | {len(got)} | {max(r['measured_peak'] for r in got):,} | "
+                   f"{f'{max(reserved):.3f}' if reserved else 'not recorded'} | {span} |")
+    return [*out, ""]
+
+
 def render() -> str:
     llama = calc.PRESETS["llama-7b"]
     rows = calc.table(llama, SEQ, MICRO_BATCH)
@@ -868,6 +905,7 @@ def render() -> str:
         *families_section(),
         *loops_section(),
         *presets_section(),
+        *gpu_section(),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

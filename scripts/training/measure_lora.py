@@ -16,6 +16,7 @@ types (`cli_args`), run in-process. Results go to docs/data/lora.json, rendered 
 
     python scripts/training/measure_lora.py             # measure on the CPU, print a table
     python scripts/training/measure_lora.py --write     # and write docs/data/lora.json
+    python scripts/training/measure_lora.py --device cuda --write   # on a GPU: docs/data/lora-cuda.json
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import profile_step  # noqa: E402
 import torch  # noqa: E402
 
 RESULTS = ROOT / "docs" / "data" / "lora.json"
+RESULTS_CUDA = ROOT / "docs" / "data" / "lora-cuda.json"  # a GPU's rows (make gpu-check), apart from §12.4's
 MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
            "down": "down_proj"}  # fmt: skip
 
@@ -94,28 +96,33 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
 
 
 def measure_cpu(m, precision, attention, checkpointing, seq, b, tune: Tune) -> dict:
-    """The second step's allocator peak of a fine-tuned model, in bytes (profile_step's harness)."""
+    """The second step's allocator peak of a fine-tuned model on the CPU, in bytes (profile_step's harness)."""
+    return measure_step(m, precision, attention, checkpointing, seq, b, tune, "cpu")
+
+
+def measure_step(m, precision, attention, checkpointing, seq, b, tune: Tune, device: str) -> dict:
+    """The second step's peak of a fine-tuned model on `device`, in bytes, and the parameters it trains."""
 
     def make():
-        net = tuned(m, attention, checkpointing, tune)
+        net = tuned(m, attention, checkpointing, tune).to(device)
         return net, torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
 
-    batches = [hf_models.tokens(m.vocab, seq, b, seed) for seed in (0, 1)]
+    batches = [hf_models.tokens(m.vocab, seq, b, seed).to(device) for seed in (0, 1)]
     body = profile_step.two_steps(make, lambda s, x: hf_models.train_step(*s, x, precision), batches)
-    got, (net, _) = profile_step.on_cpu(body)
+    got, (net, _) = profile_step.on(device, body)
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     return {**got, "measured_trainable": trainable}
 
 
-def cli_args(m, seq, b, precision, attention, checkpointing, tune: Tune) -> list[str]:
+def cli_args(m, seq, b, precision, attention, checkpointing, tune: Tune, device: str = "cpu") -> list[str]:
     """The command a user types to predict this step."""
-    return measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, "cpu") + tune.flags()
+    return measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, device) + tune.flags()
 
 
-def measure(m, seq, b, tune, precision, attention, checkpointing) -> dict:
+def measure(m, seq, b, tune, precision, attention, checkpointing, device: str = "cpu") -> dict:
     t0 = time.perf_counter()
-    got = measure_cpu(m, precision, attention, checkpointing, seq, b, tune)
-    args = cli_args(m, seq, b, precision, attention, checkpointing, tune)
+    got = measure_step(m, precision, attention, checkpointing, seq, b, tune, device)
+    args = cli_args(m, seq, b, precision, attention, checkpointing, tune, device)
     pred = measure_transformers.predict(args)
     return {
         "model_type": m.model_type,
@@ -126,7 +133,7 @@ def measure(m, seq, b, tune, precision, attention, checkpointing) -> dict:
         "precision": precision,
         "attention": attention,
         "checkpointing": checkpointing,
-        "device": "cpu",
+        "device": device,
         **got,
         "trainable_params": pred["trainable_params"],
         "predicted_peak": pred["peak"],
@@ -139,7 +146,8 @@ def measure(m, seq, b, tune, precision, attention, checkpointing) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="measure_lora.py", description=__doc__.splitlines()[0])
-    p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)} (on cuda: -cuda.json)")
     p.add_argument("--only", type=int, action="append", help="only these runs (indices into RUNS)")
     args = p.parse_args(argv)
     import peft
@@ -149,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and i not in args.only:
             continue
         for precision, attention, checkpointing in GRID:
-            row = measure(m, seq, b, tune, precision, attention, checkpointing)
+            row = measure(m, seq, b, tune, precision, attention, checkpointing, args.device)
             rows.append(row)
             print(
                 f"{i} {row['model_type']:8} kv{m.kv_heads} {row['tune']:28} {precision:9} {attention:5} "
@@ -158,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     if args.write:
-        env = f"{measure_transformers.environment('cpu')}, peft {peft.__version__}"
-        RESULTS.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
+        env = f"{measure_transformers.environment(args.device)}, peft {peft.__version__}"
+        out = RESULTS if args.device == "cpu" else RESULTS_CUDA
+        out.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
     return 0
 
 

@@ -23,7 +23,7 @@ AdamW moments (torch's AdamW keeps its state in the parameters' dtype). Results 
 rendered by scripts/make_results.py §12.5.
 
     python scripts/training/measure_qlora.py                        # on the CPU, print a table
-    python scripts/training/measure_qlora.py --device cuda --write  # on a GPU, write docs/data/qlora.json
+    python scripts/training/measure_qlora.py --device cuda --write  # on a GPU, write docs/data/qlora-cuda.json
     python scripts/training/measure_qlora.py --repredict --write    # predict the recorded runs again
 
 Needs `pip install bitsandbytes` (0.48 or later runs 4-bit layers on the CPU).
@@ -52,6 +52,7 @@ import profile_step  # noqa: E402
 import torch  # noqa: E402
 
 RESULTS = ROOT / "docs" / "data" / "qlora.json"
+RESULTS_CUDA = ROOT / "docs" / "data" / "qlora-cuda.json"  # a GPU's rows (make gpu-check), apart from §12.5's
 ALL = measure_lora.ALL
 RUNS = [  # (model, seq, micro-batch, tuning); bitsandbytes needs widths that are multiples of its blocks (64)
     (hf_models.Model("llama", 4, 128, 4, 4, 384, 512), 128, 2, measure_lora.Tune("qlora", 8, 16, ("q", "v"))),
@@ -248,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         env = f"{measure_transformers.environment(args.device)}, peft {peft.__version__}, "
         env += f"bitsandbytes {bitsandbytes.__version__}"
-        RESULTS.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
+        out = RESULTS if args.device == "cpu" else RESULTS_CUDA
+        out.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
     return 0
 
 

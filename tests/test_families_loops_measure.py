@@ -1,0 +1,99 @@
+"""The recorded family and loop measurements (docs/data/families.json, docs/data/loops.json) are what a real
+step gives today: a sample of every family and every loop is measured again on the CPU and compared with
+its recorded row; and what the CLI is recorded to have said is what it says for the same command.
+
+One step of each family and one of each loop (a different grid point each, so the sample covers both
+precisions, both attentions and checkpointing off and on); tiny models, a few seconds each."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "training"))
+
+FAMILIES = json.loads((ROOT / "docs" / "data" / "families.json").read_text())
+LOOPS = json.loads((ROOT / "docs" / "data" / "loops.json").read_text())
+
+
+def _sample(rows: list[dict], key: str) -> list[dict]:
+    """One measured row of each `key` value, the i-th value's i-th row (rotating through the grid)."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        if "measured_peak" in row:
+            groups.setdefault(row[key], []).append(row)
+    return [group[i % len(group)] for i, group in enumerate(groups.values())]
+
+
+def _model(row: dict):
+    import hf_models
+
+    m = row["model"]
+    return hf_models.Model(**{**m, "extra": tuple((k, v) for k, v in m["extra"])})
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("row", _sample(FAMILIES["runs"], "family"), ids=lambda r: r["family"])
+def test_family_step_measures_as_recorded(row):
+    """A family's step, measured again, allocates exactly the recorded bytes at its start, peak and end."""
+    import measure_families
+
+    m = _model(row)
+    assert m == measure_families.FAMILIES[row["family"]], "the recorded model is the script's"
+    got = measure_families.measure(row["family"], m, row["precision"], row["attention"], row["checkpointing"])
+    for key in ("measured_peak", "measured_start", "measured_end"):
+        assert got[key] == row[key], key
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("row", _sample(LOOPS["runs"], "loop"), ids=lambda r: r["loop"])
+def test_loop_step_measures_as_recorded(row):
+    """A loop's second optimizer step, measured again, allocates exactly the recorded bytes, and trains the
+    recorded parameters."""
+    import measure_loops
+
+    loop = measure_loops.LOOPS[row["loop"]]
+    got = measure_loops.measure_step(loop, _model(row), row["precision"], row["checkpointing"], row["seq"],
+                                     row["micro_batch"])  # fmt: skip
+    for key in ("measured_peak", "measured_start", "measured_end", "measured_trainable"):
+        assert got[key] == row[key], key
+
+
+@pytest.mark.torch
+def test_recorded_cli_answers_are_todays():
+    """Every recorded CLI answer (prediction or refusal) is what the CLI answers now for the recorded command:
+    when calc changes, the JSON (and results.md) must be written again."""
+    import calc_cli
+    import measure_families
+    import measure_loops
+
+    rows = _sample(FAMILIES["runs"], "family") + _sample(LOOPS["runs"], "loop")
+    for row in rows:
+        if "family" in row:
+            args = measure_families.cli_args(row["family"], _model(row), row["precision"], row["attention"],
+                                             row["checkpointing"])  # fmt: skip
+        else:
+            loop = measure_loops.LOOPS[row["loop"]]
+            args = measure_loops.cli_args(loop, _model(row), row["seq"], row["micro_batch"], row["precision"],
+                                          row["checkpointing"], "cpu")  # fmt: skip
+        for walk, flags in (("eager", args), ("deck", calc_cli.deck_args(args))):
+            assert calc_cli.compared(flags, row["measured_peak"]) == row[walk], (row.get("family", row["loop"]), walk)
+
+
+def test_refusals_are_one_line_naming_a_field():
+    """Every recorded refusal is the CLI's one line, naming the flag it refuses."""
+    answers = [r[w] for r in FAMILIES["runs"] + LOOPS["runs"] for w in ("eager", "deck") if w in r]
+    refusals = [a["refused"] for a in answers if "refused" in a]
+    assert refusals, "today's CLI refuses most of these (issues 18 and 19)"
+    for message in refusals:
+        assert "\n" not in message and message.startswith("error: --"), message
+
+
+def test_presets_counted_by_transformers_and_calc_agree_where_calc_reads_them():
+    """Where calc reads a stored published config, its parameter count is transformers' own."""
+    read = [p for p in FAMILIES["presets"] if "params" in p["calc"]]
+    assert read, "calc reads some of the stored configs today (gemma2, phi3)"
+    for p in read:
+        assert p["calc"]["params"] == p["transformers_params"], p["preset"]
