@@ -727,14 +727,16 @@ def families_section() -> list[str]:
     per = {name: [r for r in runs if r["family"] == name] for name in families}
     eager_refused = sum(all("ratio" not in r.get("eager", {}) for r in rows) for rows in per.values())
     deck_refused = sum(all("ratio" not in r.get("deck", {}) for r in rows) for rows in per.values())
-    m = runs[0]["model"]
-    shape = f"{m['layers']} layers, width {m['hidden']}, {m['heads']} heads, sequence {runs[0]['seq']}"
+    m, vocabs = runs[0]["model"], sorted({r["model"]["vocab"] for r in runs})
+    shape = (f"{m['layers']} layers, width {m['hidden']}, {m['heads']} heads, sequence {runs[0]['seq']}; "
+             f"vocabulary {' and '.join(f'{v:,}' for v in vocabs)}, the larger one's logits taking the peak")
     reason = "most at `--hf-config`, which reads " + str(len(calc.hf.READERS)) + " model types"
     out += [FAMILIES_PROSE.format(shape=shape, measured=len(measured), families=len(families),
                                   not_run=len(runs) - len(measured), eager_refused=eager_refused,
                                   deck_refused=deck_refused, reason=reason, environment=data["environment"]), ""]
-    out += ["| Family | Parameters (transformers) | calc | Steps measured | Measured peak (largest) | "
-            "`--walk eager`, worst | deck walk, worst |", "|---|---:|---|---:|---:|---|---|"]  # fmt: skip
+    out += ["| Family | Parameters (transformers, the smaller vocabulary) | calc | Steps measured | "
+            "Measured peak (largest) | `--walk eager`, worst | deck walk, worst |",
+            "|---|---:|---|---:|---:|---|---|"]  # fmt: skip
     for name, rows in per.items():
         got = [r for r in rows if "measured_peak" in r]
         count = families[name]["calc"]

@@ -41,7 +41,7 @@ def test_family_step_measures_as_recorded(row):
     import measure_families
 
     m = _model(row)
-    assert m == measure_families.FAMILIES[row["family"]], "the recorded model is the script's"
+    assert m == measure_families.shapes(row["family"])[row["shape"]], "the recorded model is the script's"
     got = measure_families.measure(row["family"], m, row["precision"], row["attention"], row["checkpointing"])
     for key in ("measured_peak", "measured_start", "measured_end"):
         assert got[key] == row[key], key
@@ -97,3 +97,49 @@ def test_presets_counted_by_transformers_and_calc_agree_where_calc_reads_them():
     assert read, "calc reads some of the stored configs today (gemma2, phi3)"
     for p in read:
         assert p["calc"]["params"] == p["transformers_params"], p["preset"]
+
+
+@pytest.mark.torch
+def test_gpu_check_dry_run_runs_a_sample_and_writes_nothing():
+    """`make gpu-check DRY_RUN=1` (here: its QLoRA step) runs the script's CPU sample to the end and leaves the
+    recorded JSON as it was."""
+    import gpu_check
+
+    data = sorted((ROOT / "docs" / "data").glob("*.json"))
+    before = {p: p.read_bytes() for p in data}
+    assert gpu_check.main(["--dry-run", "--only", "qlora"]) == 0
+    assert sorted((ROOT / "docs" / "data").glob("*.json")) == data
+    assert all(p.read_bytes() == before[p] for p in data)
+
+
+@pytest.mark.torch
+def test_gpu_check_without_a_gpu_says_so_in_one_line(capsys):
+    """On a machine without CUDA, `make gpu-check` exits 2 with one line saying so (and how to dry-run)."""
+    import gpu_check
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: gpu-check would run")
+    with pytest.raises(SystemExit) as e:
+        gpu_check.main([])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA device" in err and "--dry-run" in err
+
+
+def test_calc_cli_answers_as_the_cli_does():
+    """calc_cli (in-process) gives the answer and the one-line refusal `python -m calc` gives a user."""
+    import subprocess
+
+    import calc_cli
+
+    from conftest import cli_json
+
+    args = ["--preset", "llama-3.2-1b", "--seq", "256", "--walk", "eager", "--device", "cpu", "--attention", "sdpa"]
+    said, printed = calc_cli.answer(args), cli_json(args)
+    assert said == {k: printed[k] for k in ("peak", "peak_event", "params", "trainable_params")}
+    assert calc_cli.deck_args(args) == ["--preset", "llama-3.2-1b", "--seq", "256"]
+    bad = ["--preset", "llama-3.2-1b", "--walk", "eager", "--grad-accum", "2"]
+    out = subprocess.run([sys.executable, "-m", "calc", *bad, "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2
+    assert calc_cli.answer(bad) == {"refused": out.stderr.strip()}

@@ -3,12 +3,13 @@
 
 Each family is a tiny transformers model from a config with random weights (hf_models.py; nothing is
 downloaded), trained for two steps with the usual loop (hf_models.train_step, PyTorch's AdamW); the second is
-measured with profile_step's harness, over fp32 and autocast, eager and sdpa attention, checkpointing off and
-on. Every config keeps its family's own features at a small size: q/k norms, soft-caps, sliding windows
-shorter than the sequence (64 of 128), fused projections, latent attention, experts, sinks, layers without
-RoPE. The prediction is the CLI's, from the config.json and the flags a user would type (calc_cli.py), by the
-eager walk (`--walk eager`) and by the deck walk; or the CLI's refusal. Beside each family: transformers' own
-parameter count of the config on the meta device, and calc's.
+measured with profile_step's harness, over two shapes (the layers take the peak, or a vocabulary of 8,192
+does), fp32 and autocast, eager and sdpa attention, checkpointing off and on. Every config keeps its
+family's own features at a small size: q/k norms, soft-caps, sliding windows shorter than the sequence (64 of
+128), fused projections, latent attention, experts, sinks, layers without RoPE. The prediction is the CLI's,
+from the config.json and the flags a user would type (calc_cli.py), by the eager walk (`--walk eager`) and by
+the deck walk; or the CLI's refusal. Beside each family: transformers' own parameter count of the config on
+the meta device, and calc's.
 
 The published config.json of each preset issue 18 lists (calc/configs/, where a public copy was found) is
 counted the same way: transformers' count on the meta device, and calc's from `--hf-config` or its refusal.
@@ -26,7 +27,7 @@ import json
 import sys
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,11 +81,17 @@ FAMILIES = {
                       ("residual_multiplier", 0.22), ("logits_scaling", 8.0)),
 }
 # fmt: on
+VOCAB_HEAVY = 8192  # the second shape: the same model with a vocabulary whose b x s x V logits take the peak
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 # The presets issue 18 lists, by the file name their published config.json has under calc/configs/.
 PRESETS = ("qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gemma-2-27b", "gemma-3-12b", "gemma-3-27b",
            "phi-4", "olmo-2-13b", "smollm3-3b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b", "granite-3.3-8b",
            "llama-4-scout")  # fmt: skip
+
+
+def shapes(name: str) -> dict[str, hf_models.Model]:
+    """The family's two measured shapes: its layers take the peak, or its vocabulary does."""
+    return {"layers": FAMILIES[name], "vocab": replace(FAMILIES[name], vocab=VOCAB_HEAVY)}
 
 
 def meta_params(config: dict) -> int:
@@ -106,16 +113,18 @@ def text_config(config: dict) -> dict:
 
 def cli_args(name: str, m: hf_models.Model, precision: str, attention: str, checkpointing: str) -> list[str]:
     """The command a user types: their config.json and the step."""
-    config = calc_cli.config_file(f"family-{name}", m.config())
+    config = calc_cli.config_file(f"family-{name}-v{m.vocab}", m.config())
     run = ["--hf-config", str(config), "--seq", SEQ, "--micro-batch", MICRO_BATCH, "--walk", "eager"]
     run += ["--recipe", precision, "--attention", attention, "--recompute", checkpointing, "--device", "cpu"]
     return [str(a) for a in run]
 
 
-def measure(name: str, m: hf_models.Model, precision: str, attention: str, checkpointing: str) -> dict:
+def measure(name: str, m: hf_models.Model, precision: str, attention: str, checkpointing: str,
+            shape: str = "layers") -> dict:  # fmt: skip
     """One row: the family's step measured, and what the CLI says by both walks (or why it did not run)."""
     t0 = time.perf_counter()
-    row = {"family": name, "model_type": m.model_type, "model": asdict(m), "seq": SEQ, "micro_batch": MICRO_BATCH,
+    row = {"family": name, "shape": shape, "model_type": m.model_type, "model": asdict(m), "seq": SEQ,
+           "micro_batch": MICRO_BATCH,
            "precision": precision, "attention": attention, "checkpointing": checkpointing, "device": "cpu"}  # fmt: skip
     try:
         with warnings.catch_warnings():
@@ -152,13 +161,12 @@ def preset_rows() -> list[dict]:
 
 
 def show(row: dict) -> str:
+    run = f"{row['family']:12} v{row['model']['vocab']:<5} {row['precision']:9} {row['attention']:5}"
+    run += f" {row['checkpointing']:4}"
     if "not_run" in row:
-        return f"{row['family']:12} {row['precision']:9} {row['attention']:5} {row['checkpointing']:4} not run: " + row[
-            "not_run"
-        ]
+        return f"{run} not run: {row['not_run']}"
     said = [f"{e['ratio']:.4f}" if "ratio" in e else "refused" for e in (row["eager"], row["deck"])]
-    return (f"{row['family']:12} {row['precision']:9} {row['attention']:5} {row['checkpointing']:4} "
-            f"{row['measured_peak']:>11,}  eager {said[0]:8} deck {said[1]}")  # fmt: skip
+    return f"{run} {row['measured_peak']:>11,}  eager {said[0]:8} deck {said[1]}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     rows, families = [], {}
     for name in [] if args.counts else names:
         families[name] = {"model_type": FAMILIES[name].model_type, **counts(name, FAMILIES[name].config())}
-        for precision, attention, checkpointing in GRID[:1] if args.dry_run else GRID:
-            rows.append(measure(name, FAMILIES[name], precision, attention, checkpointing))
+        for (shape, m), (precision, attention, checkpointing) in itertools.product(
+            list(shapes(name).items())[: 1 if args.dry_run else 2], GRID[:1] if args.dry_run else GRID
+        ):
+            rows.append(measure(name, m, precision, attention, checkpointing, shape))
             print(show(rows[-1]), flush=True)
     presets = preset_rows()
     for row in presets:

@@ -12,6 +12,7 @@ max_memory_allocated and max_memory_reserved). The loops:
     trainer-adamw   optim="adamw_torch" (PyTorch's own pick: single-tensor on the CPU, foreach on CUDA)
     trainer-sgd     optim="sgd" (no momentum) and trainer-sgd-momentum (optim_args "momentum=0.9")
     trainer-adafactor  optim="adafactor" (transformers' Adafactor, as Trainer configures it)
+    trainer-lion    optim="lion_32bit" and trainer-adamw-8bit (optim="adamw_bnb_8bit"): bitsandbytes' optimizers
     sft-lora        TRL's SFTTrainer with a peft LoraConfig (r 8, alpha 16, q_proj and v_proj): TRL patches the
                     model with its chunked, fused log-prob head (trl.trainer.utils.add_fused_lm_head), so the
                     b x s x V logits are never built. TRL's defaults are bf16 and gradient checkpointing; the grid
@@ -77,6 +78,8 @@ LOOPS = {
         Loop("trainer-sgd", optim="sgd", flags=("--optimizer", "sgd")),
         Loop("trainer-sgd-momentum", optim="sgd", optim_args="momentum=0.9", flags=("--optimizer", "sgd-momentum")),
         Loop("trainer-adafactor", optim="adafactor", flags=("--optimizer", "adafactor")),
+        Loop("trainer-lion", optim="lion_32bit", flags=("--optimizer", "lion")),  # bitsandbytes' Lion
+        Loop("trainer-adamw-8bit", optim="adamw_bnb_8bit", flags=("--optimizer", "adamw-8bit")),  # bitsandbytes
         Loop("sft-lora", sft_lora=True, flags=LORA),
     )
 }
