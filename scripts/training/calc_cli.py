@@ -49,6 +49,16 @@ def compared(args: list[str], measured_peak: int) -> dict:
     return {**got, "command": "python -m calc " + " ".join(_shown(a) for a in args)}
 
 
+def repredict(rows: list[dict], args_of) -> None:
+    """Ask the CLI again, in place, for every measured row: its "eager" and "deck" answers for the command
+    `args_of(row)` builds (when calc changes; the measurements are kept)."""
+    for row in rows:
+        if "measured_peak" in row and "eager" in row:
+            args = args_of(row)
+            row["eager"] = compared(args, row["measured_peak"])
+            row["deck"] = compared(deck_args(args), row["measured_peak"])
+
+
 def deck_args(args: list[str]) -> list[str]:
     """The same model and step through the deck's accounting: its walk, without the eager walk's flags."""
     eager_only = ("--walk", "--attention", "--device")  # each with the value after it

@@ -17,6 +17,7 @@ counted the same way: transformers' count on the meta device, and calc's from `-
     python scripts/training/measure_families.py               # measure on the CPU, print a table
     python scripts/training/measure_families.py --write       # and write docs/data/families.json
     python scripts/training/measure_families.py --dry-run     # one step of each family, nothing written
+    python scripts/training/measure_families.py --repredict --write   # ask the CLI again (calc changed)
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ def cli_args(name: str, m: hf_models.Model, precision: str, attention: str, chec
     return [str(a) for a in run]
 
 
+def recorded_args(row: dict) -> list[str]:
+    """The command a user types for a recorded row (cli_args from the row's own fields)."""
+    m = shapes(row["family"])[row["shape"]]
+    return cli_args(row["family"], m, row["precision"], row["attention"], row["checkpointing"])
+
+
 def measure(name: str, m: hf_models.Model, precision: str, attention: str, checkpointing: str,
             shape: str = "layers") -> dict:  # fmt: skip
     """One row: the family's step measured, and what the CLI says by both walks (or why it did not run)."""
@@ -175,8 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", action="append", choices=list(FAMILIES), help="only these families")
     p.add_argument("--dry-run", action="store_true", help="one step of each family; nothing written")
     p.add_argument("--counts", action="store_true", help="only the presets' parameter counts (measure nothing)")
+    p.add_argument("--repredict", action="store_true", help="ask the CLI again for the recorded steps; measure none")
     args = p.parse_args(argv)
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"families": {}, "runs": []}
+    if args.repredict:
+        calc_cli.repredict(old["runs"], recorded_args)
+        if args.write:
+            RESULTS.write_text(json.dumps(old, indent=1) + "\n")
+        return 0
     names = args.family or list(FAMILIES)
     rows, families = [], {}
     for name in [] if args.counts else names:

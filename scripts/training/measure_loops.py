@@ -26,6 +26,7 @@ Results: docs/data/loops.json (make_results.py).
     python scripts/training/measure_loops.py                 # measure on the CPU, print a table
     python scripts/training/measure_loops.py --write         # and write docs/data/loops.json
     python scripts/training/measure_loops.py --dry-run       # one small step of each loop, nothing written
+    python scripts/training/measure_loops.py --repredict --write   # ask the CLI again (calc changed), measure none
     python scripts/training/measure_loops.py --device cuda --write
 """
 
@@ -68,8 +69,9 @@ class Loop:
     flags: tuple[str, ...] = ()  # what a user adds to the calc command for this loop
 
 
+# What a user adds to the calc command for TRL's LoRA (r 8, alpha 16, q_proj and v_proj: LoraConfig below).
 LORA = ("--finetune", "lora", "--lora-rank", "8", "--lora-alpha", "16", "--lora-targets", "q,v")
-LOOPS = {
+LOOPS = {  # every loop measured, by name (the module's docstring says what each runs)
     loop.name: loop
     for loop in (
         Loop("trainer"),
@@ -197,6 +199,14 @@ def cli_args(loop: Loop, m: hf_models.Model, seq: int, b: int, precision: str, c
     return [str(a) for a in run] + list(loop.flags)
 
 
+def recorded_args(row: dict) -> list[str]:
+    """The command a user types for a recorded row (cli_args from the row's own fields)."""
+    m = row["model"]
+    model = hf_models.Model(**{**m, "extra": tuple((k, v) for k, v in m["extra"])})
+    return cli_args(LOOPS[row["loop"]], model, row["seq"], row["micro_batch"], row["precision"], row["checkpointing"],
+                    row["device"])  # fmt: skip
+
+
 def measure(loop: Loop, m: hf_models.Model, seq: int, b: int, precision: str, checkpointing: str,
             device: str = "cpu") -> dict:  # fmt: skip
     """One row: the loop, the step, what was measured and what the CLI says."""
@@ -242,7 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     p.add_argument("--loop", action="append", choices=list(LOOPS), help="only these loops")
     p.add_argument("--dry-run", action="store_true", help="one small step of each loop; nothing written")
+    p.add_argument("--repredict", action="store_true", help="ask the CLI again for the recorded steps; measure none")
     args = p.parse_args(argv)
+    if args.repredict:
+        data = json.loads(RESULTS.read_text())
+        calc_cli.repredict(data["runs"], recorded_args)
+        if args.write:
+            RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         p.exit(2, "measure_loops.py: error: --device cuda: this machine has no CUDA device\n")
     rows = []
