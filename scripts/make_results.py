@@ -620,6 +620,51 @@ def qlora_section() -> list[str]:
     return [*out, ""]
 
 
+LORA_PROSE = """\
+The eager walk (§10.8) with `--finetune lora` and `--finetune freeze`, against transformers' Llama, Mistral and
+Qwen2 fine-tuned the way a user's code does it: peft's `get_peft_model(model, LoraConfig(r, lora_alpha,
+target_modules, lora_dropout=0.0))` (its fp32 adapters; on a checkpointed model transformers and peft make the
+embedding's output require grad), or `requires_grad_(False)` on the embedding and the first N layers;
+`torch.optim.AdamW` over the parameters that require grad. The step, the measurement (the second step's CPU
+allocator peak) and the prediction (the CLI in-process, from the flags a user types) are §10.8's; `{command}`
+remakes the table.
+
+Each row is predicted by the command a user types for it (docs/data/lora.json holds every row's), for example
+the first one:
+
+    {first_command}
+
+Environment: {environment}.
+
+Worst of {runs} runs: **{worst[ratio]:.4f}** ({worst[model_type]}, {worst[tune]}, {worst[precision]},
+{worst[attention]} attention, checkpointing {worst[checkpointing]}).
+"""
+LORA_FOLLOWS = """\
+What the walk follows for fine-tuning: a tensor requires grad only where a trainable parameter or an input that
+requires grad made it; an op records a node, and saves what the needed gradients use (derivatives.yaml), only
+then; backward stops where nothing below needs a gradient; frozen parameters get no gradient and no AdamW
+state, and AdamW's temporaries and step counters cover the trainable tensors only; autocast caches the 16-bit
+casts of trainable weights only, so a frozen weight's cast is made at each call and, where the input needs a
+gradient, saved; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters; with `--recipe
+bf16` they are bf16, as §12.5's are). Not modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused
+`c_attn` adapter. bitsandbytes' 4-bit layers (`--finetune qlora`) are §12.5's.
+"""
+
+
+def prose(template: str, **values) -> list[str]:
+    """Markdown prose with {names} filled from the data, as results.md writes it: each paragraph (its lines up
+    to a blank one) on one line, a line indented four spaces (a code block) as it is."""
+    out, paragraph = [], []
+    for line in template.format(**values).splitlines():
+        if line.startswith("    ") or not line:
+            out += [" ".join(paragraph)] if paragraph else []
+            out.append(line)
+            paragraph = []
+        else:
+            paragraph.append(line)
+    return out + ([" ".join(paragraph)] if paragraph else [])
+
+
 def lora_section() -> list[str]:
     """§12.4: the eager walk against peft's LoRA and frozen layers (docs/data/lora.json)."""
     command = "python scripts/training/measure_lora.py --write"
@@ -628,54 +673,25 @@ def lora_section() -> list[str]:
         return out
     runs = [r for r in data["runs"] if r["measured_peak"]]
     worst = max(runs, key=lambda r: abs(r["ratio"] - 1))
+    out += prose(LORA_PROSE, command=command, first_command=runs[0]["command"], environment=data["environment"],
+                 runs=len(runs), worst=worst)  # fmt: skip
     out += [
-        "The eager walk (§10.8) with `--finetune lora` and `--finetune freeze`, against transformers' Llama, "
-        "Mistral and Qwen2 fine-tuned the way a user's code does it: peft's `get_peft_model(model, "
-        "LoraConfig(r, lora_alpha, target_modules, lora_dropout=0.0))` (its fp32 adapters; on a checkpointed "
-        "model transformers and peft make the embedding's output require grad), or `requires_grad_(False)` on "
-        "the embedding and the first N layers; `torch.optim.AdamW` over the parameters that require grad. The "
-        "step, the measurement (the second step's CPU allocator peak) and the prediction (the CLI in-process, "
-        f"from the flags a user types) are §10.8's; `{command}` remakes the table.",
-        "",
-        "Each row is predicted by the command a user types for it (docs/data/lora.json holds every row's), for "
-        "example the first one:",
-        "",
-        f"    {runs[0]['command']}",
-        "",
-        f"Environment: {data['environment']}.",
-        "",
-        f"Worst of {len(runs)} runs: **{worst['ratio']:.4f}** ({worst['model_type']}, {worst['tune']}, "
-        f"{worst['precision']}, {worst['attention']} attention, checkpointing {worst['checkpointing']}).",
         "",
         "| Class | L, h, a, k, f, V | Tokens | Fine-tuning | Trainable | Recipe | Attention | Checkpointing "
         "| Measured (bytes) | Eager walk (bytes) | Eager / measured |",
         "|---|---|---|---|---:|---|---|---|---:|---:|---:|",
     ]
     for r in runs:
-        m = r["model"]
-        shape = _short_shape(m)
         out.append(
-            f"| {r['model_type']} | {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
+            f"| {r['model_type']} | {_short_shape(r['model'])} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
             f"| {r['trainable_params']:,} | {r['precision']} | {r['attention']} | {r['checkpointing']} "
             f"| {r['measured_peak']:,} | {r['predicted_peak']:,} | {r['ratio']:.4f} |"
         )
-    out += [
-        "",
-        "What the walk follows for fine-tuning: a tensor requires grad only where a trainable parameter or an "
-        "input that requires grad made it; an op records a node, and saves what the needed gradients use "
-        "(derivatives.yaml), only then; backward stops where nothing below needs a gradient; frozen parameters "
-        "get no gradient and no AdamW state, and AdamW's temporaries and step counters cover the trainable "
-        "tensors only; autocast caches the 16-bit casts of trainable weights only, so a frozen weight's cast "
-        "is made at each call and, where the input needs a gradient, saved; peft's adapter casts a 16-bit "
-        "input to fp32 before `lora_A` (fp32 adapters; with `--recipe bf16` they are bf16, as §12.5's are). "
-        "Not modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter. bitsandbytes' "
-        "4-bit layers (`--finetune qlora`) are §12.5's.",
-    ]
-    return [*out, ""]
+    return [*out, "", *prose(LORA_FOLLOWS), ""]
 
 
 # §13: the families and loops people train now, measured, beside what today's CLI answers. The prose is
-# Markdown with {names} filled from the data (one str.format per section); the tables are rendered below it.
+# Markdown with {names} filled from the data (prose()); the tables are rendered below it.
 FAMILIES_PROSE = """\
 Each family is a tiny transformers model built from a config with random weights ({shape}), trained two
 steps with the usual loop (PyTorch's AdamW); the second step is measured with the harness of §10.8
@@ -731,7 +747,7 @@ def families_section() -> list[str]:
     shape = (f"{m['layers']} layers, width {m['hidden']}, {m['heads']} heads, sequence {runs[0]['seq']}; "
              f"vocabulary {' and '.join(f'{v:,}' for v in vocabs)}, the larger one's logits taking the peak")
     reason = "most at `--hf-config`, which reads " + str(len(calc.hf.READERS)) + " model types"
-    out += [FAMILIES_PROSE.format(shape=shape, measured=len(measured), families=len(families),
+    out += [*prose(FAMILIES_PROSE, shape=shape, measured=len(measured), families=len(families),
                                   not_run=len(runs) - len(measured), eager_refused=eager_refused,
                                   deck_refused=deck_refused, reason=reason, environment=data["environment"]), ""]
     out += ["| Family | Parameters (transformers, the smaller vocabulary) | calc | Steps measured | "
@@ -775,7 +791,7 @@ def loops_section() -> list[str]:
     answered = [name for name in loops if any("ratio" in r["eager"] for r in runs if r["loop"] == name)]
     trainer = [r["eager"]["ratio"] for r in runs if r["loop"].startswith("trainer") and "ratio" in r["eager"]]
     sft = [r["eager"]["ratio"] for r in runs if r["loop"] == "sft-lora"]
-    out += [LOOPS_PROSE.format(vocab=max(r["model"]["vocab"] for r in runs), answered=len(answered),
+    out += [*prose(LOOPS_PROSE, vocab=max(r["model"]["vocab"] for r in runs), answered=len(answered),
                                loops=len(loops), trainer_worst=f"{max(abs(x - 1) for x in trainer):.2%}",
                                sft_low=min(sft), sft_high=max(sft),
                                environment="; ".join(f"{k}: {v}" for k, v in data["environment"].items())), ""]
