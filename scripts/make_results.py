@@ -142,6 +142,71 @@ def recipes_section() -> list[str]:
     return [*out, ""]
 
 
+TRANSFORMERS_PROSE = """\
+Models this project did not write: transformers' `LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM` (q/k/v
+biases), `GPT2LMHeadModel` (its default dropout of 0.1) and two mixtures of experts, `MixtralForCausalLM` and
+`Qwen2MoeForCausalLM` (every layer sparse, with its gated shared expert; transformers' default `grouped_mm` experts,
+no router loss), each built from a config with random weights, in fp32 (`fp32-full`) and under `torch.autocast` in
+bfloat16 (`autocast`), with `attn_implementation` eager and sdpa, without and with transformers' gradient
+checkpointing. The step is the usual loop: `loss = model(input_ids=x, labels=x).loss`, `loss.backward()`,
+`torch.optim.AdamW` `step()`, `zero_grad()`; the second step is measured, its peak the largest running total of
+PyTorch's allocator (every allocation recorded by the profiler on the CPU; `torch.cuda.max_memory_allocated` on a
+GPU). The prediction is the CLI's, from the flags a user would type (below), with `--walk eager`.
+
+Environment: {environment}.
+"""
+TRANSFORMERS_WORST = """\
+Worst of {runs} runs: **{worst[ratio]:.4f}** ({worst[model_type]}, {worst[precision]}, {worst[attention]} attention,
+checkpointing {worst[checkpointing]}). The deck's accounting, for the same steps, ranges from {deck_low:.3f} to
+{deck_high:.3f}.
+
+Each row is predicted by the command a user types for it, for example the first one:
+
+    {first_command}
+
+(`--qkv-bias` for Qwen2, `--preset gpt2` and its own width for GPT-2, `--experts`, `--experts-per-token`,
+`--expert-ffn`, `--shared-expert-ffn` and `--shared-expert-gate` for the mixtures of experts;
+docs/data/transformers.json holds every row's command.) Shapes: layers L, width h, heads a, key/value heads k,
+feed-forward width f (an expert's, with E experts, top k, and Qwen2-MoE's shared expert's width), vocabulary V.
+"""
+TRANSFORMERS_PENDING = """\
+CUDA rows are pending: no GPU was lent for this check. On a GPU machine, `python
+scripts/training/measure_transformers.py --device cuda --write` measures the same grid
+(`torch.cuda.max_memory_allocated`), predicted with `--device cuda`.
+"""
+TRANSFORMERS_FOLLOWS = """\
+What the eager walk replays (calc/replay.py, calc/families.py): every op of transformers' code that makes a tensor
+as large as the tokens or the parameters, what its autograd node saves, the gradients its backward makes, and when
+Python lets each tensor go; autocast's 16-bit copies of every Linear's input and its cached weight casts; the copies
+matmul makes of head-split views (only for more than one sequence); `repeat_kv`'s copies (a view for one key/value
+head); sdpa's kernels (PyTorch's flash kernel for the CPU; its math fallback, in fp32, when dropout is on); GPT-2's
+fused QKV views and dropout (a noise tensor of the input's dtype on the CPU, a 1-byte mask on CUDA); the
+recomputation of a checkpointed layer in backward; the token batch, the padded and shifted labels, AdamW's step
+counters (CPU) and its temporaries (single-tensor on the CPU, foreach on CUDA). For the mixtures of experts, the
+sparse block of `MixtralSparseMoeBlock` and `Qwen2MoeSparseMoeBlock`: the router's logits, fp32 softmax and top-k
+(Mixtral's renormalisation, an in-place division that clones its input for backward), transformers' default
+`grouped_mm` experts (the k x tokens (token, expert) pairs sorted by expert, the tokens gathered in that order, one
+grouped matmul to gate and up over every expert's weights, act(gate) x up, one grouped matmul down, times the
+routing weights, scattered back and summed over k; in the weights' dtype, fp32 under autocast, as `grouped_mm` is
+not autocast's), Qwen2-MoE's shared expert and its sigmoid gate, and the sliding-window mask Qwen2-MoE's model makes
+beside the causal one.
+
+Routing: every tensor of the `grouped_mm` experts has k x tokens rows however the router spreads the tokens (the
+per-expert counts only set the offsets), and each expert weight's gradient is written whole, so the walk needs no
+assumption about routing and reads none from the run. Measured: zeroing every router (each token then goes to the
+same k experts) leaves the peak of both classes' second shape unchanged to the byte (fp32, sdpa). transformers'
+per-expert loop (`experts_implementation="eager"`, not the default, not modelled) peaked 2.5% (Mixtral) and 3.1%
+(Qwen2-MoE) higher on those steps, also the same under either routing.
+
+Not modelled: the CPU's bf16 matrix multiplications take scratch buffers from the allocator (oneDNN; tens to
+hundreds of KB here, next to each `addmm`/`mm` under autocast), which set the few ratios below 0.98; and scalar
+tensors of a few bytes. A fused QKV projection as in Megatron-LM, Phi-3 or GPT-NeoX would keep the whole QKV output
+alive through its views; Gemma scales its embeddings and adds norms; a mixture of experts with dense layers among
+the sparse ones, an expert capacity, experts that are not bias-free SwiGLU, or fine-tuned: `--walk eager` refuses
+those shapes rather than guess.
+"""
+
+
 def transformers_section() -> list[str]:
     """§10.8: the eager walk against transformers' own models (docs/data/transformers.json)."""
     command = "python scripts/training/measure_transformers.py --write"
@@ -149,55 +214,22 @@ def transformers_section() -> list[str]:
     if data is None:
         return out
     runs = data["runs"]
-    env = data.get("environment", {})
-    out += [
-        "Models this project did not write: transformers' `LlamaForCausalLM`, `MistralForCausalLM`, "
-        "`Qwen2ForCausalLM` (q/k/v biases), `GPT2LMHeadModel` (its default dropout of 0.1) and two mixtures of "
-        "experts, `MixtralForCausalLM` and `Qwen2MoeForCausalLM` (every layer sparse, with its gated shared "
-        "expert; transformers' default `grouped_mm` experts, no router loss), each built from "
-        "a config with random weights, in fp32 (`fp32-full`) and under `torch.autocast` in bfloat16 "
-        "(`autocast`), with `attn_implementation` eager and sdpa, without and with transformers' gradient "
-        "checkpointing. The step is the usual loop: `loss = model(input_ids=x, labels=x).loss`, "
-        "`loss.backward()`, `torch.optim.AdamW` `step()`, `zero_grad()`; the second step is measured, its "
-        "peak the largest running total of PyTorch's allocator (every allocation recorded by the profiler on "
-        "the CPU; `torch.cuda.max_memory_allocated` on a GPU). The prediction is the CLI's, from the flags a user "
-        "would type (below), with `--walk eager`.",
-        "",
-        "Environment: " + "; ".join(f"{k}: {v}" for k, v in env.items()) + ".",
-        "",
-        "| Class | Runs | Eager / measured, lowest | highest | Deck / measured, lowest | highest |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    classes = dict.fromkeys(r["model_type"] for r in runs)
-    for c in classes:
+    env = "; ".join(f"{k}: {v}" for k, v in data.get("environment", {}).items())
+    out += [*prose(TRANSFORMERS_PROSE, environment=env), "",
+            "| Class | Runs | Eager / measured, lowest | highest | Deck / measured, lowest | highest |",
+            "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for c in dict.fromkeys(r["model_type"] for r in runs):
         rs = [r for r in runs if r["model_type"] == c and r["measured_peak"]]
         ratios, deck = [r["ratio"] for r in rs], [r["deck_ratio"] for r in rs]
-        out.append(
-            f"| {c} | {len(rs)} | {min(ratios):.4f} | {max(ratios):.4f} | {min(deck):.3f} | {max(deck):.3f} |"
-        )
+        out.append(f"| {c} | {len(rs)} | {min(ratios):.4f} | {max(ratios):.4f} | {min(deck):.3f} | {max(deck):.3f} |")
     measured = [r for r in runs if r["measured_peak"]]
     worst = max(measured, key=lambda r: abs(r["ratio"] - 1))
-    out += [
-        "",
-        f"Worst of {len(measured)} runs: **{worst['ratio']:.4f}** ({worst['model_type']}, {worst['precision']}, "
-        f"{worst['attention']} attention, checkpointing {worst['checkpointing']}). The deck's accounting, for the "
-        "same steps, ranges from "
-        f"{min(r['deck_ratio'] for r in measured):.3f} to {max(r['deck_ratio'] for r in measured):.3f}.",
-        "",
-        "Each row is predicted by the command a user types for it, for example the first one:",
-        "",
-        f"    {measured[0]['command']}",
-        "",
-        "(`--qkv-bias` for Qwen2, `--preset gpt2` and its own width for GPT-2, `--experts`, "
-        "`--experts-per-token`, `--expert-ffn`, `--shared-expert-ffn` and `--shared-expert-gate` for the "
-        "mixtures of experts; docs/data/transformers.json holds every row's command.) Shapes: layers L, width h, "
-        "heads a, key/value heads k, feed-forward width f (an expert's, with E experts, top k, and Qwen2-MoE's "
-        "shared expert's width), vocabulary V.",
-        "",
-        "| Class | L, h, a, k, f, V | Tokens | Recipe | Attention | Checkpointing | Measured (bytes) "
-        "| Eager walk (bytes) | Eager / measured | Deck / measured |",
-        "|---|---|---|---|---|---|---:|---:|---:|---:|",
-    ]
+    deck = [r["deck_ratio"] for r in measured]
+    out += ["", *prose(TRANSFORMERS_WORST, runs=len(measured), worst=worst, deck_low=min(deck), deck_high=max(deck),
+                       first_command=measured[0]["command"]), "",
+            "| Class | L, h, a, k, f, V | Tokens | Recipe | Attention | Checkpointing | Measured (bytes) "
+            "| Eager walk (bytes) | Eager / measured | Deck / measured |",
+            "|---|---|---|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
     for r in measured:
         m = r["model"]
         shape = ", ".join(_ffn(m) if k == "ffn" else str(m[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn",
@@ -208,49 +240,8 @@ def transformers_section() -> list[str]:
             f"| {r['deck_ratio']:.3f} |"
         )
     if not any(r["device"] == "cuda" for r in runs):
-        out += [
-            "",
-            "CUDA rows are pending: no GPU was lent for this check. On a GPU machine, "
-            "`python scripts/training/measure_transformers.py --device cuda --write` measures the same grid "
-            "(`torch.cuda.max_memory_allocated`), predicted with `--device cuda`.",
-        ]
-    out += [
-        "",
-        "What the eager walk replays (calc/replay.py, calc/families.py): every op of transformers' code that "
-        "makes a tensor as large as the tokens or the parameters, what its autograd node saves, the gradients "
-        "its backward makes, and when Python lets each tensor go; autocast's 16-bit copies of every Linear's "
-        "input and its cached weight casts; the copies matmul makes of head-split views (only for more than "
-        "one sequence); `repeat_kv`'s copies (a view for one key/value head); sdpa's kernels (PyTorch's flash "
-        "kernel for the CPU; its math fallback, in fp32, when dropout is on); GPT-2's fused QKV views and "
-        "dropout (a noise tensor of the input's dtype on the CPU, a 1-byte mask on CUDA); the recomputation of "
-        "a checkpointed layer in backward; the token batch, the padded and shifted labels, AdamW's step "
-        "counters (CPU) and its temporaries (single-tensor on the CPU, foreach on CUDA). For the mixtures of "
-        "experts, the sparse block of `MixtralSparseMoeBlock` and `Qwen2MoeSparseMoeBlock`: the router's "
-        "logits, fp32 softmax and top-k (Mixtral's renormalisation, an in-place division that clones its input "
-        "for backward), transformers' default `grouped_mm` experts (the k x tokens (token, expert) pairs "
-        "sorted by expert, the tokens gathered in that order, one grouped matmul to gate and up over every "
-        "expert's weights, act(gate) x up, one grouped matmul down, times the routing weights, scattered back "
-        "and summed over k; in the weights' dtype, fp32 under autocast, as `grouped_mm` is not autocast's), "
-        "Qwen2-MoE's shared expert and its sigmoid gate, and the sliding-window mask Qwen2-MoE's model makes "
-        "beside the causal one.",
-        "",
-        "Routing: every tensor of the `grouped_mm` experts has k x tokens rows however the router spreads the "
-        "tokens (the per-expert counts only set the offsets), and each expert weight's gradient is written "
-        "whole, so the walk needs no assumption about routing and reads none from the run. Measured: zeroing "
-        "every router (each token then goes to the same k experts) leaves the peak of both classes' second "
-        "shape unchanged to the byte (fp32, sdpa). transformers' per-expert loop (`experts_implementation="
-        "\"eager\"`, not the default, not modelled) peaked 2.5% (Mixtral) and 3.1% (Qwen2-MoE) higher on "
-        "those steps, also the same under either routing.",
-        "",
-        "Not modelled: the CPU's bf16 matrix multiplications take scratch buffers from the allocator (oneDNN; "
-        "tens to hundreds of KB here, next to each `addmm`/`mm` under autocast), which set the few ratios "
-        "below 0.98; and scalar tensors of a few bytes. A fused QKV projection as in Megatron-LM, Phi-3 or "
-        "GPT-NeoX would keep the whole QKV output alive through its views; Gemma scales its embeddings and "
-        "adds norms; a mixture of experts with dense layers among the sparse ones, an expert capacity, "
-        "experts that are not bias-free SwiGLU, or fine-tuned: `--walk eager` refuses those shapes rather than "
-        "guess.",
-    ]
-    return [*out, ""]
+        out += ["", *prose(TRANSFORMERS_PENDING)]
+    return [*out, "", *prose(TRANSFORMERS_FOLLOWS), ""]
 
 
 def _ffn(model: dict) -> str:
