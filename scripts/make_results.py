@@ -522,6 +522,52 @@ def _short_shape(m: dict) -> str:
     return ", ".join(str(m[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab"))
 
 
+QLORA_PROSE = """\
+transformers' Llama with random weights, saved and loaded back the way a QLoRA user loads a checkpoint:
+`from_pretrained(dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(load_in_4bit=True,
+bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16))`, so every block
+linear is bitsandbytes' `Linear4bit`; peft's LoRA with `autocast_adapter_dtype=False` (bf16 adapters);
+`torch.optim.AdamW` over the adapters; the second step's CPU allocator peak (§10.8's profiler replay). bitsandbytes
+runs its 4-bit layers on the CPU (from 0.48; without the optional `kernels` package it falls back to PyTorch code
+that dequantizes the weight for each matmul). Each run is made again from the same file without the quantization
+config (a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from what the deck walk misses for any
+step of so small a model. `{command}` remakes the table; with `--device cuda` it measures
+`torch.cuda.max_memory_allocated` on a GPU instead (not run: no GPU here).
+
+Environment: {environment}.
+
+Eager walk (`--walk eager`) / measured, QLoRA: **{eager_low:.4f} to {eager_high:.4f}**, {within} of {runs} runs within
+3%; worst **{worst[eager_ratio]:.4f}** ({worst[tune]}, {worst[attention]} attention, checkpointing
+{worst[checkpointing]}); the same steps on a bf16 base: {lora_low:.4f} to {lora_high:.4f}. Deck walk / measured,
+QLoRA: {deck_low:.4f} to {deck_high:.4f}; on a bf16 base: {deck_lora_low:.4f} to {deck_lora_high:.4f}. What QLoRA
+saves (the bf16 step's peak less the QLoRA step's), deck walk / measured: {saved_low:.4f} to {saved_high:.4f}.
+"""
+QLORA_FOLLOWS = """\
+*Model held* is every parameter and buffer and bitsandbytes' quantization state as the loaded model holds them;
+calc's NF4 count leaves out the code books (16 fp32 values for the 4-bit codes and 256 for the 8-bit absmax, 1,088
+bytes in every quantized linear) and RoPE's inverse frequencies (two buffers of head size / 2 fp32 values); the
+eager walk adds the code books (RoPE's few hundred bytes are left out).
+
+What the eager walk follows for QLoRA (bitsandbytes 0.50, `calc/families.py`, `Ops._linear4bit`):
+`Linear4bit.forward` casts its input to the compute dtype (bf16; a no-op here) and calls `matmul_4bit`, whose
+`MatMul4Bit` autograd function saves only the packed weight (a parameter: no new bytes). Its forward is the
+`gemm_4bit` op, on the CPU PyTorch code (`backends/default/ops.py`) around bitsandbytes' CPU kernels
+(`backends/cpu/ops.py`): the absmax decoded from its 8-bit code to fp32 (one value per 64 weights) plus the offset
+(a second fp32 tensor), the whole weight dequantized to bf16, `F.linear`, and both freed as the op returns; where no
+input needs a gradient (the first layer's projections without an adapter) the same temporaries and no node. Its
+backward dequantizes the weight again (`F.dequantize_4bit`) beside the input's gradient. peft's wrapper of a 4-bit
+layer (`tuners/lora/bnb.py`) clones the base layer's result (`result.clone()`, which saves nothing) before adding
+the adapter's, whose dtype is the recipe's (`--recipe bf16`: the bf16 adapters these runs train). On CUDA the same
+path runs past the fused kernel's rows (1,536); at most 4 rows `gemm_4bit` takes the fused kernel, which dequantizes
+nothing, and between the two CUDA picks by the GPU's architecture (`_gemm_4bit_use_custom_cuda`): the walk follows
+the dequantizing fallback there, the larger. {close} of {runs} runs land within 0.3% of the measured peak. The two
+checkpointed runs of the larger shape (hidden 256, FFN 704, 256 tokens) peak in the recomputed forward of the down
+projection, inside its `F.linear`: the CPU's bf16 matrix multiplication takes a scratch buffer from the allocator
+(oneDNN, 365,568 bytes for that 256 x 704 by 704 x 256 product), the gap §10.8 leaves unmodelled; without it the
+walk is within 0.5% there too. The commands: `{eager_command}` (eager), `{deck_command}` (deck), and their like.
+"""
+
+
 def qlora_section() -> list[str]:
     """§12.5: bitsandbytes' NF4 layers with peft's LoRA, measured, beside the eager and deck walks
     (docs/data/qlora.json)."""
@@ -530,39 +576,17 @@ def qlora_section() -> list[str]:
     if data is None:
         return out
     runs = data["runs"]
-    ratios = [r["ratio"] for r in runs]
-    lora_ratios = [r["lora"]["ratio"] for r in runs]
-    eager = [r["eager_ratio"] for r in runs]
-    eager_lora = [r["lora"]["eager_ratio"] for r in runs]
-    worst = max(runs, key=lambda r: abs(r["eager_ratio"] - 1))
-    within = sum(abs(x - 1) <= 0.03 for x in eager)
-    close = sum(abs(x - 1) <= 0.003 for x in eager)
-    saved = [
-        ((r["lora"]["measured_peak"] - r["measured_peak"]), (r["lora"]["predicted_peak"] - r["predicted_peak"]))
-        for r in runs
-    ]
+    ratios, lora_ratios = [r["ratio"] for r in runs], [r["lora"]["ratio"] for r in runs]
+    eager, eager_lora = [r["eager_ratio"] for r in runs], [r["lora"]["eager_ratio"] for r in runs]
+    saved = [((r["lora"]["measured_peak"] - r["measured_peak"]), (r["lora"]["predicted_peak"] - r["predicted_peak"]))
+             for r in runs]  # fmt: skip
     saved_ratio = [p / m for m, p in saved]
+    out += prose(QLORA_PROSE, command=command, environment=data["environment"], eager_low=min(eager),
+                 eager_high=max(eager), within=sum(abs(x - 1) <= 0.03 for x in eager), runs=len(runs),
+                 worst=max(runs, key=lambda r: abs(r["eager_ratio"] - 1)), lora_low=min(eager_lora),
+                 lora_high=max(eager_lora), deck_low=min(ratios), deck_high=max(ratios), deck_lora_low=min(lora_ratios),
+                 deck_lora_high=max(lora_ratios), saved_low=min(saved_ratio), saved_high=max(saved_ratio))  # fmt: skip
     out += [
-        "transformers' Llama with random weights, saved and loaded back the way a QLoRA user loads a "
-        "checkpoint: `from_pretrained(dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(load_in_4bit"
-        "=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch."
-        "bfloat16))`, so every block linear is bitsandbytes' `Linear4bit`; peft's LoRA with "
-        "`autocast_adapter_dtype=False` (bf16 adapters); `torch.optim.AdamW` over the adapters; the second "
-        "step's CPU allocator peak (§10.8's profiler replay). bitsandbytes runs its 4-bit layers on the CPU "
-        "(from 0.48; without the optional `kernels` package it falls back to PyTorch code that dequantizes the "
-        "weight for each matmul). Each run is made again from the same file without the quantization config "
-        "(a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from what the deck walk misses "
-        f"for any step of so small a model. `{command}` remakes the table; with `--device cuda` it measures "
-        "`torch.cuda.max_memory_allocated` on a GPU instead (not run: no GPU here).",
-        "",
-        f"Environment: {data['environment']}.",
-        "",
-        f"Eager walk (`--walk eager`) / measured, QLoRA: **{min(eager):.4f} to {max(eager):.4f}**, {within} of "
-        f"{len(runs)} runs within 3%; worst **{worst['eager_ratio']:.4f}** ({worst['tune']}, {worst['attention']} "
-        f"attention, checkpointing {worst['checkpointing']}); the same steps on a bf16 base: {min(eager_lora):.4f} "
-        f"to {max(eager_lora):.4f}. Deck walk / measured, QLoRA: {min(ratios):.4f} to {max(ratios):.4f}; on a "
-        f"bf16 base: {min(lora_ratios):.4f} to {max(lora_ratios):.4f}. What QLoRA saves (the bf16 step's peak "
-        f"less the QLoRA step's), deck walk / measured: {min(saved_ratio):.4f} to {max(saved_ratio):.4f}.",
         "",
         "| L, h, a, k, f, V | Tokens | Fine-tuning | Attention | Checkpointing | Model held (bytes) | NF4 base, calc "
         "(bytes) | QLoRA measured | QLoRA eager walk | Eager / measured | QLoRA deck walk | Deck / measured "
@@ -571,8 +595,7 @@ def qlora_section() -> list[str]:
         "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r, (m_saved, p_saved) in zip(runs, saved, strict=True):
-        m = r["model"]
-        lo, shape = r["lora"], _short_shape(m)
+        lo, shape = r["lora"], _short_shape(r["model"])
         out.append(
             f"| {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} | {r['attention']} | {r['checkpointing']} "
             f"| {r['model_bytes']:,} | {r['predicted_weights']:,} | {r['measured_peak']:,} "
@@ -580,34 +603,9 @@ def qlora_section() -> list[str]:
             f"| {lo['measured_peak']:,} | {lo['eager_predicted_peak']:,} | {lo['eager_ratio']:.4f} "
             f"| {lo['predicted_peak']:,} | {lo['ratio']:.4f} | {m_saved:,} | {p_saved:,} |"
         )
-    out += [
-        "",
-        "*Model held* is every parameter and buffer and bitsandbytes' quantization state as the loaded model "
-        "holds them; calc's NF4 count leaves out the code books (16 fp32 values for the 4-bit codes and 256 for "
-        "the 8-bit absmax, 1,088 bytes in every quantized linear) and RoPE's inverse frequencies (two buffers "
-        "of head size / 2 fp32 values); the eager walk adds the code books (RoPE's few hundred bytes are left out).",
-        "",
-        "What the eager walk follows for QLoRA (bitsandbytes 0.50, `calc/families.py`, `Ops._linear4bit`): "
-        "`Linear4bit.forward` casts its input to the compute dtype (bf16; a no-op here) and calls `matmul_4bit`, "
-        "whose `MatMul4Bit` autograd function saves only the packed weight (a parameter: no new bytes). Its "
-        "forward is the `gemm_4bit` op, on the CPU PyTorch code (`backends/default/ops.py`) around "
-        "bitsandbytes' CPU kernels (`backends/cpu/ops.py`): the absmax decoded "
-        "from its 8-bit code to fp32 (one value per 64 weights) plus the offset (a second fp32 tensor), the whole "
-        "weight dequantized to bf16, `F.linear`, and both freed as the op returns; where no input needs a "
-        "gradient (the first layer's projections without an adapter) the same temporaries and no node. Its "
-        "backward dequantizes the weight again (`F.dequantize_4bit`) beside the input's gradient. peft's "
-        "wrapper of a 4-bit layer (`tuners/lora/bnb.py`) clones the base layer's result (`result.clone()`, "
-        "which saves nothing) before adding the adapter's, whose dtype is the recipe's (`--recipe bf16`: the "
-        "bf16 adapters these runs train). On CUDA the same path runs past the fused kernel's rows (1,536); at "
-        "most 4 rows `gemm_4bit` takes the fused kernel, which dequantizes nothing, and between the two CUDA "
-        "picks by the GPU's architecture (`_gemm_4bit_use_custom_cuda`): the walk follows the dequantizing "
-        f"fallback there, the larger. {close} of {len(runs)} runs land within 0.3% of the measured peak. The two "
-        "checkpointed runs of the larger shape (hidden 256, FFN 704, 256 tokens) peak in the recomputed "
-        "forward of the down projection, inside its `F.linear`: the CPU's bf16 matrix multiplication takes a "
-        "scratch buffer from the allocator (oneDNN, 365,568 bytes for that 256 x 704 by 704 x 256 product), "
-        "the gap §10.8 leaves unmodelled; without it the walk is within 0.5% there too. The commands: "
-        f"`{runs[0]['eager_command']}` (eager), `{runs[0]['command']}` (deck), and their like.",
-    ]
+    close = sum(abs(x - 1) <= 0.003 for x in eager)
+    out += ["", *prose(QLORA_FOLLOWS, close=close, runs=len(runs), eager_command=runs[0]["eager_command"],
+                       deck_command=runs[0]["command"])]  # fmt: skip
     return [*out, ""]
 
 
