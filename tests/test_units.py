@@ -1,6 +1,8 @@
 """GB and GiB formatting with exact integer rounding."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import calc
 
@@ -14,7 +16,7 @@ import calc
         (199_539_351_552, "199.5"),
         (110_664_663_040, "110.7"),
         (-262_144_000, "-0.3"),
-        (10**9 * 12_345, "12345.0"),
+        (10**9 * 12_345, "12,345.0"),
     ],
 )
 def test_format_gb_rounds_half_up(n, text):
@@ -26,6 +28,51 @@ def test_format_gib_uses_binary_units():
     """A GiB is 2^30 bytes."""
     assert calc.format_gib(2**30) == "1.0"
     assert calc.format_gb(2**30, 3) == "1.074"
+    assert calc.format_gib(1_283_700_000_000) == "1,195.5"  # separators in GiB as in GB (issue 20, item 6)
+
+
+@pytest.mark.parametrize(
+    ("n", "decimal", "binary"),
+    [
+        (0, "0 B", "0 B"),
+        (999, "999 B", "999 B"),
+        (286_208, "286.2 kB", "279.5 KiB"),  # the course's Decoder: not "0.0 GB"
+        (999_950, "1.0 MB", "976.5 KiB"),  # 999.95 kB rounds to 1,000.0 kB, so it reads in MB
+        (262_144_000, "262.1 MB", "250.0 MiB"),
+        (110_664_663_040, "110.7 GB", "103.1 GiB"),
+        (1_283_700_000_000, "1,283.7 GB", "1,195.5 GiB"),
+        (2_348_000_000_000_000, "2,348.0 TB", "2,135.5 TiB"),  # not "(2186779.9 GiB)" beside TB
+        (-262_144_000, "-262.1 MB", "-250.0 MiB"),
+    ],
+)
+def test_format_size_picks_the_unit_by_magnitude(n, decimal, binary):
+    """B, kB, MB, GB, TB (and B, KiB ... TiB) by magnitude, with thousands separators; TB from 10,000 GB."""
+    from calc.units import format_size
+
+    assert format_size(n) == decimal
+    assert format_size(n, binary=True) == binary
+
+
+DECIMAL = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+BINARY = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+@given(st.integers(min_value=0, max_value=10**19), st.booleans())
+def test_format_size_reads_back_to_within_half_a_tenth(n, binary):
+    """The text, read back, is n to within half its last digit, between 1 and 1,000 (1,024) of its unit
+    (TB: from 10,000 GB), so no size reads "0.0 GB" or "12345.0 GB"."""
+    from calc.units import format_size
+
+    number, name = format_size(n, binary=binary).split(" ")
+    units = BINARY if binary else DECIMAL
+    unit, step = units[name], (1024 if binary else 1000)
+    shown = float(number.replace(",", ""))
+    assert abs(shown * unit - n) <= unit / 20 + unit * 1e-9 * shown
+    top = name in ("TB", "TiB")
+    if name != "B":
+        assert shown >= (10 if top else 1)
+    if not top:
+        assert shown < (10_000 if name in ("GB", "GiB") else step)
 
 
 def test_parameter_counts_read_as_the_preset_list_shows_them():
@@ -36,3 +83,4 @@ def test_parameter_counts_read_as_the_preset_list_shows_them():
     assert params_label(6_738_415_616, 6_738_415_616) == "6.7B"
     assert [format_count(n) for n in (124_439_808, 5_376, 1_250_000_000, 1_249_999_999, 999_999)] == [
         "124M", "5,376", "1.3B", "1.2B", "999,999"]
+    assert format_count(11_339_900_000_000) == "11.3T"  # a large pasted config: not "11339.9B"
