@@ -94,9 +94,8 @@ def _format(value: object, fmt: str) -> str:
         return f"{deck.calc.format_gb(value)} GB"
     if fmt == "int":
         return f"{value:,}"
-    if fmt == "MB":  # rounded half up, as calc.format_gb
-        whole, frac = deck.calc.units._fixed(value, 10**6, 1).split(".")
-        return f"{int(whole):,}.{frac} MB"
+    if fmt == "MB":  # rounded half up with separators, as calc.format_gb
+        return f"{deck.calc.units.format_unit(value, 10**6)} MB"
     if value % 2:  # "values": bytes of 16-bit activations, 2 bytes per value
         raise ValueError(f"{value} bytes is not a whole number of 16-bit values")
     return f"{value // 2:,}"
