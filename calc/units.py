@@ -1,10 +1,9 @@
 """Byte and count formatting. GB is 10^9 bytes, as in the deck; GiB is 2^30.
 
 Every size a reader sees comes from `format_size`: it picks the unit by magnitude (B, kB, MB, GB,
-TB or B, KiB, MiB, GiB, TiB), groups thousands, and rounds half up on the integer (no float error).
+TB or B, KiB, MiB, GiB, TiB) around the deck's GB, groups thousands, and rounds half up on the
+integer (no float error).
 """
-
-import itertools
 
 GB = 10**9
 GIB = 2**30
@@ -12,7 +11,8 @@ TB = 10**12
 
 DECIMAL_UNITS = (("B", 1), ("kB", 10**3), ("MB", 10**6), ("GB", GB), ("TB", TB))  # SI prefixes
 BINARY_UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", GIB), ("TiB", 2**40))  # IEC 80000-13
-TB_FROM_GB = 10_000  # the deck counts in GB: a size reads in TB (TiB) only from 10,000 GB (GiB) on
+TB_FROM_GB = 10_000  # the deck counts in GB: a size reads in TB (TiB) only from 10,000 GB (GiB) on,
+# and in MB (MiB) or smaller only below 0.1 GB (GiB), where one decimal of GB would show "0.0"
 
 
 def format_gb(n: int, decimals: int = 1) -> str:
@@ -26,17 +26,20 @@ def format_gib(n: int, decimals: int = 1) -> str:
 
 
 def format_size(n: int, binary: bool = False) -> str:
-    """Bytes for people, in the unit that fits: "512 B", "286.2 kB", "110.7 GB", "1,283.7 GB",
-    "2,348.0 TB"; with binary=True "1,195.6 GiB", "2,135.5 TiB". One decimal above bytes."""
-    units = BINARY_UNITS if binary else DECIMAL_UNITS
-    name, unit = units[0]
-    for (_, below), (bigger, size) in itertools.pairwise(units):
-        floor = below * TB_FROM_GB if bigger in ("TB", "TiB") else size
-        if _shows_at_least(n, below, floor):
-            name, unit = bigger, size
-    if unit == 1:
-        return f"{n:,} B"
-    return f"{format_unit(n, unit)} {name}"
+    """Bytes for people. GB is the home unit, as in the deck (so a table's column reads in one unit):
+    "0.8 GB", "110.7 GB", "1,283.7 GB", from 10,000 GB on "2,348.0 TB"; a size that would read under
+    "0.1 GB" takes the largest smaller unit it fills: "49.9 MB", "286.2 kB", "512 B". With binary=True
+    the same in GiB, TiB, MiB and KiB. One decimal, rounded half up; zero is "0.0 GB"."""
+    (b, _), (kilo, k), (mega, m), (giga, g), (tera, t) = BINARY_UNITS if binary else DECIMAL_UNITS
+    if _tenths(n, g) >= 10 * TB_FROM_GB:
+        return f"{format_unit(n, t)} {tera}"
+    if n == 0 or _tenths(n, g) >= 1:  # shows at least 0.1 GB
+        return f"{format_unit(n, g)} {giga}"
+    if _tenths(n, k) >= 10 * (m // k):  # would show 1,000.0 kB (1,024.0 KiB) or more
+        return f"{format_unit(n, m)} {mega}"
+    if abs(n) >= k:
+        return f"{format_unit(n, k)} {kilo}"
+    return f"{n:,} {b}"
 
 
 def format_unit(n: int, unit: int, decimals: int = 1) -> str:
@@ -44,10 +47,9 @@ def format_unit(n: int, unit: int, decimals: int = 1) -> str:
     return _grouped(_fixed(n, unit, decimals))
 
 
-def _shows_at_least(n: int, below: int, floor: int) -> bool:
-    """Whether |n| reaches `floor` bytes once shown to one decimal in units of `below` bytes
-    (999,960 B shows as 1,000.0 kB, so it reads 1.0 MB instead)."""
-    return abs(n) * 20 + below >= floor * 20  # round(|n| / below, 1), half up, >= floor / below
+def _tenths(n: int, unit: int) -> int:
+    """|n| in tenths of `unit`, rounded half up as shown (999,950 B is 10,000 tenths of a kB)."""
+    return (abs(n) * 20 + unit) // (2 * unit)
 
 
 def _fixed(n: int, unit: int, decimals: int) -> str:
