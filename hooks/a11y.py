@@ -9,3 +9,10 @@ SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog"
 
 def on_post_page(output: str, page, config) -> str:
     return output.replace(SEARCH_DIALOG, SEARCH_DIALOG[:-1] + ' aria-label="Search">', 1)
+
+
+def on_post_template(output: str, template_name: str, config) -> str:
+    """The 404 page is a template, not a page: its search dialog gets the same name."""
+    if template_name != "404.html":
+        return output
+    return output.replace(SEARCH_DIALOG, SEARCH_DIALOG[:-1] + ' aria-label="Search">', 1)

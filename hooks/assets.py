@@ -4,7 +4,9 @@
   standard library cut to what calc uses and precompiled (hooks/pyodide_site.py);
 - calc's wheel (.pyc) and the site's ``pyodide-lock.json`` holding its sha256, in assets/wheels/,
   which the worker loads with ``pyodide.loadPackage("calc")``;
-- a gzip sibling (``name.gz``) of each compressible runtime file, for hosts that serve them;
+- a gzip sibling (``name.gz``) and a Brotli sibling (``name.br``) of each compressible runtime file,
+  for hosts that serve precompressed files (GitHub Pages compresses on its own; Netlify, Cloudflare,
+  nginx's gzip_static and brotli_static, Caddy's precompressed send these);
 - KaTeX's stylesheet and fonts (the formulas are typeset at build time, hooks/katex.py);
 - static figures of the deck's configuration (hooks/figures.py), drawn from calc.
 
@@ -30,21 +32,36 @@ from hooks import deck, figures, pyodide_site, wheel
 NODE_MODULES = deck.ROOT / "node_modules"
 # Pyodide's runtime as the npm package ships it; its python_stdlib.zip is replaced by the cut one.
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm")
-# Compressible files that get a .gz sibling (a .zip or .whl is compressed already).
-GZIP_SUFFIXES = (".mjs", ".wasm", ".json")
-GZIP_CACHE = deck.ROOT / "build" / "gzip"
+# Compressible files that get .gz and .br siblings (a .zip or .whl is compressed already).
+COMPRESSIBLE_SUFFIXES = (".mjs", ".wasm", ".json")
+COMPRESSED_CACHE = deck.ROOT / "build" / "compressed"  # by content hash: Brotli at quality 11 is slow
+BROTLI_QUALITY = 11  # Brotli's maximum (RFC 7932 encoders: 0-11); the same bytes for the same input
 # `mkdocs serve` too must send WebAssembly as application/wasm: Pyodide 314 hangs on anything else.
 mimetypes.add_type("application/wasm", ".wasm")
 mimetypes.add_type("text/javascript", ".mjs")
 
 
-def gzipped(data: bytes) -> bytes:
-    """gzip -9 with no timestamp or name (the same bytes each build), cached by content under build/gzip/."""
-    path = GZIP_CACHE / f"{hashlib.sha256(data).hexdigest()}.gz"
+def _brotli(data: bytes) -> bytes:
+    try:
+        import brotli
+    except ImportError as error:
+        raise PluginError("Python's brotli is missing: run `make setup` (pip install -e '.[docs]')") from error
+    return brotli.compress(data, quality=BROTLI_QUALITY)
+
+
+ENCODERS = {  # sibling suffix: encoder, each giving the same bytes each build
+    "gz": lambda data: gzip.compress(data, compresslevel=9, mtime=0),  # -9, no timestamp or name
+    "br": _brotli,
+}
+
+
+def compressed(data: bytes, suffix: str) -> bytes:
+    """`data` as its `.gz` or `.br` sibling, cached by content under build/compressed/."""
+    path = COMPRESSED_CACHE / f"{hashlib.sha256(data).hexdigest()}.{suffix}"
     if path.is_file():
         return path.read_bytes()
-    out = gzip.compress(data, compresslevel=9, mtime=0)
-    GZIP_CACHE.mkdir(parents=True, exist_ok=True)
+    out = ENCODERS[suffix](data)
+    COMPRESSED_CACHE.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{id(out)}.tmp")
     tmp.write_bytes(out)
     tmp.replace(path)
@@ -69,7 +86,7 @@ def figure_files() -> dict[str, bytes]:
 
 
 def runtime_files() -> dict[str, bytes]:
-    """Everything the calculator's worker loads, by its path in the site, .gz siblings included."""
+    """Everything the calculator's worker loads, by its path in the site, .gz and .br siblings included."""
     pyodide = NODE_MODULES / "pyodide"
     for name in PYODIDE_FILES:
         if not (pyodide / name).is_file():
@@ -84,9 +101,10 @@ def runtime_files() -> dict[str, bytes]:
     out[f"assets/wheels/{pyodide_site.LOCK}"] = (built / pyodide_site.LOCK).read_bytes()
     out["javascripts/calc-worker.mjs"] = (deck.ROOT / "docs" / "javascripts" / "calc-worker.mjs").read_bytes()
     for path, data in list(out.items()):
-        if path.endswith(GZIP_SUFFIXES):
-            out[f"{path}.gz"] = gzipped(data)
-    del out["javascripts/calc-worker.mjs"]  # a page of docs/ already; only its .gz is added here
+        if path.endswith(COMPRESSIBLE_SUFFIXES):
+            for suffix in ENCODERS:
+                out[f"{path}.{suffix}"] = compressed(data, suffix)
+    del out["javascripts/calc-worker.mjs"]  # a page of docs/ already; only its siblings are added here
     return out
 
 

@@ -1,8 +1,8 @@
 """MkDocs hook: the fine-tuning page's build-time figures (docs/finetune.md), drawn from calc.
 
-Two sweeps of Llama-2-7B's shape (the llama-7b preset) on one device, pure bf16, SDPA-style attention
-(no s x s scores): the peak against LoRA's rank, and against the sequence length, for full fine-tuning,
-LoRA and QLoRA. Every value is calc.step's peak (the deck walk); this module lays them out as
+Two sweeps of LLaMA 7B's shape (the llama-7b preset; Llama 2 7B's is the same) on one device, pure bf16,
+SDPA-style attention (no s x s scores): the peak against LoRA's rank, and against the sequence length,
+for full fine-tuning, LoRA and QLoRA. Every value is calc.step's peak (the deck walk); this module lays them out as
 hooks/figures.py lays out the deck's, with a phone-width variant of each.
 """
 
@@ -24,7 +24,7 @@ from hooks import figures
 PRESET, RECIPE, MICRO_BATCH, CARD_GB = "llama-7b", "bf16", 1, 24  # the page's setting and its card (GB)
 RANKS = [2**i for i in range(9)]  # 1 ... 256
 RANK_SEQ = 2048
-SEQS = list(range(256, 4097, 128))  # up to Llama-2's context
+SEQS = list(range(256, 4097, 128))  # up to Llama 2 7B's context; the preset's (LLaMA 1's) is marked
 SEQ_RANK = 8
 ALL = "all"  # every linear of the blocks
 LINES = {  # label -> (mode, targets, recompute, style, colour)
@@ -97,6 +97,10 @@ def by_seq(narrow: bool = False) -> bytes:
                                                              integer=True))
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{int(v):,}"))
     ax.set_xlim(SEQS[0], SEQS[-1])
+    context = calc.PRESETS[PRESET].context  # past it the model was never trained: Llama 2 7B's shape goes on
+    ax.axvline(context, color="grey", linewidth=1, linestyle="--")
+    ax.annotate(f"LLaMA 1's context ({context:,})", (context, 1.0), xycoords=("data", "axes fraction"),
+                textcoords="offset points", xytext=(4, -4), ha="left", va="top", fontsize=9, color="dimgrey")
     ax.set_xlabel(f"sequence length (tokens; rank {SEQ_RANK})")
     _legend(ax, narrow)
     return figures._svg(fig)

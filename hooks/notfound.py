@@ -7,10 +7,15 @@ unstyled and its navigation would leave the site. Here its links become relative
 script at the top of its head finds the site's root, the nearest folder above the address whose
 ``404.html`` is this page (status 200 and this page's marker), and sets ``<base href>`` to it before
 anything else loads. Opened from disk it takes its own folder.
+
+The page's stylesheets and scripts are written by small inline scripts rather than left as tags: the
+browser's preload scanner reads ahead of the first script and would fetch every relative URL against
+the missing path (``/nope/assets/...``: five 404s) before ``<base>`` exists.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 MARKER = '<meta name="calc-site-root" content="404">'
@@ -42,6 +47,10 @@ SET_CONFIG_BASE = """<script>
 })();
 </script>"""
 ABSOLUTE = re.compile(r'((?:href|src)=")/(?!/)')
+# What a preload scanner fetches ahead of the parser: stylesheets and scripts with a relative URL.
+FETCHED = re.compile(
+    r'<link rel="stylesheet" href="(?!https?:|//)[^"]+"[^>]*>|<script src="(?!https?:|//)[^"]+"[^>]*></script>'
+)
 CONFIG = re.compile(r'(<script id="__config" type="application/json">.*?</script>)', re.S)
 
 
@@ -50,5 +59,12 @@ def on_post_template(output: str, template_name: str, config) -> str:
         return output
     output = ABSOLUTE.sub(r"\1", output).replace('href="."', 'href="./"')
     output = output.replace('"search": "/assets/', '"search": "assets/')
+    output = FETCHED.sub(_written_later, output)
     output = output.replace("<head>", f"<head>\n{MARKER}\n{FIND_ROOT}", 1)
     return CONFIG.sub(lambda m: m[1] + SET_CONFIG_BASE, output, count=1)
+
+
+def _written_later(m: re.Match) -> str:
+    """A tag written by the parser once <base> is set, where no preload scanner sees its URL."""
+    text = json.dumps(m[0]).replace("</", "<\\/")  # no "</script>" inside the inline script
+    return f"<script>document.write({text})</script>"

@@ -19,6 +19,9 @@ may add values with ``+``. FORMAT is ``GB`` (calc.format_gb + " GB", the default
 separators), ``values`` (16-bit bytes as a count of values), ``percent`` (one
 decimal) or ``text``.
 
+Claims about the numbers (``{{ calc-claim: A > B }}``, ``{{ calc-if: A > B }} ... {{ calc-else }} ...
+{{ calc-end }}``, ``{{ calc-ratio: A / B }}``) are checked or resolved first (hooks/claims.py).
+
 ``{{ calc-widget }}`` places the live calculator (hooks/calculator.html), filled
 in with the build-time answer so the page reads completely without JavaScript.
 
@@ -40,7 +43,7 @@ from mkdocs.structure.files import File
 from mkdocs.utils import get_relative_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: hooks/ and calc/
-from hooks import deck, figures, wheel
+from hooks import claims, deck, figures, wheel
 
 PLACEHOLDER = re.compile(r"\{\{\s*(calc[^}]*?)\s*\}\}")
 LEFTOVER = re.compile(r"\{\{[^}]*\}\}")
@@ -91,9 +94,8 @@ def _format(value: object, fmt: str) -> str:
         return f"{deck.calc.format_gb(value)} GB"
     if fmt == "int":
         return f"{value:,}"
-    if fmt == "MB":  # rounded half up, as calc.format_gb
-        whole, frac = deck.calc.units._fixed(value, 10**6, 1).split(".")
-        return f"{int(whole):,}.{frac} MB"
+    if fmt == "MB":  # rounded half up with separators, as calc.format_gb
+        return f"{deck.calc.units.format_unit(value, 10**6)} MB"
     if value % 2:  # "values": bytes of 16-bit activations, 2 bytes per value
         raise ValueError(f"{value} bytes is not a whole number of 16-bit values")
     return f"{value // 2:,}"
@@ -111,6 +113,16 @@ def _zero_state(path: str, recipe: str) -> int:
 
 def resolve(spec: str) -> str:
     """The text for one placeholder body, e.g. ``calc:llama-7b step.peak GB``."""
+    number, fmt = _value_and_format(spec)
+    return _format(number, fmt)
+
+
+def value(spec: str) -> object:
+    """The value one placeholder body stands for, unformatted: ``calc:llama-7b step.peak`` gives bytes."""
+    return _value_and_format(spec)[0]
+
+
+def _value_and_format(spec: str) -> tuple[object, str]:
     head, *words = spec.split()
     if not head.startswith("calc:") or not words:
         raise ValueError("expected `calc:PRESET [FIELD=VALUE ...] PATH [FORMAT]`")
@@ -132,7 +144,7 @@ def resolve(spec: str) -> str:
         "layer_bytes": deck.calc.layer_bytes(parsed["shape"], parsed["seq"], parsed["micro_batch"]),
     }
     values = [_zero_state(p, parsed["recipe"]) if p.startswith("zero_state.") else _lookup(data, p) for p in parts]
-    return _format(values[0] if len(values) == 1 else sum(values), fmt)
+    return (values[0] if len(values) == 1 else sum(values)), fmt
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
@@ -148,6 +160,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     markdown = NUMBERED_HEADING.sub(
         lambda m: f"{m[1]} {m[2]} {m[3]} {{ #sec-{m[2].replace('.', '-')} }}", markdown
     )
+    try:
+        markdown = claims.apply(markdown, value)
+    except (ValueError, KeyError, TypeError) as error:  # claims.ClaimError is a ValueError
+        raise PluginError(f"{page.file.src_uri}: {error}") from None
     markdown = PLACEHOLDER.sub(replace, markdown)
     leftover = LEFTOVER.search(markdown)
     if leftover:  # e.g. "{{ clac:...": a misspelt placeholder must not reach the page
@@ -177,6 +193,30 @@ def preset_groups() -> list[tuple[str, list[dict]]]:
     return list(groups.items())
 
 
+BAND_FILES = {"10.8": "transformers", "10.6": "decoder", "12.4": "lora", "12.5": "qlora"}  # section: deck.MEASURED
+DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
+
+
+def measured_on(section: str) -> str:
+    """Where the steps behind an error band ran, in words: "measured on a CPU only: no GPU run yet" until one
+    exists."""
+    runs = json.loads(deck.MEASURED[BAND_FILES[section]].read_text())["runs"]
+    devices = sorted({DEVICE_NAMES.get(r["device"], r["device"]) for r in runs if r.get("measured_peak")})
+    if devices == ["CPU"]:
+        return "measured on a CPU only: no GPU run yet"
+    return f"measured on {' and '.join(devices)}"
+
+
+def bands_with_devices(bands: dict[str, dict]) -> dict[str, dict]:
+    """deck.eager_bands() with the device its steps were measured on added to each band's setting, which
+    the widget prints beside the band (issue 20: the figure is for a GPU, the band from CPU steps)."""
+    out = {}
+    for name, band in bands.items():
+        setting = ", ".join(part for part in (band.get("setting"), measured_on(band["section"])) if part)
+        out[name] = {**band, "setting": setting}
+    return out
+
+
 def widget_html(page_url: str) -> str:
     """The calculator's HTML, filled in with the build-time answer for the deck's inputs."""
     answer = deck.compute(deck.DEFAULT_INPUTS, plan=True, fit=True)
@@ -202,7 +242,7 @@ def widget_html(page_url: str) -> str:
         "recipeLabels": {name: r["label"] for name, r in deck.recipes().items()},
         "categories": list(deck.calc.CATEGORIES),
         "categoryLabels": deck.calc.CATEGORY_LABELS,
-        "eagerBands": deck.eager_bands(),
+        "eagerBands": bands_with_devices(deck.eager_bands()),
         "resultsUrl": get_relative_url("results/", page_url),
         "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
     }

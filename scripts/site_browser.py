@@ -36,9 +36,22 @@ MIME_TYPES = {  # what a module worker and streaming WebAssembly compilation ins
 }
 
 
-# Sent gzipped, as a static host would: a file's prebuilt `.gz` sibling when there is one (hooks/assets.py
-# writes them for the runtime), else compressed here; a .zip, .whl, image or font goes as it is.
+# Sent compressed, as a static host would: a file's prebuilt `.br` sibling where the client takes Brotli,
+# else its `.gz` sibling (hooks/assets.py writes both for the runtime), else gzipped here; a .zip, .whl,
+# image or font goes as it is.
 COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "image/svg+xml", "application/wasm")
+ENCODINGS = ("br", "gzip")  # what the server offers, best first; serve(encodings=("gzip",)) is a gzip-only host
+SIBLINGS = {"br": ".br", "gzip": ".gz"}
+
+
+def accepted(header: str) -> set[str]:
+    """The codings an Accept-Encoding header takes ("gzip, deflate, br, zstd"), less any with q=0."""
+    codings = set()
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        if name and params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000"):
+            codings.add(name.strip().lower())
+    return codings
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -47,25 +60,33 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME_TYPES}
     prefix = "/"
+    encodings = ENCODINGS
+
+    def _encoded(self, path: str, ctype: str) -> tuple[str, bytes] | None:
+        """(coding, body) for the file as this host sends it to this client, or None to send it as it is."""
+        takes = accepted(self.headers.get("Accept-Encoding", ""))
+        for coding in self.encodings:
+            if coding in takes and os.path.isfile(path + SIBLINGS[coding]):
+                with open(path + SIBLINGS[coding], "rb") as f:
+                    return coding, f.read()
+        if "gzip" in self.encodings and "gzip" in takes and ctype.startswith(COMPRESSED_TYPES):
+            with open(path, "rb") as f:
+                return "gzip", gzip.compress(f.read(), compresslevel=6, mtime=0)
+        return None
 
     def _send_compressed(self):
-        """The file, gzipped where the client takes gzip and a static host would compress it."""
+        """The file, compressed where the client takes it and a static host would compress it."""
         path = self.translate_path(self.path)
         if os.path.isdir(path) and self.path.split("?")[0].endswith("/"):
             path = os.path.join(path, "index.html")
         ctype = self.guess_type(path)
-        if ("gzip" not in self.headers.get("Accept-Encoding", "") or not os.path.isfile(path)
-                or not (os.path.isfile(path + ".gz") or ctype.startswith(COMPRESSED_TYPES))):
+        encoded = self._encoded(path, ctype) if os.path.isfile(path) else None
+        if encoded is None:
             return super().send_head()
-        if os.path.isfile(path + ".gz"):
-            with open(path + ".gz", "rb") as f:
-                body = f.read()
-        else:
-            with open(path, "rb") as f:
-                body = gzip.compress(f.read(), compresslevel=6, mtime=0)
+        coding, body = encoded
         self.send_response(200)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Encoding", coding)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Vary", "Accept-Encoding")
         self.send_header("Last-Modified", self.date_time_string(int(os.path.getmtime(path))))
@@ -102,13 +123,16 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve(directory: Path = SITE, port: int = 0, prefix: str = "/") -> Iterator[str]:
+def serve(directory: Path = SITE, port: int = 0, prefix: str = "/",
+          encodings: tuple[str, ...] = ENCODINGS) -> Iterator[str]:
     """Serve `directory` on 127.0.0.1 (a free port unless given) under the path `prefix` (e.g.
-    "/course/memory/", as a project page of a static host); yields the site's URL."""
+    "/course/memory/", as a project page of a static host), sending the codings in `encodings` the
+    client takes (best first; () sends every file as it is); yields the site's URL."""
     if not (directory / "index.html").exists():
         raise FileNotFoundError(f"{directory} has no index.html: build the site first (make build)")
     prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
-    handler = functools.partial(type("Handler", (_Handler,), {"prefix": prefix}), directory=str(directory))
+    settings = {"prefix": prefix, "encodings": tuple(encodings)}
+    handler = functools.partial(type("Handler", (_Handler,), settings), directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -133,8 +157,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--directory", type=Path, default=SITE)
     parser.add_argument("--prefix", default="/", help="serve under this path, e.g. /course/memory/ (a project page)")
+    parser.add_argument("--encodings", default=",".join(ENCODINGS),
+                        help="codings to send, best first: br,gzip (default), gzip, or none")
     args = parser.parse_args()
-    with serve(args.directory, args.port, args.prefix) as url:
+    encodings = tuple(c for c in args.encodings.split(",") if c in SIBLINGS)
+    with serve(args.directory, args.port, args.prefix, encodings) as url:
         print(f"Serving {args.directory} at {url} (Ctrl-C stops)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

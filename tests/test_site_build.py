@@ -152,3 +152,22 @@ def test_the_capacity_buttons_are_calcs_cards():
     assert [gb for gb, _ in buttons] == sizes and "24" in sizes
     for gb, names in buttons:
         assert names.split(", ") == [card for card, size in calc.inputs.CARDS.items() if size == gb]
+
+
+def test_the_eager_band_says_which_device_its_steps_ran_on():
+    """Issue 20's "also": the eager figure is for a GPU, and its error band says it was measured on CPU steps
+    only while every measured run in docs/data is a CPU run (the words follow the data, not the page)."""
+    import json
+
+    from hooks import deck
+
+    devices = set()
+    for path in deck.MEASURED.values():
+        devices |= {r["device"] for r in json.loads(path.read_text())["runs"] if r.get("measured_peak")}
+    bands = placeholders.bands_with_devices(deck.eager_bands())
+    assert bands and all("measured on" in band["setting"] for band in bands.values())
+    page = (built_site() / "index.html").read_text()
+    if devices == {"cpu"}:
+        assert all(band["setting"].endswith("measured on a CPU only: no GPU run yet") for band in bands.values())
+        assert "measured on a CPU only: no GPU run yet)" in page
+    assert placeholders.measured_on("10.8") in page

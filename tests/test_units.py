@@ -1,6 +1,8 @@
 """GB and GiB formatting with exact integer rounding."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import calc
 
@@ -14,7 +16,7 @@ import calc
         (199_539_351_552, "199.5"),
         (110_664_663_040, "110.7"),
         (-262_144_000, "-0.3"),
-        (10**9 * 12_345, "12345.0"),
+        (10**9 * 12_345, "12,345.0"),
     ],
 )
 def test_format_gb_rounds_half_up(n, text):
@@ -26,6 +28,59 @@ def test_format_gib_uses_binary_units():
     """A GiB is 2^30 bytes."""
     assert calc.format_gib(2**30) == "1.0"
     assert calc.format_gb(2**30, 3) == "1.074"
+    assert calc.format_gib(1_283_700_000_000) == "1,195.5"  # separators in GiB as in GB (issue 20, item 6)
+
+
+@pytest.mark.parametrize(
+    ("n", "decimal", "binary"),
+    [
+        (0, "0.0 GB", "0.0 GiB"),
+        (999, "999 B", "999 B"),
+        (286_208, "286.2 kB", "279.5 KiB"),  # the course's Decoder: not "0.0 GB" (issue 20, item 5)
+        (999_950, "1.0 MB", "976.5 KiB"),  # 999.95 kB rounds to 1,000.0 kB, so it reads in MB
+        (49_999_999, "50.0 MB", "47.7 MiB"),  # would read "0.0 GB"
+        (50_000_000, "0.1 GB", "47.7 MiB"),  # 0.1 GB: the deck's unit from here on
+        (786_432_000, "0.8 GB", "0.7 GiB"),
+        (110_664_663_040, "110.7 GB", "103.1 GiB"),
+        (1_283_700_000_000, "1,283.7 GB", "1,195.5 GiB"),
+        (9_999_949_999_999, "9,999.9 GB", "9,313.2 GiB"),
+        (9_999_950_000_000, "10.0 TB", "9,313.2 GiB"),
+        (2_348_000_000_000_000, "2,348.0 TB", "2,135.5 TiB"),  # not "(2186779.9 GiB)" beside TB
+        (-262_144_000, "-0.3 GB", "-0.2 GiB"),
+        (-26_214_400, "-26.2 MB", "-25.0 MiB"),
+    ],
+)
+def test_format_size_picks_the_unit_by_magnitude(n, decimal, binary):
+    """GB (GiB) from 0.1 to 10,000, TB (TiB) above, the largest of MB, kB (MiB, KiB) it fills below,
+    else bytes; thousands separators throughout (issue 20, item 6)."""
+    from calc.units import format_size
+
+    assert format_size(n) == decimal
+    assert format_size(n, binary=True) == binary
+
+
+DECIMAL = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+BINARY = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+@given(st.integers(min_value=-(10**19), max_value=10**19), st.booleans())
+def test_format_size_reads_back_to_within_half_a_tenth(n, binary):
+    """The text, read back, is n to within half its last digit, in the unit the magnitude asks for: no
+    nonzero size reads "0.0 GB", none "12345.0 GB", none "1,000.0 kB"."""
+    from calc.units import format_size
+
+    number, name = format_size(n, binary=binary).split(" ")
+    unit, step = (BINARY if binary else DECIMAL)[name], (1024 if binary else 1000)
+    shown = abs(float(number.replace(",", "")))
+    assert abs(shown * unit - abs(n)) <= unit / 20 + unit * 1e-9 * shown
+    if name in ("TB", "TiB"):
+        assert shown >= 10
+    elif name in ("GB", "GiB"):
+        assert 0.1 <= shown < 10_000 or n == 0
+    elif name == "B":
+        assert shown < step
+    else:
+        assert 1 <= shown < step
 
 
 def test_parameter_counts_read_as_the_preset_list_shows_them():
@@ -36,3 +91,4 @@ def test_parameter_counts_read_as_the_preset_list_shows_them():
     assert params_label(6_738_415_616, 6_738_415_616) == "6.7B"
     assert [format_count(n) for n in (124_439_808, 5_376, 1_250_000_000, 1_249_999_999, 999_999)] == [
         "124M", "5,376", "1.3B", "1.2B", "999,999"]
+    assert format_count(11_339_900_000_000) == "11.3T"  # a large pasted config: not "11339.9B"
