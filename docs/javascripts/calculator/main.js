@@ -24,7 +24,7 @@ function mount(root) {
   const msg = createMessages(root, config, f);
   const pendingNote = root.querySelector("[data-calc-pending]");
   let answer = config.initial;
-  const view = createView(root, config, () => answer);
+  const view = createView(root, config, () => answer, f.labelOf);
   let ask = null;   // the worker's ask(kind, request), once it is ready
   let asked = 0;    // the latest change's number: an answer to an older one is not drawn
   let seqKept = false;  // a typed sequence was kept for a new model (calc may refuse it for that model)
@@ -105,8 +105,9 @@ function mount(root) {
     answer = { ...result, sweep: answer.sweep };  // the last sweep stays until the new one comes
     msg.clearErrors();
     msg.clearInputNotice();
-    // The model's own sequence is filled in, but never under the reader's cursor.
-    if (f.state.seqAuto && f.valueOf("seq") === "" && document.activeElement !== f.field("seq")) f.setField("seq", answer.step.config.seq);
+    // The model's own sequence is filled in, but never under the reader's cursor (unless the page reset it).
+    const typing = document.activeElement === f.field("seq") && !msg.notes.has("seq");
+    if (f.state.seqAuto && f.valueOf("seq") === "" && !typing) f.setField("seq", answer.step.config.seq);
     f.state.seqAuto = false;
     f.fillFromAnswer(answer.step.config.shape);  // the shape fields not set show what calc used
     if (f.hfMode()) f.hf.option.textContent = `your config.json — ${answer.params_label}`;

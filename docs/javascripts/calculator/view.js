@@ -4,10 +4,11 @@ import { createAnimation } from "./animation.js";
 import { drawBreakdown } from "./charts/breakdown.js";
 import { drawSweep } from "./charts/sweep.js";
 import { drawWalk } from "./charts/walk.js";
-import { capacityText, formatInt, recomputeText, tuningText } from "./format.js";
+import { capacityText, formatInt, recomputeText, tuningText, withLabels } from "./format.js";
 import { widthsKnownFor, withWidths } from "./svg.js";
 
-export function createView(root, config, answerOf) {
+// labelOf(name): the form's label for a field (calc's reasons name its flags; the page names its fields).
+export function createView(root, config, answerOf, labelOf) {
   const charts = Object.fromEntries([...root.querySelectorAll("[data-chart]")].map((c) => [c.dataset.chart, c]));
   const categories = config.categories;
   const anim = createAnimation(root, () => answerOf().step, config.categoryLabels);
@@ -71,7 +72,7 @@ export function createView(root, config, answerOf) {
     if (!eager.available) {
       const reason = document.createElement("span");
       reason.dataset.out = "eager-reason";
-      reason.textContent = `What PyTorch allocates is not shown for this step: ${eager.reason}.`;
+      reason.textContent = `What PyTorch allocates is not shown for this step: ${withLabels(eager.reason, labelOf)}.`;
       line.append(reason);
       return;
     }
