@@ -212,3 +212,21 @@ def test_a_fatal_python_error_restarts_the_worker_and_says_so(open_page):
     assert sum(url.endswith("/calc-worker.mjs") for url in recorder.workers) >= 2
     assert "fatally failed" in page.text_content("[data-calc-notice]")
     assert recorder.errors == []
+
+
+@pytest.mark.parametrize(
+    ("query", "flags"),
+    [
+        ("?walk=eager", ["--walk", "eager"]),
+        ("?preset=mixtral-8x7b&experts=4", ["--preset", "mixtral-8x7b", "--experts", "4"]),
+    ],
+)
+def test_a_link_with_a_field_the_form_has_no_control_for_keeps_it(open_page, query, flags):
+    """Every field calc knows (hooks/deck.page_fields) travels through a link, even one the form does not show:
+    `?walk=eager` and `?experts=4` give the CLI's peak and stay in the address."""
+    page, recorder = open_page(query)
+    settle(page)
+    assert page.evaluate(PEAK) == cli_json(flags)["peak"]
+    name, value = flags[-2].lstrip("-"), flags[-1]
+    assert query_of(page)[name] == [value]
+    assert recorder.errors == []
