@@ -313,8 +313,9 @@ def test_a_redraw_while_the_planner_runs_waits_for_that_plan_only(open_page):
         drawn.append(full)
         plans.append(plan_done)
         page.wait_for_selector("[data-planner][data-plan-state=ready]", timeout=LIVE_TIMEOUT_MS)
+    done_ms = [ms and round(ms) for ms in plans]
     print(f"while the planner ran: numbers redrawn in {[round(ms) for ms in waits]} ms, with the sweep in "
-          f"{[round(ms) for ms in drawn]} ms; the plan under way was done after {[round(ms) for ms in plans]} ms")
+          f"{[round(ms) for ms in drawn]} ms; the plan under way was done after {done_ms} ms")
     assert all(done is not None and done <= first for done, first in zip(plans, waits, strict=True))
     assert statistics.median(w - done for w, done in zip(waits, plans, strict=True)) < 150
     assert_page_shows(page, answer_for({"preset": "llama-2-70b", "global-batch": batch, "seq": str(2048 + i)}))
