@@ -2,9 +2,9 @@
 // running in Pyodide in the page's one Web Worker (worker.js, calc-worker.mjs); its JSON answer is drawn by
 // view.js. No memory formula lives here. Until the worker is ready the page shows the build-time answer
 // (embedded by hooks/placeholders.py, with the field names calc knows: hooks/deck.py's page_fields).
-import { configProblem } from "./config-paste.js";
+import { createConfigBox } from "./config-box.js";
 import { createForm } from "./form.js";
-import { formatInt, withLabels } from "./format.js";
+import { withLabels } from "./format.js";
 import { createLink } from "./link.js";
 import { createMessages } from "./messages.js";
 import { createPlanner } from "./planner.js";
@@ -29,29 +29,8 @@ function mount(root) {
   let asked = 0;    // the latest change's number: an answer to an older one is not drawn
   let seqKept = false;  // a typed sequence was kept for a new model (calc may refuse it for that model)
   const planner = createPlanner(root, config, f, { ask: (kind, request) => ask(kind, request), update: () => update() });
-  const link = createLink(root, config, f, msg.notice, takeConfig);
-
-  function refuseConfig(problem) {
-    msg.showError(HF_CONFIG, `${problem}. The numbers below are for the last model calc accepted.`);
-    root.dataset.stale = "true";
-  }
-  // A config's text from the box, a file or a link: checked here (config-paste.js) before it reaches the worker.
-  function takeConfig(text) {
-    root.querySelector(`[data-error-for="${HF_CONFIG}"]`).textContent = "";
-    f.field(HF_CONFIG).removeAttribute("aria-invalid");
-    if (text.trim() === "") {
-      if (f.hfMode()) f.leaveHf();
-      else f.hf.text = "";
-      return true;
-    }
-    const problem = configProblem(text, config.hfMaxChars);
-    if (problem) {
-      refuseConfig(problem);
-      return false;
-    }
-    f.enterHf(text);
-    return true;
-  }
+  const box = createConfigBox(root, config, f, msg);
+  const link = createLink(root, config, f, msg.notice, box.take);
 
   // "calc:live": the worker's first answer drawn (the benchmark's time to live); "calc:ready": its sweep too.
   function markLive() {
@@ -139,7 +118,7 @@ function mount(root) {
       f.choosePreset(event.target.value);  // "your config.json" again: its shape comes with the answer
     } else if (name === HF_CONFIG) {
       seqKept = f.state.seqTyped;
-      if (!takeConfig(event.target.value)) return;  // refused with a message, never sent
+      if (!box.take(event.target.value)) return;  // refused with a message, never sent
     } else {
       if (name === "finetune") f.showApplicable();
       f.touched(name);
@@ -154,29 +133,6 @@ function mount(root) {
   }
   f.form.addEventListener("input", onInput);
   f.form.addEventListener("submit", (event) => event.preventDefault());
-  // A config.json from a file, chosen or dropped on the box: read here, never uploaded.
-  function readConfigFile(file) {
-    if (!file) return;
-    if (file.size > config.hfMaxChars) {
-      refuseConfig(`a file of ${formatInt(file.size)} bytes is not a config.json; at most ${formatInt(config.hfMaxChars)} characters are read`);
-      return;
-    }
-    file.text().then((text) => {
-      f.field(HF_CONFIG).value = text;
-      f.field(HF_CONFIG).dispatchEvent(new Event("input", { bubbles: true }));
-    });
-  }
-  f.hf.file.addEventListener("change", () => { readConfigFile(f.hf.file.files[0]); f.hf.file.value = ""; });
-  f.field(HF_CONFIG).addEventListener("dragover", (event) => event.preventDefault());
-  f.field(HF_CONFIG).addEventListener("drop", (event) => {
-    if (!event.dataTransfer?.files.length) return;
-    event.preventDefault();
-    readConfigFile(event.dataTransfer.files[0]);
-  });
-  root.querySelector("[data-hf-clear]").addEventListener("click", () => {
-    f.field(HF_CONFIG).value = "";
-    f.field(HF_CONFIG).dispatchEvent(new Event("input", { bubbles: true }));
-  });
   for (const button of root.querySelectorAll("[data-capacity-preset]")) {
     button.addEventListener("click", () => {
       f.setField("capacity-gb", button.dataset.capacityPreset);
