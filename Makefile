@@ -61,6 +61,7 @@ live: setup
 	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$(PORT)
 
 test: build setup-browser
+	node --test tests/js/
 	$(BIN)/pytest
 
 check: build

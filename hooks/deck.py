@@ -7,6 +7,7 @@ shows the same JSON before and after Pyodide is ready.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
@@ -122,3 +123,32 @@ def capacity_presets() -> list[dict]:
     for card, gb in calc.inputs.CARDS.items():
         sizes.setdefault(gb, []).append(card)
     return [{"gb": gb, "cards": ", ".join(cards)} for gb, cards in sorted(sizes.items(), key=lambda kv: float(kv[0]))]
+
+
+def page_fields() -> dict:
+    """The field names the page knows, all from calc: the one place the widget learns them (the JS has no list).
+    {"all": every field a link may carry, "shape": {field: Shape attribute}, "run": [the step's fields],
+    "layout": [what a planner row sets], "fit": {field: a fit row's key}}."""
+    fields = calc.inputs.FIELDS
+    attrs = {f.name for f in dataclasses.fields(calc.Shape)}
+    shape = {f: f.replace("-", "_") for f in fields if f.replace("-", "_") in attrs}
+    answer = compute(DEFAULT_INPUTS, plan=True, fit=True)
+    asked_plan = inspect.signature(calc.plan).parameters  # the planner's question, not its layout
+    asked_fit = inspect.signature(importlib.import_module("calc.plan").fit_card).parameters
+
+    def row_fields(row: dict, asked) -> dict[str, str]:
+        out = {}
+        for key in row:
+            name = key.replace("_", "-")
+            name = name if name in fields else f"lora-{name}"  # a fit row's rank and targets
+            if name in fields and key not in asked:
+                out[name] = key
+        return out
+
+    return {
+        "all": list(fields),
+        "shape": shape,
+        "run": [f for f in fields if f not in shape and f not in ("preset", "hf-config")],
+        "layout": list(row_fields(answer["plan"][0], asked_plan)),
+        "fit": row_fields(answer["fit"][0], asked_fit),
+    }

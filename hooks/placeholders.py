@@ -245,6 +245,7 @@ def widget_html(page_url: str) -> str:
         "eagerBands": bands_with_devices(deck.eager_bands()),
         "resultsUrl": get_relative_url("results/", page_url),
         "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
+        "fields": deck.page_fields(),  # every field name the page knows, from calc
     }
 
     def url(path: str) -> str:

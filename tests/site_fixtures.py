@@ -59,16 +59,24 @@ def answer_for(inputs: dict[str, str]) -> dict:
 
 @dataclass
 class Recorder:
-    """Every request a page makes and every console error or page error it raises."""
+    """Every request a page makes, every worker it starts and every console error or page error it raises."""
 
     base: str
     requests: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)
 
     def attach(self, page) -> None:
         page.on("request", lambda request: self.requests.append(request.url))
+        page.on("worker", lambda worker: self.workers.append(worker.url))
         page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
         page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def runtimes(self) -> int:
+        """How many Pyodide runtimes the page started: its calc workers, and its fetches of the WebAssembly."""
+        workers = sum(url.split("?")[0].endswith("/calc-worker.mjs") for url in self.workers)
+        wasm = sum(url.split("?")[0].endswith("/pyodide.asm.wasm") for url in self.requests)
+        return max(workers, wasm)
 
     def foreign(self) -> list[str]:
         return [url for url in self.requests if not (url.startswith(self.base) or url.startswith("data:"))]

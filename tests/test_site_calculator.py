@@ -49,10 +49,12 @@ def browser():
 
 @pytest.fixture
 def open_page(browser, base_url):
-    """open_page(query="", **context options) -> (page, recorder); no request may leave the origin."""
+    """open_page(query="", **context options) -> (page, recorder); no request may leave the origin, and a page
+    starts one Pyodide runtime (issue 21: the planner and the fit list share the calculator's), `runtimes` where
+    a test restarts it."""
     contexts, recorders = [], []
 
-    def opener(query: str = "", wait_live: bool = True, route=None, **options):
+    def opener(query: str = "", wait_live: bool = True, route=None, runtimes: int = 1, **options):
         context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
         contexts.append(context)
         if route:
@@ -60,6 +62,7 @@ def open_page(browser, base_url):
         page = context.new_page()
         recorder = Recorder(base_url)
         recorder.attach(page)
+        recorder.allowed_runtimes = runtimes
         recorders.append(recorder)
         page.goto(base_url + query)
         if wait_live:
@@ -69,6 +72,7 @@ def open_page(browser, base_url):
     yield opener
     for recorder in recorders:
         assert recorder.foreign() == [], "requests left the local origin"
+        assert recorder.runtimes() <= recorder.allowed_runtimes, f"{recorder.runtimes()} Pyodide runtimes on one page"
     for context in contexts:
         context.close()
 

@@ -3,19 +3,43 @@
 //   assets/pyodide/   Pyodide 314, its standard library cut to what calc uses and precompiled to .pyc;
 //   assets/wheels/    calc's wheel and the site's pyodide-lock.json (made by pyodide-build), which holds
 //                     the wheel's sha256: loadPackage("calc") refuses a wheel whose bytes differ.
-// Messages to the page: {progress: {done, total, label}} while loading, then {type: "ready"} or
-// {type: "failed", message}; then {id, answer} or {id, error} for each {id, request}.
+// Messages to the page: {progress: {done, total, label}} while loading, with {download: {received}} (bytes
+// downloaded so far) between them, then {type: "ready"} or {type: "failed", message}; then {id, answer} or {id, error, fatal} for each
+// {id, request} (fatal: Python can no longer run here, and the page starts a new worker).
 import { loadPyodide } from "../assets/pyodide/pyodide.mjs";
 
 const assets = new URL("../assets/", import.meta.url);
 // The steps, in order; the first (about 5 MB to download, then WebAssembly to compile) is the long one.
 const STEPS = ["Downloading and starting Python (Pyodide) and calc", "Starting calc"];
 let shown = -1;  // progress only moves forward
+let received = 0;  // bytes of the runtime's downloads so far, for a slow link (issue 20, item 15)
 function progress(done, label = STEPS[done]) {
   if (done <= shown) return;
   shown = done;
   postMessage({ progress: { done, total: STEPS.length, label } });
 }
+
+// Pyodide's downloads (the WebAssembly, the standard library, the lock file, the wheel) go through fetch:
+// count their bytes as they arrive, and say so at most every REPORT_MS.
+const REPORT_MS = 200;
+const nativeFetch = globalThis.fetch.bind(globalThis);
+let reported = 0;
+globalThis.fetch = async (...args) => {
+  const response = await nativeFetch(...args);
+  if (!response.body || shown >= STEPS.length) return response;
+  const counted = response.body.pipeThrough(new TransformStream({
+    transform(chunk, out) {
+      received += chunk.byteLength;
+      if (performance.now() - reported > REPORT_MS) {
+        reported = performance.now();
+        postMessage({ download: { received } });
+      }
+      out.enqueue(chunk);
+    },
+  }));
+  const { status, statusText, headers } = response;
+  return new Response(counted, { status, statusText, headers });
+};
 
 const lockUrl = new URL("wheels/pyodide-lock.json", assets);
 
@@ -60,6 +84,8 @@ onmessage = async ({ data }) => {
   try {
     postMessage({ id: data.id, answer: (await handle)(data.request) });
   } catch (error) {
-    postMessage({ id: data.id, error: String(error?.message ?? error) });
+    // After a fatal error (a stack overflow in the WebAssembly, say) Pyodide refuses every later call.
+    const fatal = Boolean(error?.pyodide_fatal_error) || /fatal/i.test(String(error?.message ?? error));
+    postMessage({ id: data.id, error: String(error?.message ?? error), fatal });
   }
 };

@@ -1,0 +1,146 @@
+// The form: its fields by calc's names, the model it holds (a preset, or a config.json), and the inputs calc
+// is sent. The field names come from calc (config.fields, written by hooks/deck.py), never from a list here.
+import { HF_CONFIG, calcInputs } from "./values.js";
+
+export function createForm(root, config) {
+  const form = root.querySelector("[data-calc-form]");
+  const fields = config.fields;
+  const presets = new Map(Object.entries(config.presets));  // looked up as data, never as properties
+  const field = (name) => form.elements.namedItem(name);
+  const shapeNames = Object.keys(fields.shape);
+  const isShape = (name) => Object.hasOwn(fields.shape, name);
+  // Fields that apply only to some fine-tunings (lora-rank for lora and qlora...), from the HTML.
+  const appliesTo = new Map();
+  for (const box of root.querySelectorAll("[data-show-for]")) {
+    for (const el of box.querySelectorAll("[name]")) appliesTo.set(el.name, box.dataset.showFor.split(" "));
+  }
+  const hf = {
+    details: root.querySelector("[data-hf]"),
+    option: root.querySelector("[data-hf-option]"),
+    file: root.querySelector("[data-hf-file]"),
+    text: "",
+    lastPreset: null,
+  };
+  const state = {
+    overrides: new Set(),  // shape fields the reader or the link set: sent to calc, kept in the link
+    extras: new Map(),     // the link's fields with no control here (walk, experts...): sent and kept
+    fromLink: new Set(),   // fields set from the link that calc has not yet accepted
+    seqAuto: false,        // seq was emptied for the model's own default: filled in from calc's answer
+    seqTyped: false,       // the reader (or the link) gave the sequence: kept across a change of model
+  };
+
+  // The form's label of a field, or null where the form has no control for it.
+  const labelOf = (name) => form.querySelector(`label[for="calc-${CSS.escape(name)}"]`)?.textContent.trim() ?? null;
+  function setField(name, value) {
+    const el = field(name);
+    if (!el) return;
+    if (el.type === "checkbox") el.checked = value === true || value === "true";
+    else el.value = String(value);
+  }
+  const valueOf = (name) => {
+    const el = field(name);
+    if (!el) return undefined;
+    return el.type === "checkbox" ? String(el.checked) : el.value.trim();
+  };
+  const hfMode = () => valueOf("preset") === HF_CONFIG;
+  const applies = (name) => !appliesTo.has(name) || appliesTo.get(name).includes(valueOf("finetune"));
+  function showApplicable() {
+    const mode = valueOf("finetune");
+    for (const box of root.querySelectorAll("[data-show-for]")) box.hidden = !box.dataset.showFor.split(" ").includes(mode);
+  }
+  // The shape fields not set by the reader, as calc used them (a preset's values, or the answer's shape).
+  function fillShape(values) {
+    for (const name of shapeNames) {
+      if (state.overrides.has(name) || !field(name)) continue;
+      const value = values[name];
+      if (value === undefined) continue;
+      setField(name, value);
+      if (field(name).type === "text") field(name).placeholder = String(value);
+    }
+  }
+  const fillPreset = (name) => presets.has(name) && fillShape(presets.get(name));
+  const fillFromAnswer = (shape) => fillShape(Object.fromEntries(shapeNames.map((n) => [n, shape[fields.shape[n]]])));
+  // A new model: the reader's shape fields go; a sequence the reader typed stays (calc says if it cannot).
+  function newModel() {
+    state.overrides.clear();
+    for (const name of shapeNames) state.extras.delete(name);
+    if (state.seqTyped) return;
+    setField("seq", "");
+    state.seqAuto = true;
+  }
+  function fillDefaults() {
+    for (const [key, value] of Object.entries(config.defaults)) setField(key, value);
+    state.overrides.clear();
+    state.extras.clear();
+    fillPreset(config.defaults.preset);
+    state.seqAuto = false;
+    state.seqTyped = false;
+    showApplicable();
+  }
+  // Into config.json mode with this text (calc answers for it on the next update).
+  function enterHf(text) {
+    if (!hfMode()) hf.lastPreset = valueOf("preset");
+    hf.text = text;
+    hf.option.disabled = false;
+    hf.option.hidden = false;
+    setField("preset", HF_CONFIG);
+    if (field(HF_CONFIG).value !== text) field(HF_CONFIG).value = text;
+    hf.details.open = true;
+    newModel();
+  }
+  // Back to a preset: the config is forgotten.
+  function leaveHf(preset = hf.lastPreset ?? config.defaults.preset) {
+    hf.text = "";
+    hf.option.disabled = true;
+    hf.option.hidden = true;
+    hf.option.textContent = "your config.json";
+    field(HF_CONFIG).value = "";
+    setField("preset", preset);
+    newModel();
+    fillPreset(preset);
+  }
+  function choosePreset(name) {
+    newModel();
+    fillPreset(name);
+  }
+  // One field back to its default: a shape field to the model's value, the sequence to the model's own.
+  function resetField(name) {
+    state.extras.delete(name);
+    if (name === "preset") {
+      setField("preset", config.defaults.preset);
+      fillPreset(config.defaults.preset);
+    } else if (name === "seq") {
+      setField("seq", "");
+      state.seqAuto = true;
+      state.seqTyped = false;
+    } else if (name === HF_CONFIG) {
+      leaveHf(config.defaults.preset);
+    } else if (isShape(name)) {
+      state.overrides.delete(name);  // the model's value comes back with the next answer
+      if (!hfMode()) fillPreset(valueOf("preset"));
+    } else if (name in config.defaults) {
+      setField(name, config.defaults[name]);
+    }
+  }
+  // The reader changed a field: a shape field is theirs now; a sequence they typed is kept.
+  function touched(name) {
+    if (isShape(name)) state.overrides.add(name);
+    if (name === "seq") {
+      state.seqAuto = false;
+      state.seqTyped = valueOf("seq") !== "";
+    }
+    state.extras.delete(name);
+  }
+  function inputs() {
+    const shown = new Map([...state.overrides, ...fields.run].map((name) => [name, valueOf(name)]));
+    return calcInputs({
+      hf: hfMode() ? hf.text : null, preset: valueOf("preset"), shown, overrides: state.overrides,
+      run: fields.run, applies, fromLink: state.fromLink, extras: state.extras,
+    });
+  }
+  return {
+    form, fields, presets, hf, state, field, labelOf, setField, valueOf, hfMode, applies, isShape,
+    showApplicable, fillPreset, fillFromAnswer, fillDefaults, enterHf, leaveHf, choosePreset, resetField,
+    touched, inputs,
+  };
+}

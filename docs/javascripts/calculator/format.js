@@ -1,0 +1,69 @@
+// Text for people, from calc's numbers (pure: no DOM; tested by tests/js/format.test.mjs).
+// Sizes prefer calc's own strings (the answer's "display" fields); sizeText is the one fallback, for the
+// values calc's answer carries no string for (events, sweep points, axis labels).
+
+const EN_US = new Intl.NumberFormat("en-US");  // one formatter, not a new one per call
+export const formatInt = (n) => EN_US.format(typeof n === "bigint" ? n : Number(n));
+
+// One decimal of bytes / unit, rounded half up on the integer (calc.units._fixed), as "1,234.5".
+function fixed(bytes, unit) {
+  const n = BigInt(bytes);
+  const q = ((n < 0n ? -n : n) * 20n + unit) / (2n * unit);
+  return `${n < 0n ? "-" : ""}${EN_US.format(q / 10n)}.${q % 10n}`;
+}
+
+// The units sizes are read in, largest first: TB from 10,000 GB on (calc.units.TB_FROM_GB), then by magnitude.
+const UNITS = [
+  { name: "TB", bytes: 10n ** 12n, from: 10n ** 13n },
+  { name: "GB", bytes: 10n ** 9n, from: 10n ** 9n },
+  { name: "MB", bytes: 10n ** 6n, from: 10n ** 6n },
+  { name: "kB", bytes: 10n ** 3n, from: 10n ** 3n },
+];
+
+// The unit a size of this many bytes reads best in: {name, bytes} (bytes as a Number, for scaling a chart).
+export function unitFor(bytes) {
+  const n = BigInt(Math.round(Math.abs(Number(bytes))));
+  const unit = UNITS.find((u) => n >= u.from);
+  return unit ? { name: unit.name, bytes: Number(unit.bytes) } : { name: "B", bytes: 1 };
+}
+
+// "110.7 GB", "861.1 TB", "286.2 kB", "512 B": one decimal (whole bytes below a kB), separators throughout.
+export function sizeText(bytes, unit = unitFor(bytes)) {
+  if (unit.name === "B") return `${formatInt(bytes)} B`;
+  return `${fixed(bytes, BigInt(unit.bytes))} ${unit.name}`;
+}
+
+// A device's capacity as "80 GB", "94.5 GB" or "1 MB".
+export const capacityText = (bytes) => sizeText(bytes).replace(/\.0 /, " ");
+
+// A value from a link or a field, quoted for a message, never more than 40 characters of it.
+export function quote(value) {
+  const text = String(value);
+  return text.length <= 40 ? `“${text}”` : `“${text.slice(0, 40)}…” (${formatInt(text.length)} characters)`;
+}
+
+export const recomputeText = (policy) => (policy === "none" ? "no recomputation" : `${policy} recomputation`);
+
+// The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step).
+export function tuningText(tune) {
+  if (!tune) return "";
+  const what = { full: "every parameter", lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;
+  const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}`
+    : tune.mode === "freeze" ? ` the first ${formatInt(tune.freeze_layers)} layers` : "";
+  return `Fine-tuning: ${what}${detail}, ${tune.optimizer}${tune.paged ? " (paged)" : ""}. `;
+}
+
+// calc's messages name its CLI flags (--tp); the page names its own fields: “Tensor parallel”.
+// labelOf(name) is the form's label for a field, or null where the form has none (the flag stays).
+export function withLabels(message, labelOf) {
+  return String(message).replace(/--([a-z][a-z0-9-]*)/g, (flag, name) => {
+    const label = labelOf(name);
+    return label ? `“${label}”` : flag;
+  });
+}
+
+// Progress while the runtime downloads: "3.1 MB received", or "3.1 of 5.2 MB" when the total is known.
+export function receivedText(received, total = 0) {
+  const mb = (n) => (n / 1e6).toFixed(1);
+  return total > 0 ? `${mb(Math.min(received, total))} of ${mb(total)} MB` : `${mb(received)} MB received`;
+}

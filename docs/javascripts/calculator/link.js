@@ -1,0 +1,110 @@
+// The address and the form: a link's settings into the fields (each value that cannot be used named in a
+// notice, only its field falling back), and the address rewritten for the numbers on show.
+import { formatInt, quote, withLabels } from "./format.js";
+import { linkQuery, readLink } from "./url.js";
+import { HF_CONFIG, matchChoice, parseBool } from "./values.js";
+
+export function createLink(root, config, f, notice, takeConfig) {
+  const problems = [];  // [{name, message}]: what the link asked for that could not be used
+  const say = (name, message) => problems.push({ name, message });
+
+  // One value of the link into its field (or, with no control here, kept to send as it is).
+  function apply(key, raw) {
+    const el = f.field(key);
+    if (f.isShape(key)) f.state.overrides.add(key);
+    if (!el) {
+      f.state.extras.set(key, raw.trim());
+      f.state.fromLink.add(key);
+      return;
+    }
+    let value = raw.trim();
+    if (el.tagName === "SELECT") {
+      value = matchChoice([...el.options].map((o) => o.value), raw);
+      if (value === null) {
+        say(key, `${quote(raw)} is not one of ${[...el.options].map((o) => o.value).join(", ")}`);
+        f.state.overrides.delete(key);
+        return;
+      }
+    } else if (el.type === "checkbox") {
+      value = parseBool(raw);
+      if (value === null) {
+        say(key, `${quote(raw)} is not true or false (or 1 or 0, yes or no)`);
+        f.state.overrides.delete(key);
+        return;
+      }
+    }
+    f.setField(key, value);
+    f.state.fromLink.add(key);
+    if (key === "seq") f.touched("seq");
+  }
+
+  // A link never loses settings it can use: parameters that are not fields are ignored.
+  function read() {
+    const { values, problems: found } = readLink(location.search, config.fields.all);
+    problems.push(...found);
+    if (!values.size) return;
+    let preset = config.defaults.preset;
+    if (values.has(HF_CONFIG)) {
+      if (values.has("preset")) say("preset", "a link gives a preset or a config.json, not both; the config is used");
+      values.delete("preset");
+      const text = values.get(HF_CONFIG);
+      if (takeConfig(text)) f.state.fromLink.add(HF_CONFIG);
+      else say(HF_CONFIG, `${formatInt(text.length)} characters cannot be a config.json`);
+    } else if (values.has("preset")) {
+      const asked = String(values.get("preset")).trim().toLowerCase();
+      if (f.presets.has(asked)) preset = asked;
+      else say("preset", `${quote(values.get("preset"))} is not a preset here; the presets are ${[...f.presets.keys()].join(", ")}`);
+    }
+    if (!f.hfMode()) {
+      f.setField("preset", preset);
+      f.fillPreset(preset);
+    }
+    if ((values.has("preset") || f.hfMode()) && !values.has("seq")) {
+      f.setField("seq", "");
+      f.state.seqAuto = true;
+    }
+    for (const [key, raw] of values) if (key !== "preset" && key !== HF_CONFIG) apply(key, raw);
+    f.fillPreset(f.valueOf("preset"));  // the shape fields the link did not set show the preset's values
+    f.showApplicable();
+    showNotice();
+  }
+  const labelOf = (name) => f.labelOf(name);
+  function showNotice() {
+    if (!problems.length) return;
+    const intro = document.createElement("span");
+    intro.textContent = "Some of this link's settings could not be used as given; the rest apply. Fields named here show their defaults unless the line says otherwise:";
+    const list = document.createElement("ul");
+    for (const { name, message } of problems) {
+      const li = document.createElement("li");
+      li.dataset.linkProblem = name;
+      li.textContent = `${labelOf(name) ?? name}: ${withLabels(message, labelOf)}.`;
+      list.appendChild(li);
+    }
+    notice.replaceChildren(intro, list);
+    notice.dataset.kind = "link";  // it stays: the reader should see what the link lost
+    notice.hidden = false;
+  }
+  // calc refused a value: if the link set it, only that field falls back (all of the link's, if calc names a
+  // field the link did not set), and the notice says which and why. False when the link is not to blame.
+  function refused(result) {
+    const fromLink = f.state.fromLink;
+    if (!fromLink.size) return false;
+    const culprits = fromLink.has(result.field) ? [result.field] : [...fromLink];
+    say(result.field ?? culprits[0], result.message);
+    for (const name of culprits) { f.resetField(name); fromLink.delete(name); }
+    showNotice();
+    return true;
+  }
+  // The address of the numbers on show: every value that differs from the defaults.
+  function write(drawn, answer) {
+    const given = { ...drawn };
+    // The config in calc's short form (calc.hf.compact): what calc reads of it, and a shorter link.
+    if (HF_CONFIG in given && answer.hf_config) given[HF_CONFIG] = answer.hf_config;
+    const query = linkQuery(given, config.defaults);
+    // A shared link opens at the calculator, not at the top of the page it lives on.
+    const hash = location.hash || (query ? `#${root.id}` : "");
+    const url = `${location.pathname}${query ? `?${query}` : ""}${hash}`;
+    if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(history.state, "", url);
+  }
+  return { read, write, refused, problems };
+}

@@ -1,0 +1,142 @@
+// The planner and "What fits on one card": asked of the page's one worker (as its least urgent kind of
+// question, so a reader's change always goes first) once the reader pauses; Load puts a row in the form.
+import { capacityText, formatInt, withLabels } from "./format.js";
+import { drawFit, drawPlan, rove, roveWithArrows } from "./tables.js";
+import { loadFields, planQuestion } from "./values.js";
+
+// A plan is asked once the reader pauses, after the chart is drawn: typing is never made to wait for one.
+const PLAN_DELAY_MS = 250;
+const datasetKey = (name) => name.replace(/-(.)/g, (_, c) => c.toUpperCase());  // "micro-batch" -> "microBatch"
+
+export function createPlanner(root, config, f, { ask, update }) {
+  const layout = config.fields.layout;
+  const fitFields = config.fields.fit;  // {field: the fit row's key}
+  const rowNames = [...new Set([...layout, ...Object.keys(fitFields)])];
+  const planner = {
+    root: root.querySelector("[data-planner]"),
+    body: root.querySelector("[data-plan-body]"),
+    status: root.querySelector("[data-plan-status]"),
+    caption: root.querySelector("[data-plan-caption]"),
+    loadNote: root.querySelector("[data-plan-load-note]"),
+    timer: null,
+    shown: null,        // the question the table answers (inputs without the layout's own fields)
+    readyMessage: null,
+  };
+  const fitView = {
+    body: root.querySelector("[data-fit-body]"),
+    status: root.querySelector("[data-fit-status]"),
+    caption: root.querySelector("[data-fit-caption]"),
+  };
+  let live = false;  // the Load buttons work once the worker is ready
+  const question = () => JSON.stringify(planQuestion(f.inputs(), layout));
+
+  function state(name, message) {
+    planner.root.dataset.planState = name;
+    if (message) planner.status.textContent = message;
+  }
+  function markLoaded() {
+    for (const tr of planner.body.querySelectorAll("tr[data-plan-row]")) {
+      const loaded = layout.every((name) => f.valueOf(name) === tr.dataset[datasetKey(name)]);
+      tr.classList.toggle("calc-row--selected", loaded);
+    }
+  }
+  function setLoadButtons() {
+    rove(fitView.body, "[data-fit-use]");
+    rove(planner.body, "[data-plan-use]");
+    for (const button of fitView.body.querySelectorAll("[data-fit-use]")) button.disabled = !live;
+    for (const button of planner.body.querySelectorAll("[data-plan-use]")) {
+      button.disabled = !live;
+      if (!live) button.setAttribute("aria-describedby", "calc-plan-load-note");
+      else button.removeAttribute("aria-describedby");
+    }
+    planner.loadNote.hidden = live;
+  }
+  function schedule() {
+    clearTimeout(planner.timer);
+    markLoaded();
+    if (question() === planner.shown) {
+      if (planner.root.dataset.planState === "pending") state("ready", planner.readyMessage);
+      return;
+    }
+    state("pending", "Waiting to plan for the inputs above…");
+    planner.timer = setTimeout(askPlan, PLAN_DELAY_MS);
+  }
+  function draw(result, ms) {
+    const plan = result.plan;
+    const run = result.step.config;
+    drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
+    drawFit(fitView.body, result.fit, run.shape.experts > 0, live);
+    fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
+      `on one ${capacityText(result.capacity)} device.`;
+    fitView.status.textContent = `${result.fit.length} fine-tuning${result.fit.length === 1 ? "" : "s"} fit ` +
+      "(computed in your browser).";
+    setLoadButtons();
+    planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
+      `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
+    planner.readyMessage = `${plan.length} layout${plan.length === 1 ? "" : "s"} fit (computed in your browser ` +
+      `in ${formatInt(Math.round(ms))} ms).`;
+    planner.root.dataset.planSource = "live";
+    markLoaded();
+    state("ready", planner.readyMessage);
+  }
+  async function askPlan() {
+    const key = question();
+    state("pending", "Planning…");
+    planner.root.dataset.planBusy = "true";
+    const start = performance.now();
+    const result = await ask("plan", { inputs: f.inputs(), sweep: false, plan: true, fit: true });
+    delete planner.root.dataset.planBusy;
+    if (result.superseded || key !== question()) return;  // the form moved on; a newer plan is scheduled
+    if (!result.ok) {
+      state("error", `The planner needs valid inputs (${withLabels(result.message, f.labelOf)}).`);
+      return;
+    }
+    planner.shown = key;
+    const ms = performance.now() - start;
+    draw(result, ms);
+    performance.mark("calc:planned");
+    root.dispatchEvent(new CustomEvent("calc:planned", { detail: { rows: result.plan.length, ms } }));
+  }
+  // A row into the form: every field either kind of row sets, at its default unless this row gives it.
+  function load(values) {
+    for (const [name, value] of Object.entries(loadFields(values, rowNames, config.defaults))) f.setField(name, value);
+    f.showApplicable();
+    clearTimeout(planner.timer);
+    update();
+  }
+  // The row's values by field name, from its data attributes (named after calc's row keys, micro_batch -> microBatch).
+  const fromRow = (tr, names) => Object.fromEntries(names.map(([name, key]) => [name, tr.dataset[datasetKey(key.replace(/_/g, "-"))]]));
+  planner.body.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-plan-use]");
+    if (button && !button.disabled) load(fromRow(button.closest("tr"), layout.map((n) => [n, n])));
+  });
+  fitView.body.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-fit-use]");
+    if (!button || button.disabled) return;
+    const values = fromRow(button.closest("tr"), Object.entries(fitFields));
+    // A full fine-tuning row has no rank or targets (empty, or Python's None): they go back to their defaults.
+    for (const [name, value] of Object.entries(values)) if ([undefined, "", "null", "None"].includes(value)) delete values[name];
+    load(values);
+  });
+  roveWithArrows(planner.body, "[data-plan-use]");
+  roveWithArrows(fitView.body, "[data-fit-use]");
+
+  planner.shown = question();  // the build-time table answers the defaults
+  planner.readyMessage = planner.status.textContent;
+  return {
+    schedule, markLoaded, setLoadButtons, state,
+    cancel() { clearTimeout(planner.timer); },
+    goLive(isLive) { live = isLive; setLoadButtons(); },
+    failed() {
+      planner.loadNote.textContent = "The Load buttons need the live calculator, which could not start.";
+      live = false;
+      setLoadButtons();
+    },
+    // The link's question differs from the build-time table's: it says the table waits for the live answer.
+    waitForLink() {
+      if (question() !== planner.shown) {
+        state("pending", "The layouts below are for the default settings; planning for this link's once the live calculator starts…");
+      }
+    },
+  };
+}

@@ -1,0 +1,146 @@
+// Drawing calc's answer: the four-recipe table, the summary, the eager walk's line, the charts and the step.
+// Sizes are calc's own strings (the answer's "display"), except where the answer has none (format.sizeText).
+import { createAnimation } from "./animation.js";
+import { drawBreakdown } from "./charts/breakdown.js";
+import { drawSweep } from "./charts/sweep.js";
+import { drawWalk } from "./charts/walk.js";
+import { capacityText, formatInt, recomputeText, tuningText, withLabels } from "./format.js";
+import { widthsKnownFor, withWidths } from "./svg.js";
+
+// labelOf(name): the form's label for a field (calc's reasons name its flags; the page names its fields).
+export function createView(root, config, answerOf, labelOf) {
+  const charts = Object.fromEntries([...root.querySelectorAll("[data-chart]")].map((c) => [c.dataset.chart, c]));
+  const categories = config.categories;
+  const anim = createAnimation(root, () => answerOf().step, config.categoryLabels);
+  const out = (name) => root.querySelector(`[data-out="${name}"]`);
+  const selectedId = (step) => `${step.config.recipe}-${step.config.recompute}`;
+
+  // `sweep`: false while the new sweep is being computed (the last one stays, marked pending, until it comes).
+  function drawCharts(sweep, follow) {
+    const answer = answerOf();
+    const step = answer.step;
+    drawBreakdown(charts.breakdown, answer, selectedId(step), categories);
+    if (sweep && answer.sweep) drawSweep(charts.sweep, answer);
+    const moveCursor = drawWalk(charts.walk, step, answer.capacity, categories, answer.peak_display.text);
+    if (follow) anim.follow(step, moveCursor);
+    else anim.setCursor(moveCursor);
+  }
+  function renderTable(answer) {
+    const selected = selectedId(answer.step);
+    for (const row of answer.table) {
+      const tr = root.querySelector(`tr[data-recipe="${row.id}"]`);
+      for (const part of [...categories, "peak"]) {
+        const cell = tr.querySelector(`[data-part="${part}"]`);
+        cell.dataset.bytes = part === "peak" ? row.peak : row.bytes[part];
+        (cell.querySelector("strong") ?? cell).textContent = row.display[part].text;
+      }
+      tr.classList.toggle("calc-row--selected", row.id === selected);
+    }
+    const { shape, seq, micro_batch: b, finetune } = answer.step.config;
+    out("caption").textContent = `Bytes on one device: ${shape.name}, sequence ${formatInt(seq)}, micro-batch ${b}.` +
+      (finetune && finetune.mode !== "full"
+        ? " The four recipes train every parameter: the deck's step, for comparison with your fine-tuning above." : "");
+  }
+  function renderSummary(answer) {
+    const step = answer.step;
+    const peakOut = out("peak");
+    peakOut.textContent = answer.peak_display.text;
+    peakOut.dataset.bytes = step.peak;
+    const device = `one ${capacityText(answer.capacity)} device`;
+    const gib = document.createElement("span");
+    gib.dataset.out = "peak-gib";
+    gib.textContent = `${answer.peak_display.gib} GiB`;
+    const event = document.createElement("span");
+    event.dataset.out = "peak-event";
+    event.textContent = step.peak_event;
+    const summary = root.querySelector("[data-calc-summary]");
+    summary.replaceChildren(tuningText(step.config.finetune),
+      `With ${config.recipeLabels[step.config.recipe]} and ${recomputeText(step.config.recompute)} the peak is `,
+      peakOut, " (", gib, "), reached at “", event, `”: it ${answer.fits ? "fits" : "does not fit"} on ${device}.`);
+    const trainable = out("trainable");
+    trainable.textContent = formatInt(answer.trainable_params);
+    trainable.dataset.count = answer.trainable_params;
+    const params = out("params");
+    params.textContent = formatInt(step.params);
+    params.dataset.count = step.params;
+  }
+  // What PyTorch allocates for the same step (calc's eager walk), with the error measured on that code.
+  function renderEager(answer) {
+    const line = root.querySelector("[data-calc-eager]");
+    const eager = answer.eager;
+    line.replaceChildren();
+    if (!eager.available) {
+      const reason = document.createElement("span");
+      reason.dataset.out = "eager-reason";
+      reason.textContent = `What PyTorch allocates is not shown for this step: ${withLabels(eager.reason, labelOf)}.`;
+      line.append(reason);
+      return;
+    }
+    const cfg = answer.step.config;
+    const code = document.createElement("code");
+    const flag = document.createElement("span");
+    flag.className = "calc-flag";  // no line break after its "--" (hooks/flags.py does the same for the pages)
+    flag.textContent = "--walk";
+    code.append(flag, " eager");
+    const peak = document.createElement("strong");
+    peak.dataset.out = "eager-peak";
+    peak.dataset.bytes = eager.peak;
+    peak.textContent = eager.display.text;
+    const event = document.createElement("span");
+    event.dataset.out = "eager-event";
+    event.textContent = eager.peak_event;
+    const where = cfg.device === "cuda" ? "GPU" : "CPU";
+    line.append("What PyTorch allocates for the same step (", code,
+      `: transformers' code, ${cfg.attention} attention, AdamW as PyTorch runs it on a ${where}): `,
+      peak, ", reached at “", event, "”.");
+    const band = config.eagerBands[eager.band];
+    if (!band) return;
+    const link = document.createElement("a");
+    link.href = `${config.resultsUrl}#${band.anchor}`;
+    const pct = (x) => `${(100 * x).toFixed(2)}%`;
+    const said = document.createElement("span");
+    said.dataset.out = "eager-band";
+    said.dataset.low = band.low;
+    said.dataset.high = band.high;
+    const setting = band.setting ? `, ${band.setting}` : "";
+    said.textContent = ` Measured against ${band.runs} real steps of this code (${band.models.join(", ")}${setting}), ` +
+      `it predicted ${pct(band.low)} to ${pct(band.high)} of the measured peak`;
+    link.textContent = `results §${band.section}`;
+    line.append(said, " (", link, ").");
+  }
+  // The table, the summary, the bars and the step; the sweep chart too once the answer has it.
+  function renderNumbers(sweep = true) {
+    withWidths(Object.values(charts), () => {
+      const answer = answerOf();
+      renderTable(answer);
+      renderSummary(answer);
+      renderEager(answer);
+      drawCharts(sweep, true);
+    });
+  }
+  // The sweep that follows the numbers, drawn at the widths their redraw read.
+  function renderSweep() {
+    delete charts.sweep.dataset.pending;
+    withWidths([charts.sweep], () => drawSweep(charts.sweep, answerOf()), widthsKnownFor(charts.sweep));
+  }
+  // Everything drawn, the sweep included: "calc:drawn" (the tests and the benchmark wait for it).
+  function finish(source) {
+    root.dataset.source = source;
+    performance.mark("calc:drawn");
+    root.dispatchEvent(new CustomEvent("calc:drawn", { detail: { source } }));
+  }
+  // The charts follow their container's width (a phone turned, a window resized).
+  let resizeFrame = 0;
+  new ResizeObserver(() => {
+    cancelAnimationFrame(resizeFrame);
+    resizeFrame = requestAnimationFrame(() => {
+      if (Math.round(charts.breakdown.clientWidth) === Number(charts.breakdown.dataset.drawnWidth)) return;
+      // A sweep being computed is drawn, at these widths, when it comes.
+      withWidths(Object.values(charts), () => drawCharts(!charts.sweep.dataset.pending, false));
+    });
+  }).observe(charts.breakdown);
+  return {
+    renderNumbers, renderSweep, finish,
+    sweepPending() { charts.sweep.dataset.pending = "true"; },
+  };
+}

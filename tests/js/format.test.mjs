@@ -1,0 +1,44 @@
+// node --test tests/js/: the calculator's pure modules, without a browser.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { capacityText, quote, receivedText, sizeText, unitFor, withLabels } from "../../docs/javascripts/calculator/format.js";
+
+test("sizes read in the unit their magnitude suits, with separators, rounded half up", () => {
+  assert.equal(sizeText(110_700_000_000), "110.7 GB");
+  assert.equal(sizeText(1_283_750_000_000), "1,283.8 GB");
+  assert.equal(sizeText(2_348_000_000_000_000), "2,348.0 TB");
+  assert.equal(sizeText(286_208), "286.2 kB");  // the course's Decoder, not "0.0 GB"
+  assert.equal(sizeText(1_500_000), "1.5 MB");
+  assert.equal(sizeText(512), "512 B");
+  assert.equal(sizeText(-1_250_000_000), "-1.3 GB");
+});
+
+test("the unit changes at its threshold, TB only from 10,000 GB on", () => {
+  assert.equal(unitFor(999).name, "B");
+  assert.equal(unitFor(1000).name, "kB");
+  assert.equal(unitFor(9_999_000_000_000).name, "GB");
+  assert.equal(unitFor(10 ** 13).name, "TB");
+});
+
+test("a capacity drops a trailing .0, and a tiny one is not 0 GB", () => {
+  assert.equal(capacityText(80e9), "80 GB");
+  assert.equal(capacityText(94.5e9), "94.5 GB");
+  assert.equal(capacityText(1e6), "1 MB");
+});
+
+test("calc's flags become the form's labels; a flag with no field stays", () => {
+  const labels = { tp: "Tensor parallel", "grad-accum": "Micro-batches per step" };
+  const said = withLabels("leave --tp, --grad-accum and --walk unset", (n) => labels[n] ?? null);
+  assert.equal(said, "leave “Tensor parallel”, “Micro-batches per step” and --walk unset");
+});
+
+test("a long value is quoted cut, with its length", () => {
+  assert.equal(quote("abc"), "“abc”");
+  assert.match(quote("x".repeat(5000)), /^“x{40}…” \(5,000 characters\)$/);
+});
+
+test("bytes received are said with or without a known total", () => {
+  assert.equal(receivedText(3_140_000), "3.1 MB received");
+  assert.equal(receivedText(3_140_000, 5_200_000), "3.1 of 5.2 MB");
+});

@@ -1,0 +1,25 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { linkQuery, readLink } from "../../docs/javascripts/calculator/url.js";
+
+const KNOWN = ["preset", "heads", "kv-heads", "seq", "walk", "experts"];
+
+test("a link's fields are read by calc's names; other parameters are ignored", () => {
+  const { values, problems } = readLink("?walk=eager&experts=8&utm_source=x&fbclid=y", KNOWN);
+  assert.deepEqual([...values], [["walk", "eager"], ["experts", "8"]]);
+  assert.deepEqual(problems, []);
+});
+
+test("a field given twice keeps its first value and says so", () => {
+  const { values, problems } = readLink("?seq=1&seq=2", KNOWN);
+  assert.equal(values.get("seq"), "1");
+  assert.equal(problems.length, 1);
+  assert.match(problems[0].message, /given 2 times; the first, “1”, is used/);
+});
+
+test("the address keeps every value that is not a default, and round-trips", () => {
+  const query = linkQuery({ preset: "llama-7b", heads: "64", "kv-heads": "32", seq: "4096" }, { preset: "llama-7b", seq: "4096" });
+  assert.equal(query, "heads=64&kv-heads=32");
+  assert.deepEqual([...readLink(`?${query}`, KNOWN).values], [["heads", "64"], ["kv-heads", "32"]]);
+});
