@@ -19,6 +19,8 @@ import hf_models  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 
+pytestmark = pytest.mark.torch  # real steps of PyTorch and transformers
+
 BOUND = 0.03  # the bound: within 3% of the measured peak
 
 
