@@ -1,4 +1,4 @@
-"""The eager walk of a transformers model (families "llama" and "gpt2"): one training step replayed op by op.
+"""The eager walk of a transformers model (calc.families: a family's layer): one training step replayed op by op.
 
 The step is the loop most people write with transformers: `loss = model(input_ids=x, labels=x).loss`
 (under torch.autocast for the "autocast" recipe), `loss.backward()`, `optimizer.step()` (AdamW as PyTorch
@@ -11,13 +11,13 @@ value, and saves the CPU generator's state.
 from __future__ import annotations
 
 from . import finetune
-from .families import Ops, Step, gpt2_layer, llama_layer
+from .families import FAMILIES
+from .parts.ops import Ops, Step
 from .recipes import RECIPES
 from .replay import Node, Replay, T
 from .shape import Shape, param_counts
 from .walk import Event, Reps, Segment, resident_state
 
-LAYERS = {"llama": llama_layer, "gpt2": gpt2_layer}
 RNG_STATE = 5056  # torch.get_rng_state(): the CPU generator's state, saved by each checkpointed call
 CODE_BOOKS = 4 * (16 + 256)  # bitsandbytes' QuantState of each 4-bit linear: its own fp32 copies of NF4's 16
 # values (code) and of the 256 of the absmax's 8-bit dynamic code (state2.code)
@@ -106,11 +106,12 @@ def replay(
     if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
         mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
         mask.requires_grad = False
-        if shape.shared_expert_gate:  # Qwen2MoeModel.forward makes the sliding-window mask too, used or not
+        makes_window = FAMILIES[shape.family].window_mask
+        if makes_window and makes_window(shape):  # a sliding-window mask beside the causal one, used or not (Qwen2-MoE)
             window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
             window.requires_grad = False
             held.append(window)
-    layer_fn = LAYERS[shape.family]
+    layer_fn = FAMILIES[shape.family].layer
     for layer in range(1, shape.layers + 1):
         rp.layer = layer
         if recompute == "full":

@@ -9,12 +9,6 @@ POSITIONS = ("learned", "rope")
 # The feed-forward activation as transformers' `hidden_act` names it: gelu_tanh is gelu_pytorch_tanh (one
 # fused op), gelu_new the same function written in Python (GPT-2's; six ops, four tensors saved).
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu")
-# Whose code the eager walk follows (calc.eager): the layer's ops, and so what autograd saves, differ.
-#   llama    transformers' LlamaForCausalLM, and Mistral and Qwen2, which share its code
-#   gpt2     transformers' GPT2LMHeadModel (fused QKV through Conv1D, dropout)
-#   decoder  the course's reference Decoder (scripts/training/reference.py)
-#   gemma, gemma2, phi3  transformers' code for these (from a config): counted by the deck walk only
-FAMILIES = ("llama", "gpt2", "decoder", "gemma", "gemma2", "phi3")
 
 
 @dataclass(frozen=True)
@@ -39,7 +33,7 @@ class Shape:
     activation: str = "silu"  # the feed-forward activation (ACTIVATIONS); SwiGLU's is silu
     dropout: bool = False  # dropout in training: after the embedding, on attention's probabilities, after
     # each block's two output projections (GPT-2's 0.1); Llama-family models have none by default
-    family: str = "llama"  # whose code the eager walk follows (FAMILIES)
+    family: str = "llama"  # whose code runs it, and so what autograd saves (calc.families.FAMILIES)
     head_size: int = 0  # d, width of one attention head; 0: hidden // heads (Gemma's is 256 at any width)
     norms_per_layer: int = 2  # norms in a block: before attention and the FFN; Gemma 2 adds one after each
     head_bias: bool = True  # an untied head has biases when `bias` is on (GPT-2's lm_head has none)
