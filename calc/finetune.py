@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import activations as act
+from . import inventory
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
 from .parallel import SINGLE, Parallel
 from .recipes import RECIPES
@@ -64,12 +65,9 @@ DEFAULT = Tuning()
 
 
 def linears(shape: Shape) -> dict[str, tuple[int, int]]:
-    """(d_in, d_out) of each linear layer of one block, in TARGETS order (no gate without a gated FFN)."""
-    h, q, kv, f = shape.hidden, shape.q_width, shape.kv_width, shape.ffn
-    out = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "gate": (h, f), "up": (h, f), "down": (f, h)}
-    if not shape.gated_ffn:
-        del out["gate"]
-    return out
+    """(d_in, d_out) of each linear layer of one block that LoRA can target, in TARGETS order (no gate without
+    a gated FFN), from calc.inventory."""
+    return {t.target: (t.rows, t.cols) for t in inventory.layer_tensors(shape) if t.target}
 
 
 def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
@@ -81,30 +79,20 @@ def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
     return out
 
 
+def triples(tensors: list[inventory.Tensor]) -> list[tuple[int, int, int]]:
+    return [(t.count, t.rows, t.cols) for t in tensors]
+
+
 def layer_tensors(shape: Shape) -> list[tuple[int, int, int]]:
-    """One dense block's parameter tensors as (count, rows, cols), cols 0 for a vector: its linears, their
-    biases (calc.shape.attention_params and mlp_params) and its norms' gains (and LayerNorm's biases)."""
-    out = [(1, d_in, d_out) for d_in, d_out in linears(shape).values()]
-    q, kv, h, f = shape.q_width, shape.kv_width, shape.hidden, shape.ffn
-    if shape.bias or shape.qkv_bias:
-        out += [(1, q, 0), (2, kv, 0)]
-    if shape.bias:  # O's; the FFN's as calc.shape.mlp_params counts them: (matrices - 1) of width ffn, one of h
-        out += [(1, h, 0), ((3 if shape.gated_ffn else 2) - 1, f, 0), (1, h, 0)]
-    out.append((shape.norms_per_layer * (2 if shape.norm == "layer" else 1), h, 0))
-    return out
+    """One dense block's parameter tensors as (count, rows, cols), cols 0 for a vector (calc.inventory)."""
+    return triples(inventory.layer_tensors(shape))
 
 
 def outer_tensors(shape: Shape) -> dict[str, list[tuple[int, int, int]]]:
-    """The tensors outside the blocks: embedding, learned positions, final norm, untied head."""
-    h = shape.hidden
-    norm = [(2 if shape.norm == "layer" else 1, h, 0)] if shape.final_norm else []
-    head_bias = [(1, shape.vocab, 0)] if shape.bias and shape.head_bias else []
-    head = [] if shape.tied else [(1, shape.vocab, h), *head_bias]
-    return {
-        "embedding": [(1, shape.vocab, h)] + ([(1, shape.context, h)] if shape.positions == "learned" else []),
-        "final_norm": norm,
-        "head": head,
-    }
+    """The tensors outside the blocks: embedding (and learned positions), final norm, untied head."""
+    outer = {part: triples(tensors) for part, tensors in inventory.outer_tensors(shape).items()}
+    return {"embedding": outer["embedding"] + outer["positions"], "final_norm": outer["final_norm"],
+            "head": outer["head"]}  # fmt: skip
 
 
 def numel(tensors) -> int:

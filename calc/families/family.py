@@ -29,6 +29,7 @@ class Family:
     # not, under eager attention
     embed: Callable | None = None  # (ops, x) -> x: what its model does to the token embeddings first
     head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss
+    tensors: Callable | None = None  # (shape, moe) -> one block's calc.inventory.Tensor list; None: Llama's block
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
 
     @property

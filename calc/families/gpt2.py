@@ -4,7 +4,9 @@ biases everywhere but the tied head, GELU's tanh approximation written out, drop
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
+from ..inventory import Tensor, block
 from ..parts.mlp import activation
 from ..parts.ops import Ops
 from ..replay import T
@@ -78,6 +80,15 @@ def layer(ops: Ops, x: T, cos: T, sin: T, mask: T | None) -> T:
     return out
 
 
+def tensors(shape: Shape, moe: bool) -> list[Tensor]:
+    """Llama's block, with Q, K and V stored as one Conv1D (c_attn: its weight and its bias)."""
+    def fused(t: Tensor) -> Tensor:
+        qkv = t.name.split("_proj")[0] in ("q", "k", "v")
+        return replace(t, fused="attn.c_attn" + ("" if t.cols else ".bias")) if qkv else t
+
+    return [fused(t) for t in block(shape, moe)]
+
+
 def problem(shape: Shape) -> tuple[str, str] | None:
     """(field, message) where a shape cannot be written with GPT-2's code: its fused QKV layer has every
     head's key and value, and its blocks are LayerNorm, a plain feed-forward layer and learned positions."""
@@ -93,4 +104,4 @@ def problem(shape: Shape) -> tuple[str, str] | None:
 
 
 MODEL_TYPES = (ModelType("gpt2", read_gpt2, "gpt2"),)
-FAMILIES = (Family("gpt2", ("GPT-2",), layer, problem=problem),)
+FAMILIES = (Family("gpt2", ("GPT-2",), layer, tensors=tensors, problem=problem),)

@@ -8,10 +8,12 @@ from ..replay import T
 class Norms:
     """Ops mixin (calc.parts.ops.Ops): norms."""
 
-    def rms_norm(self, x: T, name: str) -> T:
-        """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
+    def rms_norm(self, x: T, name: str, width: int = 0) -> T:
+        """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype). Over the
+        last `width` values (0: the model's width; Qwen3's q_norm and k_norm: each head's)."""
         rp, st = self.rp, self.st
-        h, n = st.shape.hidden, st.tokens
+        h = width or st.shape.hidden
+        n = x.nbytes // x.unit // h  # rows normalised, each with its own 1/std
         x32 = x if x.unit == 4 else self.unary(f"{name}: input in fp32", x, [], 4)
         sq = self.new(n * h, 4, f"{name}: x^2", "pow(2) saves its input")
         rp.node("pow", sq, saved=[x32], inputs=[(x32, x32.nbytes, "new")])
