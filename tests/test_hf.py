@@ -123,7 +123,7 @@ def test_cli_reads_a_config_and_flags_override_it(capsys):
         ("dir", "cannot read {path}: Is a directory"),
         ("not json", "not JSON: Expecting value at line 1, column 1"),
         (" " * 10_000_000, "too long: 1,000,001 characters, where a config.json has at most 1,000,000"),
-        ('{"model_type": "bert"}', 'model_type "bert" is not supported; supported: llama, mistral, qwen2'),
+        ('{"model_type": "bert"}', 'model_type "bert" is not supported; supported: llama, mistral, mixtral, qwen2'),
         ('{"model_type": "llama", "hidden_size": 4096}', "num_hidden_layers is missing"),
         (b"\xff\xfe{", "cannot read {path}: UnicodeDecodeError"),
     ],

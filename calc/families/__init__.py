@@ -6,16 +6,30 @@ for what it refuses, come from this registry alone (`eager_lacks`, `tuning_lacks
 
 from __future__ import annotations
 
+import os
+from importlib import import_module
+
 from ..shape import Shape
-from . import decoder, gemma, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe
 from .family import Family, ModelType
 
+HERE = os.path.dirname(__file__)
+NOT_FAMILIES = ("__init__", "config", "family")  # the package's own modules
+
+
+def _modules() -> list:
+    """Every family module of this package, in the order each one's ORDER says: a new family is one file."""
+    names = {os.path.splitext(f)[0] for f in os.listdir(HERE) if f.endswith((".py", ".pyc"))} - set(NOT_FAMILIES)
+    modules = [import_module(f"{__name__}.{name}") for name in names]
+    return sorted(modules, key=lambda m: m.ORDER)
+
+
+MODULES = _modules()
 # config.json model types, in the order messages list them
-MODEL_TYPES: dict[str, ModelType] = {
-    t.name: t for module in (llama, mistral, qwen2, qwen2_moe, mixtral, gemma, phi3, gpt2) for t in module.MODEL_TYPES
-}
+MODEL_TYPES: dict[str, ModelType] = {t.name: t for m in MODULES for t in m.MODEL_TYPES}
 # Shape.family -> whose code, in the order `--family` lists them
-FAMILIES: dict[str, Family] = {f.name: f for module in (llama, gpt2, decoder, gemma, phi3) for f in module.FAMILIES}
+FAMILIES: dict[str, Family] = {f.name: f for m in MODULES for f in m.FAMILIES}
+# calc/configs/NAME.json -> its group in the presets' list (calc.presets), in the order they are listed
+CONFIG_PRESETS: dict[str, str] = {name: group for m in MODULES for name, group in getattr(m, "PRESETS", {}).items()}
 
 
 def listing(names: list[str]) -> str:
@@ -64,4 +78,4 @@ def tuning_lacks(shape: Shape) -> str | None:
     return f"the eager walk fine-tunes dense {tuned} only: use the deck walk"
 
 
-__all__ = ["FAMILIES", "MODEL_TYPES", "Family", "ModelType", "eager_lacks", "listing", "tuning_lacks"]
+__all__ = ["CONFIG_PRESETS", "FAMILIES", "MODEL_TYPES", "Family", "ModelType", "eager_lacks", "listing", "tuning_lacks"]

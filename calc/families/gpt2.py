@@ -105,3 +105,6 @@ def problem(shape: Shape) -> tuple[str, str] | None:
 
 MODEL_TYPES = (ModelType("gpt2", read_gpt2, "gpt2"),)
 FAMILIES = (Family("gpt2", ("GPT-2",), layer, tensors=tensors, problem=problem),)
+ORDER = 80  # where the registry lists it (calc.families)
+# calc/configs/NAME.json -> its group in the list: Brown et al. 2020's 175B model (Table 2.1) in GPT-2's code
+PRESETS = {"gpt-3-175b": "GPT"}

@@ -84,3 +84,6 @@ MODEL_TYPES = (ModelType("llama", read_llama, "llama"),)
 FAMILIES = (
     Family("llama", ("Llama", "Mistral", "Qwen2"), decoder_layer, experts=True, finetune=True, window_mask=window_mask),
 )
+ORDER = 10  # where the registry lists it (calc.families)
+PRESETS = {"llama-3.1-8b": "Llama", "llama-3.1-70b": "Llama", "llama-3.1-405b": "Llama", "llama-3.2-1b": "Llama",
+           "llama-3.2-3b": "Llama"}  # calc/configs/NAME.json -> its group in the list

@@ -17,3 +17,5 @@ def read_mistral(cfg: Mapping) -> dict:
 
 MODEL_TYPES = (ModelType("mistral", read_mistral, "llama"),)
 FAMILIES: tuple[Family, ...] = ()
+ORDER = 20  # where the registry lists it (calc.families)
+PRESETS = {"mistral-7b": "Mistral"}  # calc/configs/NAME.json -> its group in the list

@@ -22,3 +22,5 @@ def read_mixtral(cfg: Mapping) -> dict:
 
 MODEL_TYPES = (ModelType("mixtral", read_mixtral, "llama"),)
 FAMILIES: tuple[Family, ...] = ()
+ORDER = 30  # where the registry lists it (calc.families)
+PRESETS = {"mixtral-8x7b": "Mistral"}  # calc/configs/NAME.json -> its group in the list

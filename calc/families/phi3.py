@@ -21,3 +21,4 @@ def read_phi3(cfg: Mapping) -> dict:
 
 MODEL_TYPES = (ModelType("phi3", read_phi3, "phi3"),)
 FAMILIES = (Family("phi3", ("Phi-3",)),)
+ORDER = 70  # where the registry lists it (calc.families)

@@ -17,3 +17,5 @@ def read_qwen2(cfg: Mapping) -> dict:
 
 MODEL_TYPES = (ModelType("qwen2", read_qwen2, "llama"),)
 FAMILIES: tuple[Family, ...] = ()
+ORDER = 40  # where the registry lists it (calc.families)
+PRESETS = {"qwen2.5-7b": "Qwen", "qwen2.5-72b": "Qwen"}  # calc/configs/NAME.json -> its group in the list

@@ -41,3 +41,4 @@ def read_qwen2_moe(cfg: Mapping) -> dict:
 
 MODEL_TYPES = (ModelType("qwen2_moe", read_qwen2_moe, "llama"),)
 FAMILIES: tuple[Family, ...] = ()
+ORDER = 50  # where the registry lists it (calc.families)
