@@ -70,5 +70,7 @@ def compact(cfg: Mapping) -> str:
     link: shape_from_text(compact(cfg)) equals shape_from_config(cfg)."""
     reads = _Reads(cfg)
     shape_from_config(reads)  # only a config calc reads is worth a link
-    kept = {k: cfg[k] for k in sorted(reads.asked) if cfg.get(k) is not None}
+    # a null stays: it can differ from a missing key (Mistral's "sliding_window": null is no window, where a
+    # missing one takes MistralConfig's 4,096)
+    kept = {k: cfg[k] for k in sorted(reads.asked) if k in cfg}
     return json.dumps(kept, separators=(",", ":"))

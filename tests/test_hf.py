@@ -50,6 +50,15 @@ def test_compact_round_trips():
         assert len(short) < len(text) and short == compact(json.loads(short))
 
 
+def test_compact_keeps_a_null_window():
+    """Mistral 7B v0.2's "sliding_window": null (no window) comes back from its compact form as no window, not
+    as the 4,096 that MistralConfig gives a missing key."""
+    cfg = {**json.loads(config_text("mistral-7b")), "sliding_window": None}
+    assert shape_from_config(cfg).sliding_window == 0
+    assert shape_from_text(compact(cfg)).sliding_window == 0
+    assert shape_from_text(compact({k: v for k, v in cfg.items() if k != "sliding_window"})).sliding_window == 4096
+
+
 LLAMA = json.loads(config_text("llama-3.1-8b"))
 
 
