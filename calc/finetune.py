@@ -180,18 +180,18 @@ def layer_bytes(
     """(kept through the forward pass, all the layer holds for backward) of one block: a trainable one when
     `frozen` is None (Korthikanti et al., as the deck), else a frozen one carrying `frozen`'s adapters.
     `flash`: attention stores no s x s scores (FlashAttention, or SDPA's fused kernels)."""
-    scale, par = activation_bytes // 2, _par(flash)
+    par = _par(flash)
     if frozen is None:
         full = act.layer_bytes(shape, seq, micro_batch, par)
         kept = act.kept_bytes(shape, seq, micro_batch, recompute, par)
-        return kept * scale, full * scale
+        return act.at_width(kept, activation_bytes), act.at_width(full, activation_bytes)
     sb = seq * micro_batch
     outside, inside, scores = act.layer_parts(shape, seq, micro_batch, par)
     targets = frozen.targets if frozen.adapters else ()
     change = adapter_activation_bytes(shape, sb, frozen) - dropped_inputs(shape, sb, targets)
     full = outside + inside + scores + change
     kept = {"none": full, "selective": outside + inside + change, "full": 2 * sb * shape.hidden}[recompute]
-    return kept * scale, full * scale
+    return act.at_width(kept, activation_bytes), act.at_width(full, activation_bytes)
 
 
 def _par(flash: bool) -> Parallel:
@@ -298,7 +298,7 @@ def segments(
 
     head_trains = tune.mode in ("full", "freeze") and not shape.tied
     head_params = n["head"] if head_trains else (n["embedding"] if tune.mode == "full" else 0)
-    logits16 = act.logits_16bit_bytes(shape, seq, micro_batch) * (activation_bytes // 2)
+    logits16 = act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch), activation_bytes)
     logits32 = act.logits_fp32_bytes(shape, seq, micro_batch)
     segs.append(Segment((
         Event("forward", "head: 16-bit logits", "logits", logits16, "s x b x V values, 2 bytes each"),
@@ -363,6 +363,6 @@ def sizes(
         "optimizer": 0 if tune.paged else optimizer_bytes(shape, recipe, tune),
         "master": r.master * trainable,
         "activations": (shape.layers - frozen_below) * kept,
-        "logits": act.logits_16bit_bytes(shape, seq, micro_batch) * (activation_bytes // 2)
+        "logits": act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch), activation_bytes)
         + act.logits_fp32_bytes(shape, seq, micro_batch),
     }

@@ -93,8 +93,7 @@ def seq_sizes(
     shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2, par: Parallel = SINGLE
 ) -> dict[str, int]:
     """The sizes that depend on the tokens in flight, by the names a template's events use."""
-    scale = activation_bytes // 2  # Korthikanti's counts are for 16-bit activations
-    logits16 = act.logits_16bit_bytes(shape, seq, micro_batch, par) * scale
+    logits16 = act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch, par), activation_bytes)
     logits32 = act.logits_fp32_bytes(shape, seq, micro_batch, par)
     out = {
         "logits16": logits16,
@@ -105,8 +104,8 @@ def seq_sizes(
     # A dense layer's sizes as "kept", "recomputed", "-full"; a mixture-of-experts layer's as "moe:kept", ...
     for moe in (False, True) if shape.moe_layers else (False,):
         parts = act.layer_parts(shape, seq, micro_batch, par, moe)
-        full = sum(parts) * scale
-        kept = act.kept_of_parts(parts, shape, seq, micro_batch, recompute, par) * scale
+        full = act.at_width(sum(parts), activation_bytes)
+        kept = act.at_width(act.kept_of_parts(parts, shape, seq, micro_batch, recompute, par), activation_bytes)
         prefix = "moe:" if moe else ""
         out.update({prefix + "kept": kept, prefix + "recomputed": full - kept, prefix + "-full": -full})
     return out
