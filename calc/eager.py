@@ -20,9 +20,10 @@ a temporary of every moment at once (about 4 bytes a parameter), unmeasured here
 
 from __future__ import annotations
 
-from . import eager_step, inventory
+from . import counts, eager_step
+from .counts import param_counts
 from .recipes import RECIPES
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import Event, Reps, Segment, resident_state
 
 SAVED = "derivatives.yaml"
@@ -72,7 +73,7 @@ def kept_bytes(shape: Shape, seq: int, micro_batch: int, recompute: str, p: int 
 
 def _layer_params(shape: Shape) -> tuple[int, int]:
     """(attention and norm 1, feed-forward and norm 2) parameters of one layer (calc.inventory)."""
-    tensors = inventory.layer_tensors(shape)
+    tensors = counts.layer_tensors(shape)
     attention = sum(t.numel for t in tensors if t.attention)
     return attention, sum(t.numel for t in tensors) - attention
 

@@ -10,12 +10,13 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
-from . import finetune, inventory
+from . import counts, finetune, inventory
+from .counts import param_counts
 from .families import FAMILIES
 from .parts.ops import Ops, Step
 from .recipes import RECIPES
 from .replay import Node, Replay, T
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import Event, Reps, Segment, resident_state
 
 RNG_STATE = 5056  # torch.get_rng_state(): the CPU generator's state, saved by each checkpointed call
@@ -28,7 +29,7 @@ def stored_tensors(shape: Shape) -> list[int]:
     """The values of each parameter tensor as the model stores it (calc.inventory): AdamW keeps a step
     counter for each, and single-tensor AdamW's temporaries are the size of the largest."""
     runs = [(shape.layers - shape.moe_layers, False), (shape.moe_layers, True)]
-    layers = [n for count, moe in runs if count for n in count * inventory.stored(inventory.layer_tensors(shape, moe))]
+    layers = [n for count, moe in runs if count for n in count * inventory.stored(counts.layer_tensors(shape, moe))]
     outer = [t for tensors in inventory.outer_tensors(shape).values() for t in tensors]
     return layers + inventory.stored(outer)
 

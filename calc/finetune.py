@@ -17,25 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import activations as act
-from . import inventory
+from . import counts, inventory
+from .counts import param_counts
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
 from .parallel import SINGLE, Parallel
+from .parts.linear import NF4_BLOCK, NF4_DQ_BLOCK  # bitsandbytes' NF4 format, with its 4-bit layer
 from .recipes import RECIPES
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import Event, Reps, Segment
 
 MODES = ("full", "lora", "qlora", "freeze")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_proj in transformers' Llama
 ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head)
 
-# bitsandbytes' NF4 (Dettmers et al. 2023, QLoRA §3; bitsandbytes/functional.py, quantize_4bit): two 4-bit
-# codes a byte; one absmax per block of 64 weights; with double quantization (compress_statistics=True,
-# transformers' bnb_4bit_use_double_quant) the absmax values, less their mean, are quantized again to one
-# byte each (quantize_blockwise, blocksize=256), with one fp32 absmax per 256 of them. That is
-# 0.5 + 1/64 + 4/(64 x 256) bytes a weight, 4.127 bits (the paper's 4 + 0.127). The shared 16- and 256-entry
-# code books and the mean (a Python float in current releases) are left out.
-NF4_BLOCK = 64
-NF4_DQ_BLOCK = 256
 FP32 = 4
 
 
@@ -67,7 +61,7 @@ DEFAULT = Tuning()
 def linears(shape: Shape) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each linear layer of one block that LoRA can target, in TARGETS order (no gate without
     a gated FFN), from calc.inventory."""
-    return {t.target: (t.rows, t.cols) for t in inventory.layer_tensors(shape) if t.target}
+    return {t.target: (t.rows, t.cols) for t in counts.layer_tensors(shape) if t.target}
 
 
 def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
@@ -85,7 +79,7 @@ def triples(tensors: list[inventory.Tensor]) -> list[tuple[int, int, int]]:
 
 def layer_tensors(shape: Shape) -> list[tuple[int, int, int]]:
     """One dense block's parameter tensors as (count, rows, cols), cols 0 for a vector (calc.inventory)."""
-    return triples(inventory.layer_tensors(shape))
+    return triples(counts.layer_tensors(shape))
 
 
 def outer_tensors(shape: Shape) -> dict[str, list[tuple[int, int, int]]]:

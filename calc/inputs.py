@@ -7,12 +7,13 @@ from collections.abc import Mapping
 
 from . import families, finetune
 from .activations import layer_bytes
+from .counts import param_counts
 from .hf import ConfigError, compact, parse, shape_from_text
 from .optimizers import OPTIMIZERS
 from .parallel import SINGLE, Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
-from .shape import ACTIVATIONS, NORMS, POSITIONS, Shape, param_counts
+from .shape import ACTIVATIONS, NORMS, POSITIONS, Shape
 from .units import GB
 
 DEFAULT_PRESET = "llama-7b"

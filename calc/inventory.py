@@ -1,4 +1,4 @@
-"""A model's parameter tensors, listed once. The parameter counts (calc.shape.param_counts), the trainable
+"""A model's parameter tensors, listed once. The parameter counts (calc.counts.param_counts), the trainable
 tensors and LoRA's targets (calc.finetune), the tensor-parallel split (calc.parallel), AdamW's per-tensor
 step counters and its largest tensor (calc.eager_step) all derive from this list; a family (calc.families)
 that has tensors of its own adds them to its block."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # calc.shape counts its parameters from here
+if TYPE_CHECKING:
     from .shape import Shape
 
 
@@ -98,14 +98,6 @@ def block(shape: Shape, moe: bool = False) -> list[Tensor]:
     for i in range(2, shape.norms_per_layer):
         out += norm(shape, f"norm_{i + 1}")
     return out
-
-
-def layer_tensors(shape: Shape, moe: bool = False) -> list[Tensor]:
-    """One block of this shape's family (a mixture-of-experts block with `moe`)."""
-    from .families import FAMILIES  # the families compose their blocks from the functions above
-
-    own = FAMILIES[shape.family].tensors
-    return own(shape, moe) if own else block(shape, moe)
 
 
 def outer_tensors(shape: Shape) -> dict[str, list[Tensor]]:

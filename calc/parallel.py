@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .inventory import layer_tensors
-from .shape import Shape, param_counts
+from .counts import layer_tensors, param_counts
+from .shape import Shape
 
 
 @dataclass(frozen=True)

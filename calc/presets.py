@@ -3,8 +3,9 @@
 import os
 
 from . import families
+from .counts import param_counts
 from .hf import shape_from_text
-from .shape import Shape, param_counts
+from .shape import Shape
 
 PRESETS: dict[str, Shape] = {
     # Touvron et al. 2023 (LLaMA), Table 2: 6.7B; SwiGLU FFN 11,008, RMSNorm, rotary, untied head.

@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from . import activations as act
+from .events import Event
 from .parallel import SINGLE, Parallel, device_params, split, stage_kinds
 from .recipes import RECIPES, state_bytes
 from .shape import Shape
@@ -21,16 +22,6 @@ CATEGORY_LABELS = {
     "activations": "activations",
     "logits": "logits",
 }
-
-
-class Event(NamedTuple):
-    """One allocation (bytes > 0) or free (bytes < 0) in one category."""
-
-    phase: str  # "start", "forward", "backward" or "optimizer"
-    label: str  # may hold "{layer}" and "{mb}" (micro-batch), filled in per repetition
-    category: str
-    bytes: int | str  # signed bytes, or (in a template) the name of a size from seq_sizes
-    source: str  # where the size comes from
 
 
 class Reps:

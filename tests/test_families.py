@@ -6,7 +6,7 @@ import json
 import pytest
 
 import calc
-from calc import families, inventory
+from calc import counts, families, inventory
 from calc.cli import main
 from calc.finetune import linears
 from calc.hf import READERS, shape_from_config, shape_from_text
@@ -31,12 +31,12 @@ def test_every_config_preset_is_in_one_group():
 def test_the_inventory_sums_to_the_count(name):
     """param_counts is the inventory's sum; the tensor-parallel split covers every tensor of a block once."""
     shape = calc.PRESETS[name]
-    counts = calc.param_counts(shape)
+    total = calc.param_counts(shape)
     moe = bool(shape.moe_layers)
-    block = inventory.layer_tensors(shape, moe)
-    assert counts["per_layer"] == inventory.numel(block)
+    block = counts.layer_tensors(shape, moe)
+    assert total["per_layer"] == inventory.numel(block)
     parts = layer_split(shape, SINGLE, moe)
-    assert parts["split"] + parts["replicated"] + parts["experts"] == counts["per_layer"]
+    assert parts["split"] + parts["replicated"] + parts["experts"] == total["per_layer"]
     if shape.experts == 0:
         tp = layer_split(shape, Parallel(tp=4), False)
         assert tp["split"] == parts["split"] // 4 and tp["replicated"] == parts["replicated"]
@@ -80,8 +80,8 @@ def test_gpt2_stores_q_k_v_as_one_tensor():
     biases on every linear stores 16 (four projections and their biases, three MLP ones and theirs, two norms
     of weight and bias)."""
     gpt2 = calc.PRESETS["gpt2"]
-    assert len(inventory.stored(inventory.layer_tensors(gpt2))) == 12
-    assert len(inventory.stored(inventory.layer_tensors(gpt2.replace(family="llama")))) == 16
+    assert len(inventory.stored(counts.layer_tensors(gpt2))) == 12
+    assert len(inventory.stored(counts.layer_tensors(gpt2.replace(family="llama")))) == 16
 
 
 def test_eager_support_comes_from_the_registry():

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from ..finetune import NF4_BLOCK
 from ..replay import T
 
+# bitsandbytes' NF4 (Dettmers et al. 2023, QLoRA §3; bitsandbytes/functional.py, quantize_4bit): two 4-bit
+# codes a byte; one absmax per block of 64 weights; with double quantization (compress_statistics=True,
+# transformers' bnb_4bit_use_double_quant) the absmax values, less their mean, are quantized again to one
+# byte each (quantize_blockwise, blocksize=256), with one fp32 absmax per 256 of them. That is
+# 0.5 + 1/64 + 4/(64 x 256) bytes a weight, 4.127 bits (the paper's 4 + 0.127). The shared 16- and 256-entry
+# code books and the mean (a Python float in current releases) are left out.
+NF4_BLOCK = 64
+NF4_DQ_BLOCK = 256
 AUTOCAST = 2  # bytes a value of torch.autocast(bfloat16)'s casts and of its matmuls' outputs
 # bitsandbytes' 4-bit layers (QLoRA): transformers quantizes the block linears, not the head
 QUANTIZED = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
