@@ -4,12 +4,13 @@ step-by-step walk whose maximum is the peak. Standard library only (CPython and 
 from . import web
 from .activations import kept_bytes, layer_bytes, logits_bytes
 from .api import sizes, step, sweep, table
+from .counts import param_counts
 from .inputs import InputError, parse_inputs
 from .parallel import SINGLE, Parallel, device_params
 from .plan import TP_DEGREES, plan, recompute_overhead
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE, TABLE_ROWS, Recipe
-from .shape import Shape, param_counts
+from .shape import Shape
 from .units import GB, GIB, format_gb, format_gib
 from .walk import CATEGORIES, CATEGORY_LABELS
 

@@ -115,6 +115,12 @@ def _vocab(shape: Shape, par: Parallel) -> int:
     return split(shape.vocab, par.tp)  # vocabulary-parallel head and cross-entropy (Megatron-LM)
 
 
+def at_width(nbytes16: int, activation_bytes: int) -> int:
+    """A byte count of 16-bit values (Korthikanti et al. count 16-bit activations) at `activation_bytes` a
+    value: 4 (fp32), 2, or 1 (FP8), which `nbytes16 * (activation_bytes // 2)` would make 0."""
+    return nbytes16 * activation_bytes // 2
+
+
 def logits_16bit_bytes(shape: Shape, seq: int, micro_batch: int, par: Parallel = SINGLE) -> int:
     """The head's output: s x b x V logits in 16 bits."""
     return 2 * seq * micro_batch * _vocab(shape, par)

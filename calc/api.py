@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from . import eager, eager_step, finetune
+from .counts import param_counts
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import (
     CATEGORIES,
     device_state,

@@ -20,9 +20,10 @@ a temporary of every moment at once (about 4 bytes a parameter), unmeasured here
 
 from __future__ import annotations
 
-from . import eager_step
+from . import counts, eager_step
+from .counts import param_counts
 from .recipes import RECIPES
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import Event, Reps, Segment, resident_state
 
 SAVED = "derivatives.yaml"
@@ -71,11 +72,10 @@ def kept_bytes(shape: Shape, seq: int, micro_batch: int, recompute: str, p: int 
 
 
 def _layer_params(shape: Shape) -> tuple[int, int]:
-    """(attention and norm 1, feed-forward and norm 2) parameters of one layer."""
-    h, k = shape.hidden, _kv(shape)
-    norm = (2 if shape.norm == "layer" else 1) * h
-    attention = 2 * h * h + 2 * h * k + (2 * h + 2 * k if shape.bias else 0) + norm
-    return attention, param_counts(shape)["per_layer"] - attention
+    """(attention and norm 1, feed-forward and norm 2) parameters of one layer (calc.inventory)."""
+    tensors = counts.layer_tensors(shape)
+    attention = sum(t.numel for t in tensors if t.attention)
+    return attention, sum(t.numel for t in tensors) - attention
 
 
 def _forward_layer(shape: Shape, seq: int, b: int, recompute: str, p: int) -> list[Event]:

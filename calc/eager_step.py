@@ -1,4 +1,4 @@
-"""The eager walk of a transformers model (families "llama" and "gpt2"): one training step replayed op by op.
+"""The eager walk of a transformers model (calc.families: a family's layer): one training step replayed op by op.
 
 The step is the loop most people write with transformers: `loss = model(input_ids=x, labels=x).loss`
 (under torch.autocast for the "autocast" recipe), `loss.backward()`, `optimizer.step()` (AdamW as PyTorch
@@ -10,40 +10,28 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
-from . import finetune
-from .families import Ops, Step, gpt2_layer, llama_layer
+from . import counts, finetune, inventory
+from .counts import param_counts
+from .families import FAMILIES
+from .parts.ops import Ops, Step
 from .recipes import RECIPES
 from .replay import Node, Replay, T
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import Event, Reps, Segment, resident_state
 
-LAYERS = {"llama": llama_layer, "gpt2": gpt2_layer}
 RNG_STATE = 5056  # torch.get_rng_state(): the CPU generator's state, saved by each checkpointed call
 CODE_BOOKS = 4 * (16 + 256)  # bitsandbytes' QuantState of each 4-bit linear: its own fp32 copies of NF4's 16
 # values (code) and of the 256 of the absmax's 8-bit dynamic code (state2.code)
 CUDA_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize, every allocation is rounded up to it
 
 
-def _largest_param(shape: Shape) -> int:
-    """Values in the largest parameter tensor (single-tensor AdamW's temporaries are its size)."""
-    n = param_counts(shape)
-    sizes = [shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.hidden * shape.heads * shape.head_dim]
-    if shape.family == "gpt2":
-        sizes.append(3 * shape.hidden * shape.hidden)
-    if shape.moe_layers:  # the experts' gate_up_proj, E x 2 x expert width x h, is one tensor
-        sizes.append(shape.experts * 2 * shape.expert_width * shape.hidden)
-    return max([*sizes, n["positions"]])
-
-
-def _param_tensors(shape: Shape) -> int:
-    """How many parameter tensors the model has (AdamW keeps a step counter for each)."""
-    if shape.family == "gpt2":  # wte, wpe, ln_f (2); per block ln_1, ln_2 (2 each), 4 Conv1D (2 each)
-        return 4 + 12 * shape.layers
-    bias = 3 if (shape.qkv_bias or shape.bias) else 0
-    per_layer = 2 + 7 + bias + (4 if shape.bias else 0)
-    if shape.moe_layers:  # the router and two expert tensors for the three projections; the shared expert's
-        per_layer += -3 + 1 + 2 + (3 if shape.shared_expert_ffn else 0) + (1 if shape.shared_expert_gate else 0)
-    return 1 + (0 if shape.tied else 1) + (1 if shape.final_norm else 0) + per_layer * shape.layers
+def stored_tensors(shape: Shape) -> list[int]:
+    """The values of each parameter tensor as the model stores it (calc.inventory): AdamW keeps a step
+    counter for each, and single-tensor AdamW's temporaries are the size of the largest."""
+    runs = [(shape.layers - shape.moe_layers, False), (shape.moe_layers, True)]
+    layers = [n for count, moe in runs if count for n in count * inventory.stored(counts.layer_tensors(shape, moe))]
+    outer = [t for tensors in inventory.outer_tensors(shape).values() for t in tensors]
+    return layers + inventory.stored(outer)
 
 
 def trainable(tune: finetune.Tuning):
@@ -80,7 +68,6 @@ def replay(
     # forward: embedding (its backward writes a dense gradient of the table), positions, mask
     x = ops.new(n * h, unit, "token embeddings", "embedding: s x b x h values")
     rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
-    held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
     leaf = None
     if recompute == "full" and not x.requires_grad:
         # transformers' activation_checkpointing_enable() (and peft's get_peft_model on a checkpointed model)
@@ -88,6 +75,12 @@ def replay(
         # a leaf whose AccumulateGrad node holds it (and, after backward, its .grad) until the graph goes with
         # the loss, when the training step returns. Every layer then records its nodes.
         x.requires_grad, leaf = True, rp.keep(x)
+    family = FAMILIES[shape.family]
+    if family.embed:  # the family's model rebinds inputs_embeds to its own function of them
+        scaled = family.embed(ops, x)
+        rp.drop(x)
+        x = scaled
+    held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
     if shape.positions == "learned":
         pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
         rp.node("embedding", pos, inputs=[("positions", shape.context * h * st.param_bytes, "param")])
@@ -106,11 +99,11 @@ def replay(
     if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
         mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
         mask.requires_grad = False
-        if shape.shared_expert_gate:  # Qwen2MoeModel.forward makes the sliding-window mask too, used or not
+        if family.window_mask and family.window_mask(shape):  # a sliding-window mask too, used or not (Qwen2-MoE)
             window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
             window.requires_grad = False
             held.append(window)
-    layer_fn = LAYERS[shape.family]
+    layer_fn = family.layer
     for layer in range(1, shape.layers + 1):
         rp.layer = layer
         if recompute == "full":
@@ -129,6 +122,10 @@ def replay(
     head = "embedding" if shape.tied else "lm_head"
     head_bias = shape.bias and shape.head_bias and not shape.tied
     logits = ops.linear(final, h, v, head, head_bias, "logits", "logits")
+    if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them
+        scaled = family.head(ops, logits)
+        rp.drop(logits)
+        logits = scaled
     # ForCausalLMLoss: logits.float(), labels padded and shifted (a copy), cross_entropy = log_softmax +
     # nll_loss. The model's outputs still hold the final hidden states (last_hidden_state).
     logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
@@ -215,7 +212,8 @@ def segments(
             replayed = _compress(replay(shape, *args)[0].events)
     if tune.default:
         start = resident_state(param_counts(shape)["total"], recipe)
-        tensors, largest, trained_params = _param_tensors(shape), _largest_param(shape), param_counts(shape)["total"]
+        stored = stored_tensors(shape)
+        tensors, largest, trained_params = len(stored), max(stored), param_counts(shape)["total"]
     else:  # the base model's weights, the adapters', and AdamW's state for the trainable tensors only
         trained = finetune.trainable_tensors(shape, tune)
         weights = finetune.weight_bytes(shape, recipe, tune)

@@ -17,24 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import activations as act
+from . import counts, inventory
+from .counts import param_counts
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
 from .parallel import SINGLE, Parallel
+from .parts.linear import NF4_BLOCK, NF4_DQ_BLOCK  # bitsandbytes' NF4 format, with its 4-bit layer
 from .recipes import RECIPES
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import Event, Reps, Segment
 
 MODES = ("full", "lora", "qlora", "freeze")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_proj in transformers' Llama
 ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head)
 
-# bitsandbytes' NF4 (Dettmers et al. 2023, QLoRA §3; bitsandbytes/functional.py, quantize_4bit): two 4-bit
-# codes a byte; one absmax per block of 64 weights; with double quantization (compress_statistics=True,
-# transformers' bnb_4bit_use_double_quant) the absmax values, less their mean, are quantized again to one
-# byte each (quantize_blockwise, blocksize=256), with one fp32 absmax per 256 of them. That is
-# 0.5 + 1/64 + 4/(64 x 256) bytes a weight, 4.127 bits (the paper's 4 + 0.127). The shared 16- and 256-entry
-# code books and the mean (a Python float in current releases) are left out.
-NF4_BLOCK = 64
-NF4_DQ_BLOCK = 256
 FP32 = 4
 
 
@@ -64,12 +59,9 @@ DEFAULT = Tuning()
 
 
 def linears(shape: Shape) -> dict[str, tuple[int, int]]:
-    """(d_in, d_out) of each linear layer of one block, in TARGETS order (no gate without a gated FFN)."""
-    h, q, kv, f = shape.hidden, shape.q_width, shape.kv_width, shape.ffn
-    out = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "gate": (h, f), "up": (h, f), "down": (f, h)}
-    if not shape.gated_ffn:
-        del out["gate"]
-    return out
+    """(d_in, d_out) of each linear layer of one block that LoRA can target, in TARGETS order (no gate without
+    a gated FFN), from calc.inventory."""
+    return {t.target: (t.rows, t.cols) for t in counts.layer_tensors(shape) if t.target}
 
 
 def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
@@ -81,30 +73,20 @@ def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
     return out
 
 
+def triples(tensors: list[inventory.Tensor]) -> list[tuple[int, int, int]]:
+    return [(t.count, t.rows, t.cols) for t in tensors]
+
+
 def layer_tensors(shape: Shape) -> list[tuple[int, int, int]]:
-    """One dense block's parameter tensors as (count, rows, cols), cols 0 for a vector: its linears, their
-    biases (calc.shape.attention_params and mlp_params) and its norms' gains (and LayerNorm's biases)."""
-    out = [(1, d_in, d_out) for d_in, d_out in linears(shape).values()]
-    q, kv, h, f = shape.q_width, shape.kv_width, shape.hidden, shape.ffn
-    if shape.bias or shape.qkv_bias:
-        out += [(1, q, 0), (2, kv, 0)]
-    if shape.bias:  # O's; the FFN's as calc.shape.mlp_params counts them: (matrices - 1) of width ffn, one of h
-        out += [(1, h, 0), ((3 if shape.gated_ffn else 2) - 1, f, 0), (1, h, 0)]
-    out.append((shape.norms_per_layer * (2 if shape.norm == "layer" else 1), h, 0))
-    return out
+    """One dense block's parameter tensors as (count, rows, cols), cols 0 for a vector (calc.inventory)."""
+    return triples(counts.layer_tensors(shape))
 
 
 def outer_tensors(shape: Shape) -> dict[str, list[tuple[int, int, int]]]:
-    """The tensors outside the blocks: embedding, learned positions, final norm, untied head."""
-    h = shape.hidden
-    norm = [(2 if shape.norm == "layer" else 1, h, 0)] if shape.final_norm else []
-    head_bias = [(1, shape.vocab, 0)] if shape.bias and shape.head_bias else []
-    head = [] if shape.tied else [(1, shape.vocab, h), *head_bias]
-    return {
-        "embedding": [(1, shape.vocab, h)] + ([(1, shape.context, h)] if shape.positions == "learned" else []),
-        "final_norm": norm,
-        "head": head,
-    }
+    """The tensors outside the blocks: embedding (and learned positions), final norm, untied head."""
+    outer = {part: triples(tensors) for part, tensors in inventory.outer_tensors(shape).items()}
+    return {"embedding": outer["embedding"] + outer["positions"], "final_norm": outer["final_norm"],
+            "head": outer["head"]}  # fmt: skip
 
 
 def numel(tensors) -> int:
@@ -192,18 +174,18 @@ def layer_bytes(
     """(kept through the forward pass, all the layer holds for backward) of one block: a trainable one when
     `frozen` is None (Korthikanti et al., as the deck), else a frozen one carrying `frozen`'s adapters.
     `flash`: attention stores no s x s scores (FlashAttention, or SDPA's fused kernels)."""
-    scale, par = activation_bytes // 2, _par(flash)
+    par = _par(flash)
     if frozen is None:
         full = act.layer_bytes(shape, seq, micro_batch, par)
         kept = act.kept_bytes(shape, seq, micro_batch, recompute, par)
-        return kept * scale, full * scale
+        return act.at_width(kept, activation_bytes), act.at_width(full, activation_bytes)
     sb = seq * micro_batch
     outside, inside, scores = act.layer_parts(shape, seq, micro_batch, par)
     targets = frozen.targets if frozen.adapters else ()
     change = adapter_activation_bytes(shape, sb, frozen) - dropped_inputs(shape, sb, targets)
     full = outside + inside + scores + change
     kept = {"none": full, "selective": outside + inside + change, "full": 2 * sb * shape.hidden}[recompute]
-    return kept * scale, full * scale
+    return act.at_width(kept, activation_bytes), act.at_width(full, activation_bytes)
 
 
 def _par(flash: bool) -> Parallel:
@@ -310,7 +292,7 @@ def segments(
 
     head_trains = tune.mode in ("full", "freeze") and not shape.tied
     head_params = n["head"] if head_trains else (n["embedding"] if tune.mode == "full" else 0)
-    logits16 = act.logits_16bit_bytes(shape, seq, micro_batch) * (activation_bytes // 2)
+    logits16 = act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch), activation_bytes)
     logits32 = act.logits_fp32_bytes(shape, seq, micro_batch)
     segs.append(Segment((
         Event("forward", "head: 16-bit logits", "logits", logits16, "s x b x V values, 2 bytes each"),
@@ -375,6 +357,6 @@ def sizes(
         "optimizer": 0 if tune.paged else optimizer_bytes(shape, recipe, tune),
         "master": r.master * trainable,
         "activations": (shape.layers - frozen_below) * kept,
-        "logits": act.logits_16bit_bytes(shape, seq, micro_batch) * (activation_bytes // 2)
+        "logits": act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch), activation_bytes)
         + act.logits_fp32_bytes(shape, seq, micro_batch),
     }

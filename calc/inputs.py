@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from . import finetune
+from . import families, finetune
 from .activations import layer_bytes
+from .counts import param_counts
 from .hf import ConfigError, compact, parse, shape_from_text
 from .optimizers import OPTIMIZERS
 from .parallel import SINGLE, Parallel, check
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
-from .shape import ACTIVATIONS, FAMILIES, NORMS, POSITIONS, Shape, param_counts
+from .shape import ACTIVATIONS, NORMS, POSITIONS, Shape
 from .units import GB
 
 DEFAULT_PRESET = "llama-7b"
@@ -68,7 +69,7 @@ CHOICE_FIELDS = {
     "norm": ("norm", NORMS),
     "positions": ("positions", POSITIONS),
     "activation": ("activation", ACTIVATIONS),
-    "family": ("family", FAMILIES),
+    "family": ("family", tuple(families.FAMILIES)),
 }
 RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "grad-accum": 1 << 20, "global-batch": 1 << 20}
 PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000, "ep": 1 << 16}
@@ -359,13 +360,12 @@ def tuning_problem(
 
 def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot replay this fine-tuning: it follows peft's LoRA and frozen
-    layers with AdamW on transformers' Llama, Mistral and Qwen2 (calc.eager_step), and QLoRA as bitsandbytes'
-    NF4 Linear4bit (double-quantized, bf16 compute) runs under peft's LoRA."""
+    layers with AdamW on the families that say so (calc.families), and QLoRA as bitsandbytes' NF4 Linear4bit
+    (double-quantized, bf16 compute) runs under peft's LoRA."""
     if tune.optimizer != "adamw" or tune.paged:
         return "optimizer", "the eager walk steps AdamW only: use the deck walk for other optimizers"
-    if shape is not None and (shape.family != "llama" or shape.experts):
-        return "finetune", "the eager walk fine-tunes dense Llama, Mistral and Qwen2 only: use the deck walk"
-    return None
+    problem = shape is not None and families.tuning_lacks(shape)
+    return ("finetune", problem) if problem else None
 
 
 def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int | None) -> tuple[str, str] | None:
@@ -383,36 +383,7 @@ def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int |
     return None
 
 
-def eager_lacks(shape: Shape) -> str | None:
-    """A feature of this shape that calc.eager's walk does not replay yet, or None. (The Decoder's own walk
-    also sizes attention by the width.)"""
-    if shape.moe_layers:
-        moe = _moe_lacks(shape)
-        if moe:
-            return moe
-    if shape.family not in ("llama", "gpt2", "decoder"):
-        return f"transformers' {shape.family} code (it replays Llama, Mistral, Qwen2 and GPT-2)"
-    if shape.family == "decoder" and shape.q_width != shape.hidden:
-        return "a head size apart from width / heads"
-    if shape.norms_per_layer != 2:
-        return f"{shape.norms_per_layer} norms a block"
-    return None
-
-
-def _moe_lacks(shape: Shape) -> str | None:
-    """What of a mixture of experts the eager walk does not replay: it follows MixtralSparseMoeBlock and
-    Qwen2MoeSparseMoeBlock (a shared expert with its gate) with transformers' default grouped_mm experts."""
-    if shape.family != "llama":
-        return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
-    if shape.dense_layers:
-        return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
-    if not shape.gated_ffn or shape.bias:
-        return "experts that are not bias-free SwiGLU (Mixtral's and Qwen2-MoE's are)"
-    if shape.capacity_factor:
-        return "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no tokens)"
-    if bool(shape.shared_expert_ffn) != shape.shared_expert_gate:
-        return "a shared expert without Qwen2-MoE's sigmoid gate (or a gate without one)"
-    return None
+eager_lacks = families.eager_lacks  # what the eager walk does not replay (the registry says)
 
 
 def _attr(field: str) -> str:
@@ -444,20 +415,9 @@ def check_shape(shape: Shape) -> None:
 
 
 def family_problem(shape: Shape) -> tuple[str, str] | None:
-    """(field, message) where a shape cannot be written with its family's code: GPT-2's fused QKV layer
-    has every head's key and value, and its blocks are LayerNorm, a plain feed-forward layer and learned
-    positions."""
-    if shape.family != "gpt2":
-        return None
-    if shape.kv_heads != shape.heads:
-        return "kv-heads", "GPT-2's fused QKV layer has as many key/value heads as heads"
-    if shape.gated_ffn:
-        return "gated-ffn", "GPT-2's feed-forward layer is not gated"
-    if shape.norm != "layer":
-        return "norm", "GPT-2 uses LayerNorm"
-    if shape.positions != "learned":
-        return "positions", "GPT-2 learns its positions"
-    return None
+    """(field, message) where a shape cannot be written with its family's code (calc.families), or None."""
+    check = families.FAMILIES[shape.family].problem
+    return check(shape) if check else None
 
 
 def size_bound(shape: Shape, seq: int, micro_batch: int, par: Parallel = SINGLE) -> int:

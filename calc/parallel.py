@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .shape import Shape, attention_params, mlp_params, moe_params, norm_params, param_counts
+from .counts import layer_tensors, param_counts
+from .shape import Shape
 
 
 @dataclass(frozen=True)
@@ -48,28 +49,15 @@ def stage_layers(shape: Shape, pp: int, stage: int) -> range:
 
 def layer_split(shape: Shape, par: Parallel, moe: bool) -> dict[str, int]:
     """One layer's parameters on one device, as (split over tensor-parallel ranks, replicated on each, routed
-    experts on this device). Column-parallel matrices (Q, K, V, up, gate) and their biases and row-parallel
-    matrices (O, down) are split over tp; the biases after a row-parallel matrix, the norms, the router and the
-    shared expert's gate are replicated (Megatron-LM); the routed experts are split over ep, and each expert
-    over tp."""
-    t = par.tp
-    attention, attention_bias = attention_params(shape)
-    row_bias = shape.hidden if shape.bias else 0  # attention's output projection
-    norms = shape.norms_per_layer * norm_params(shape)
-    if moe:
-        parts = moe_params(shape)
-        shared, shared_bias = mlp_params(shape, shape.shared_expert_ffn) if shape.shared_expert_ffn else (0, 0)
-        gate = parts["shared"] - shared - shared_bias
-        ffn, ffn_bias = shared, shared_bias
-        replicated = parts["router"] + gate
-        experts = parts["experts"] // par.ep // t
-    else:
-        ffn, ffn_bias = mlp_params(shape, shape.ffn)
-        replicated, experts = 0, 0
-    if ffn_bias:
-        row_bias += shape.hidden  # the FFN's down projection
-    split_part = attention + attention_bias + ffn + ffn_bias - row_bias
-    return {"split": split_part // t, "replicated": row_bias + norms + replicated, "experts": experts}
+    experts on this device), from each tensor's Megatron-LM layout (calc.inventory): column-parallel matrices
+    (Q, K, V, up, gate) and their biases and row-parallel matrices (O, down) are split over tp; the biases
+    after a row-parallel matrix, the norms, the router and the shared expert's gate are replicated; the routed
+    experts are split over ep, and each expert over tp."""
+    tensors = layer_tensors(shape, moe)
+    split_part = sum(t.numel for t in tensors if t.tp in ("column", "row"))
+    replicated = sum(t.numel for t in tensors if t.tp == "replicated")
+    experts = sum(t.numel for t in tensors if t.tp == "experts")
+    return {"split": split_part // par.tp, "replicated": replicated, "experts": experts // par.ep // par.tp}
 
 
 def device_params(shape: Shape, par: Parallel = SINGLE, stage: int = 0, tp_rank: int = 0) -> dict[str, int]:

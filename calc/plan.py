@@ -7,9 +7,10 @@ from functools import lru_cache
 
 from . import finetune
 from .api import worst_stage
+from .counts import param_counts
 from .parallel import Parallel, check
 from .recipes import RECIPES, RECOMPUTE
-from .shape import Shape, param_counts
+from .shape import Shape
 from .walk import label_at, peak
 
 TP_DEGREES = (1, 2, 4, 8)  # tensor parallelism stays inside one 8-device node (Narayanan et al. 2021, §3.3)

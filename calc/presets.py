@@ -2,8 +2,10 @@
 
 import os
 
+from . import families
+from .counts import param_counts
 from .hf import shape_from_text
-from .shape import Shape, param_counts
+from .shape import Shape
 
 PRESETS: dict[str, Shape] = {
     # Touvron et al. 2023 (LLaMA), Table 2: 6.7B; SwiGLU FFN 11,008, RMSNorm, rotary, untied head.
@@ -26,21 +28,8 @@ PRESETS: dict[str, Shape] = {
 }
 
 # calc/configs/NAME.json: the fields of each model's published config.json, typed out from its released
-# hyperparameters (the GPT-3 file describes Brown et al. 2020's 175B model, Table 2.1, in GPT-2's code).
-CONFIG_PRESETS = (
-    "llama-3.1-8b",
-    "llama-3.1-70b",
-    "llama-3.1-405b",
-    "llama-3.2-1b",
-    "llama-3.2-3b",
-    "mistral-7b",
-    "mixtral-8x7b",
-    "qwen2.5-7b",
-    "qwen2.5-72b",
-    "gemma-2-9b",
-    "gpt-3-175b",
-)
-
+# hyperparameters; each family module names its own (calc.families), with its group in the list.
+CONFIG_PRESETS = tuple(families.CONFIG_PRESETS)
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "configs")  # package data, installed beside the modules
 
@@ -60,16 +49,21 @@ def config_text(name: str) -> str:
 
 PRESETS.update({name: shape_from_text(config_text(name), name) for name in CONFIG_PRESETS})
 
-# The presets by family, for a grouped list (every preset in exactly one group).
-PRESET_GROUPS: dict[str, tuple[str, ...]] = {
-    "The course": ("decoder",),
-    "Llama": ("llama-7b", "llama-2-13b", "llama-2-70b", *(n for n in CONFIG_PRESETS if n.startswith("llama"))),
-    "Mistral": ("mistral-7b", "mixtral-8x7b"),
-    "Qwen": ("qwen2.5-7b", "qwen2.5-72b"),
-    "Gemma": ("gemma-2-9b",),
-    "GPT": ("gpt2", "gpt-3-175b"),
-}
+# The presets by family, for a grouped list (every preset in exactly one group): the typed-out ones, then
+# each config's in its family's order; groups in this order, any other after them.
+TYPED_GROUPS = {"decoder": "The course", "llama-7b": "Llama", "llama-2-13b": "Llama", "llama-2-70b": "Llama",
+                "gpt2": "GPT"}  # fmt: skip
+GROUP_ORDER = ("The course", "Llama", "Mistral", "Qwen", "Gemma", "GPT")
 
+
+def _groups() -> dict[str, tuple[str, ...]]:
+    grouped: dict[str, list[str]] = {group: [] for group in GROUP_ORDER}
+    for name, group in {**TYPED_GROUPS, **families.CONFIG_PRESETS}.items():
+        grouped.setdefault(group, []).append(name)
+    return {group: tuple(names) for group, names in grouped.items() if names}
+
+
+PRESET_GROUPS: dict[str, tuple[str, ...]] = _groups()
 
 def catalog() -> list[dict]:
     """Each preset with its group, its parameters, and those one token uses (fewer for a mixture of experts)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .walk import Event
+from .events import Event
 
 
 @dataclass(eq=False)

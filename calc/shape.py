@@ -9,12 +9,6 @@ POSITIONS = ("learned", "rope")
 # The feed-forward activation as transformers' `hidden_act` names it: gelu_tanh is gelu_pytorch_tanh (one
 # fused op), gelu_new the same function written in Python (GPT-2's; six ops, four tensors saved).
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu")
-# Whose code the eager walk follows (calc.eager): the layer's ops, and so what autograd saves, differ.
-#   llama    transformers' LlamaForCausalLM, and Mistral and Qwen2, which share its code
-#   gpt2     transformers' GPT2LMHeadModel (fused QKV through Conv1D, dropout)
-#   decoder  the course's reference Decoder (scripts/training/reference.py)
-#   gemma, gemma2, phi3  transformers' code for these (from a config): counted by the deck walk only
-FAMILIES = ("llama", "gpt2", "decoder", "gemma", "gemma2", "phi3")
 
 
 @dataclass(frozen=True)
@@ -39,7 +33,7 @@ class Shape:
     activation: str = "silu"  # the feed-forward activation (ACTIVATIONS); SwiGLU's is silu
     dropout: bool = False  # dropout in training: after the embedding, on attention's probabilities, after
     # each block's two output projections (GPT-2's 0.1); Llama-family models have none by default
-    family: str = "llama"  # whose code the eager walk follows (FAMILIES)
+    family: str = "llama"  # whose code runs it, and so what autograd saves (calc.families.FAMILIES)
     head_size: int = 0  # d, width of one attention head; 0: hidden // heads (Gemma's is 256 at any width)
     norms_per_layer: int = 2  # norms in a block: before attention and the FFN; Gemma 2 adds one after each
     head_bias: bool = True  # an untied head has biases when `bias` is on (GPT-2's lm_head has none)
@@ -82,66 +76,3 @@ class Shape:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Shape(**values)
-
-
-def norm_params(shape: Shape) -> int:
-    # LayerNorm has a gain and a bias per channel; RMSNorm only a gain (Zhang & Sennrich 2019).
-    return (2 if shape.norm == "layer" else 1) * shape.hidden
-
-
-def mlp_params(shape: Shape, width: int) -> tuple[int, int]:
-    """(matrices, biases) of one feed-forward network of inner width `width`: up and down projections,
-    plus SwiGLU's gate (Shazeer 2020); biases on every projection but the gate."""
-    m = 3 if shape.gated_ffn else 2
-    return m * shape.hidden * width, ((m - 1) * width + shape.hidden) if shape.bias else 0
-
-
-def attention_params(shape: Shape) -> tuple[int, int]:
-    """(matrices, biases) of attention: Q is h x (heads x d), O the reverse, K and V h x (kv_heads x d)."""
-    h, q, kv = shape.hidden, shape.q_width, shape.kv_width
-    matrices = 2 * h * q + 2 * h * kv
-    if shape.bias:
-        return matrices, q + 2 * kv + h
-    return matrices, q + 2 * kv if shape.qkv_bias else 0
-
-
-def moe_params(shape: Shape) -> dict[str, int]:
-    """One mixture-of-experts FFN: E routed experts, the router (E x h, no bias in Mixtral or Qwen2-MoE),
-    a shared expert and its h -> 1 gate (Qwen2-MoE)."""
-    routed = shape.experts * sum(mlp_params(shape, shape.expert_width))
-    shared = sum(mlp_params(shape, shape.shared_expert_ffn)) if shape.shared_expert_ffn else 0
-    return {
-        "experts": routed,
-        "router": shape.experts * shape.hidden,
-        "shared": shared + (shape.hidden if shape.shared_expert_gate else 0),
-    }
-
-
-def layer_params(shape: Shape, moe: bool) -> int:
-    """One block: attention, its FFN (dense, or a mixture of experts) and its norms."""
-    ffn = sum(moe_params(shape).values()) if moe else sum(mlp_params(shape, shape.ffn))
-    return sum(attention_params(shape)) + ffn + shape.norms_per_layer * norm_params(shape)
-
-
-def param_counts(shape: Shape) -> dict[str, int]:
-    """Exact parameter count, broken down by where the parameters live. `per_layer` is a mixture-of-experts
-    block when the model has experts (`per_dense_layer` the others); `experts` all routed experts'
-    parameters; `active` those one token uses (k of the E routed experts in each MoE layer)."""
-    h, moe = shape.hidden, shape.moe_layers
-    dense = layer_params(shape, False)
-    per_layer = layer_params(shape, True) if moe else dense
-    head_bias = shape.vocab if shape.bias and shape.head_bias else 0
-    counts = {
-        "embedding": shape.vocab * h,
-        "positions": shape.context * h if shape.positions == "learned" else 0,
-        "per_layer": per_layer,
-        "per_dense_layer": dense,
-        "layers": moe * per_layer + (shape.layers - moe) * dense,
-        "final_norm": norm_params(shape) if shape.final_norm else 0,
-        "head": 0 if shape.tied else shape.vocab * h + head_bias,
-    }
-    counts["total"] = sum(counts[k] for k in ("embedding", "positions", "layers", "final_norm", "head"))
-    routed = moe * moe_params(shape)["experts"]
-    counts["experts"] = routed
-    counts["active"] = counts["total"] - routed + (routed // shape.experts * shape.experts_per_token if moe else 0)
-    return counts

@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from . import activations as act
+from .events import Event
 from .parallel import SINGLE, Parallel, device_params, split, stage_kinds
 from .recipes import RECIPES, state_bytes
 from .shape import Shape
@@ -21,16 +22,6 @@ CATEGORY_LABELS = {
     "activations": "activations",
     "logits": "logits",
 }
-
-
-class Event(NamedTuple):
-    """One allocation (bytes > 0) or free (bytes < 0) in one category."""
-
-    phase: str  # "start", "forward", "backward" or "optimizer"
-    label: str  # may hold "{layer}" and "{mb}" (micro-batch), filled in per repetition
-    category: str
-    bytes: int | str  # signed bytes, or (in a template) the name of a size from seq_sizes
-    source: str  # where the size comes from
 
 
 class Reps:
@@ -93,8 +84,7 @@ def seq_sizes(
     shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2, par: Parallel = SINGLE
 ) -> dict[str, int]:
     """The sizes that depend on the tokens in flight, by the names a template's events use."""
-    scale = activation_bytes // 2  # Korthikanti's counts are for 16-bit activations
-    logits16 = act.logits_16bit_bytes(shape, seq, micro_batch, par) * scale
+    logits16 = act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch, par), activation_bytes)
     logits32 = act.logits_fp32_bytes(shape, seq, micro_batch, par)
     out = {
         "logits16": logits16,
@@ -105,8 +95,8 @@ def seq_sizes(
     # A dense layer's sizes as "kept", "recomputed", "-full"; a mixture-of-experts layer's as "moe:kept", ...
     for moe in (False, True) if shape.moe_layers else (False,):
         parts = act.layer_parts(shape, seq, micro_batch, par, moe)
-        full = sum(parts) * scale
-        kept = act.kept_of_parts(parts, shape, seq, micro_batch, recompute, par) * scale
+        full = act.at_width(sum(parts), activation_bytes)
+        kept = act.at_width(act.kept_of_parts(parts, shape, seq, micro_batch, recompute, par), activation_bytes)
         prefix = "moe:" if moe else ""
         out.update({prefix + "kept": kept, prefix + "recomputed": full - kept, prefix + "-full": -full})
     return out

@@ -236,10 +236,11 @@ def test_web_takes_the_fine_tuning_fields():
     assert plain["trainable_params"] == plain["step"]["params"] and "fit" not in plain
 
 
+@pytest.mark.torch
 def test_pytorch_saves_no_input_for_a_frozen_linear():
     """Checked against autograd itself (saved_tensors_hooks): a frozen linear saves only its weight (a
     parameter, no new memory); an adapter on it saves x, shared with the base, and the rank-r intermediate."""
-    torch = pytest.importorskip("torch")
+    import torch
 
     def saved(fn, x):
         shapes = []

@@ -15,6 +15,8 @@ sys.path.insert(0, str(ROOT / "scripts" / "training"))
 import measure
 import reference
 
+pytestmark = pytest.mark.torch  # real steps of PyTorch and transformers
+
 # Predicted / measured peak for the Decoder at 16 sequences of 8, FP32 Adam, on CPU, with calc's deck walk:
 # 1.072 (no recomputation), 1.014 (selective), 1.090 (full); see docs/data/measurements.json. The deck walk's
 # activations follow Korthikanti et al. (dropout, a 4h feed-forward layer) and it has no loss or backward

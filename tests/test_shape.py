@@ -25,6 +25,8 @@ PUBLISHED = {
     "qwen2.5-7b": 7_615_616_512,  # "7.61B"
     "qwen2.5-72b": 72_706_203_648,  # "72.7B"
     "gemma-2-9b": 9_241_705_984,  # "9.24B"
+    "qwen3-8b": 8_190_735_360,  # Qwen3-8B's model card: "8.2B"
+    "granite-3.3-8b": 8_170_864_640,  # Granite-3.3-8B-Instruct's safetensors: 8,170,864,640
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 

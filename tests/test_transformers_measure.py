@@ -19,6 +19,8 @@ import hf_models  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 
+pytestmark = pytest.mark.torch  # real steps of PyTorch and transformers
+
 BOUND = 0.03  # the issue's bound: within 3% of the measured peak
 
 
@@ -43,6 +45,13 @@ CASES = [
     (hf_models.mixtral(2, 64, 4, 2, 96, 128, 4, 2), "autocast", "eager", "full", 128, 2),
     (hf_models.qwen2_moe(2, 64, 4, 1, 64, 128, 8, 4, 256), "autocast", "sdpa", "none", 128, 2),
     (hf_models.qwen2_moe(2, 64, 4, 2, 64, 128, 4, 2, 128), "fp32-full", "eager", "full", 128, 2),
+    # Qwen3's per-head q/k norms (a head size apart from width / heads), Granite's four multipliers
+    (hf_models.Model("qwen3", 3, 64, 4, 1, 176, 256, (("head_dim", 32),)), "autocast", "sdpa", "full", 128, 2),
+    (hf_models.Model("qwen3", 3, 64, 4, 2, 176, 256, (("head_dim", 16),)), "fp32-full", "eager", "none", 128, 2),
+    (hf_models.Model("granite", 3, 64, 4, 1, 176, 256, measure_transformers.GRANITE), "autocast", "sdpa", "full",
+     128, 2),
+    (hf_models.Model("granite", 3, 64, 4, 2, 176, 256, measure_transformers.GRANITE), "fp32-full", "eager", "none",
+     128, 2),
 ]
 
 

@@ -165,3 +165,15 @@ def test_sweep_peak_of_is_peak(shape, seq_list, b, recipe, recompute, layout, ac
     templates = [template(shape, recipe, recompute, par, *w) for w in walks(par, accum)]
     want = [max(peak(t, seq_sizes(shape, s, b, recompute, p, par))[0] for t in templates) for s in seq_list]
     assert calc.api.sweep(shape, seq_list, b, recipe, recompute, par, accum) == want
+
+
+def test_one_byte_activations_are_half_of_16_bit():
+    """FP8 activations (1 byte a value) count half of the 16-bit ones, not zero (calc.activations.at_width)."""
+    from calc import activations, finetune, walk
+
+    shape = calc.PRESETS["llama-7b"]
+    one, two = (walk.seq_sizes(shape, 4096, 1, "none", b) for b in (1, 2))
+    assert one["kept"] > 0 and 2 * one["kept"] == two["kept"] and 2 * one["logits16"] == two["logits16"]
+    kept, full = finetune.layer_bytes(shape, 4096, 1, "none", 1, None)
+    assert (2 * kept, 2 * full) == finetune.layer_bytes(shape, 4096, 1, "none", 2, None)
+    assert activations.at_width(10, 1) == 5 and activations.at_width(10, 4) == 20

@@ -38,6 +38,8 @@ from calc.cli import main as cli  # noqa: E402
 
 RESULTS = ROOT / "docs" / "data" / "transformers.json"
 
+GRANITE = (("embedding_multiplier", 12.0), ("attention_multiplier", 0.0078125), ("residual_multiplier", 0.22),
+           ("logits_scaling", 16.0))  # fmt: skip
 # Three shapes a class (grouped-query attention with one and with several key/value heads, where the class
 # has it), each with the tokens of one micro-batch: logits, attention scores or the layers take the peak.
 SHAPES = {
@@ -71,6 +73,18 @@ SHAPES = {
         (hf_models.qwen2_moe(2, 64, 4, 2, 96, 256, 4, 2, 160), 128, 2),
         (hf_models.qwen2_moe(3, 64, 4, 1, 64, 128, 8, 4, 256), 256, 2),
     ],
+    # Qwen3: q_norm and k_norm on each head, head_dim given (here apart from width / heads in one shape)
+    "qwen3": [
+        (hf_models.Model("qwen3", 4, 64, 4, 4, 176, 512, (("head_dim", 16),)), 128, 2),
+        (hf_models.Model("qwen3", 4, 64, 4, 1, 176, 256, (("head_dim", 32),)), 256, 1),
+        (hf_models.Model("qwen3", 3, 128, 8, 2, 344, 1000, (("head_dim", 16),)), 64, 2),
+    ],
+    # Granite 3: Llama with embedding, attention, residual and logits multipliers (Granite-3.3-8B's values)
+    "granite": [
+        (hf_models.Model("granite", 4, 64, 4, 4, 176, 512, GRANITE), 128, 2),
+        (hf_models.Model("granite", 4, 64, 4, 1, 176, 256, GRANITE), 256, 1),
+        (hf_models.Model("granite", 3, 128, 8, 2, 344, 1000, GRANITE), 64, 2),
+    ],
 }
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 
@@ -87,6 +101,10 @@ def cli_args(m: hf_models.Model, seq: int, b: int, precision: str, attention: st
         shape.append("--shared-expert-gate")
     if m.model_type == "gpt2":
         shape = ["--preset", "gpt2", *shape]
+    if m.model_type in ("qwen3", "granite"):  # code of their own: the family says whose
+        shape += ["--family", m.model_type]
+    if "head_dim" in dict(m.extra):
+        shape += ["--head-size", dict(m.extra)["head_dim"]]
     run = ["--seq", seq, "--micro-batch", b, "--walk", "eager", "--recipe", precision]
     run += ["--attention", attention, "--recompute", checkpointing, "--device", device]
     return [str(a) for a in shape + run]

@@ -1,0 +1,81 @@
+"""Model families: one module each, registered here by the config.json model_type it reads.
+
+A module says how to read its model types' config.json (calc.families.config) and, where the eager walk
+replays its code, its decoder layer composed from calc.parts. What the eager walk supports, and the message
+for what it refuses, come from this registry alone (`eager_lacks`, `tuning_lacks`)."""
+
+from __future__ import annotations
+
+import os
+from importlib import import_module
+
+from ..shape import Shape
+from .family import Family, ModelType
+
+HERE = os.path.dirname(__file__)
+NOT_FAMILIES = ("__init__", "config", "family")  # the package's own modules
+
+
+def _modules() -> list:
+    """Every family module of this package, in the order each one's ORDER says: a new family is one file."""
+    names = {os.path.splitext(f)[0] for f in os.listdir(HERE) if f.endswith((".py", ".pyc"))} - set(NOT_FAMILIES)
+    modules = [import_module(f"{__name__}.{name}") for name in names]
+    return sorted(modules, key=lambda m: m.ORDER)
+
+
+MODULES = _modules()
+# config.json model types, in the order messages list them
+MODEL_TYPES: dict[str, ModelType] = {t.name: t for m in MODULES for t in m.MODEL_TYPES}
+# Shape.family -> whose code, in the order `--family` lists them
+FAMILIES: dict[str, Family] = {f.name: f for m in MODULES for f in m.FAMILIES}
+# calc/configs/NAME.json -> its group in the presets' list (calc.presets), in the order they are listed
+CONFIG_PRESETS: dict[str, str] = {name: group for m in MODULES for name, group in getattr(m, "PRESETS", {}).items()}
+
+
+def listing(names: list[str]) -> str:
+    """["A", "B", "C"] -> "A, B and C"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def eager_lacks(shape: Shape) -> str | None:
+    """A feature of this shape that calc.eager's walk does not replay yet, or None."""
+    fam = FAMILIES[shape.family]
+    if shape.moe_layers:
+        moe = _moe_lacks(shape, fam)
+        if moe:
+            return moe
+    if not fam.eager:
+        replayed = listing([m for f in FAMILIES.values() if f.layer is not None for m in f.models])
+        return f"transformers' {shape.family} code (it replays {replayed})"
+    if fam.closed_form and shape.q_width != shape.hidden:  # the Decoder's closed form sizes attention by the width
+        return "a head size apart from width / heads"
+    if shape.norms_per_layer != 2:
+        return f"{shape.norms_per_layer} norms a block"
+    return None
+
+
+def _moe_lacks(shape: Shape, fam: Family) -> str | None:
+    """What of a mixture of experts the eager walk does not replay: it follows MixtralSparseMoeBlock and
+    Qwen2MoeSparseMoeBlock (a shared expert with its gate) with transformers' default grouped_mm experts."""
+    if not fam.experts:
+        return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
+    if shape.dense_layers:
+        return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
+    if not shape.gated_ffn or shape.bias:
+        return "experts that are not bias-free SwiGLU (Mixtral's and Qwen2-MoE's are)"
+    if shape.capacity_factor:
+        return "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no tokens)"
+    if bool(shape.shared_expert_ffn) != shape.shared_expert_gate:
+        return "a shared expert without Qwen2-MoE's sigmoid gate (or a gate without one)"
+    return None
+
+
+def tuning_lacks(shape: Shape) -> str | None:
+    """Why the eager walk cannot replay peft's LoRA or frozen layers on this shape, or None."""
+    if FAMILIES[shape.family].finetune and not shape.experts:
+        return None
+    tuned = listing([m for f in FAMILIES.values() if f.finetune for m in f.models])
+    return f"the eager walk fine-tunes dense {tuned} only: use the deck walk"
+
+
+__all__ = ["CONFIG_PRESETS", "FAMILIES", "MODEL_TYPES", "Family", "ModelType", "eager_lacks", "listing", "tuning_lacks"]

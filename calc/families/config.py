@@ -1,0 +1,154 @@
+"""Reading a transformers config.json's keys as its model class reads them (LlamaConfig, MistralConfig, ...,
+GPT2Config in transformers 5): the same defaults where a key is optional, the shape's sizes required. Every
+problem is a ConfigError naming the key; calc.inputs turns it into an InputError on "hf-config"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+# Largest accepted value of a config's size (as calc.inputs takes the flags); others up to 2^24.
+MAX_SIZE = {
+    "num_hidden_layers": 10_000,
+    "n_layer": 10_000,
+    "hidden_size": 1 << 20,
+    "n_embd": 1 << 20,
+    "num_attention_heads": 1 << 16,
+    "n_head": 1 << 16,
+    "num_key_value_heads": 1 << 16,
+    "head_dim": 1 << 16,
+    "num_local_experts": 1 << 16,
+    "num_experts": 1 << 16,
+    "num_experts_per_tok": 1 << 16,
+}
+MAX_CHARS = 1_000_000  # a real config.json is a few kB; refuse a paste that is not one
+# transformers' activation names (ACT2FN) -> calc's; gelu_new, gelu_pytorch_tanh and gelu_fast are all
+# GELU's tanh approximation (Hendrycks & Gimpel 2016).
+ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu": "relu",
+}
+
+
+class ConfigError(ValueError):
+    """A config that calc cannot read; calc.inputs turns it into an InputError on "hf-config"."""
+
+
+def get(cfg: Mapping, key: str, default: object = ...) -> object:
+    value = cfg.get(key)
+    if value is None:
+        if default is ...:
+            raise ConfigError(f"{key} is missing")
+        return default
+    return value
+
+
+def whole(cfg: Mapping, key: str, default: object = ..., smallest: int = 1) -> int:
+    value = get(cfg, key, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be a whole number, got {json.dumps(value)}")
+    if value < smallest:
+        raise ConfigError(f"{key} must be at least {smallest}, got {value}")
+    largest = MAX_SIZE.get(key, 1 << 24)
+    if value > largest:
+        raise ConfigError(f"{key} must be at most {largest:,}, got {value:,}")
+    return value
+
+
+def flag(cfg: Mapping, key: str, default: bool) -> bool:
+    value = get(cfg, key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {json.dumps(value)}")
+    return value
+
+
+def rate(cfg: Mapping, *keys: str) -> bool:
+    """Whether any of these dropout probabilities is above zero."""
+    for key in keys:
+        value = get(cfg, key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ConfigError(f"{key} must be a probability from 0 to 1, got {json.dumps(value)}")
+        if value > 0:
+            return True
+    return False
+
+
+def activation_of(cfg: Mapping, key: str, default: str) -> str:
+    value = get(cfg, key, default)
+    if not isinstance(value, str) or value not in ACTIVATIONS:
+        raise ConfigError(f"{key} {json.dumps(value)} is not supported; supported: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[value]
+
+
+def attention(cfg: Mapping, kv_default: int | None = None, head_default: int = 0, gpt2: bool = False) -> dict:
+    """Width, heads, key/value heads and head size, checked as transformers' attention needs them.
+    `kv_default` and `head_default` are the config class's defaults (None: as many as the heads; 0: width/heads)."""
+    hidden_key, heads_key = ("n_embd", "n_head") if gpt2 else ("hidden_size", "num_attention_heads")
+    hidden = whole(cfg, hidden_key)
+    heads = whole(cfg, heads_key)
+    kv_heads = heads if gpt2 else whole(cfg, "num_key_value_heads", heads if kv_default is None else kv_default)
+    head_size = 0 if gpt2 else whole(cfg, "head_dim", head_default, smallest=0)
+    if not head_size and hidden % heads:
+        missing = "" if gpt2 else " and head_dim is not given"
+        raise ConfigError(f"{heads_key} ({heads}) does not divide {hidden_key} ({hidden}){missing}")
+    if heads % kv_heads:
+        raise ConfigError(f"num_key_value_heads ({kv_heads}) does not divide {heads_key} ({heads})")
+    return {
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_size": 0 if head_size * heads == hidden else head_size,
+    }
+
+
+def llama_like(
+    cfg: Mapping,
+    tied: bool,
+    context: int,
+    kv_default: int | None = None,
+    head_default: int = 0,
+    activation: tuple[str, str] = ("hidden_act", "silu"),
+) -> dict:
+    """What the Llama family's decoders share: RMSNorm, rotary positions, a gated FFN, no linear biases.
+    The arguments are the config class's defaults."""
+    return {
+        "layers": whole(cfg, "num_hidden_layers"),
+        **attention(cfg, kv_default, head_default),
+        "vocab": whole(cfg, "vocab_size"),
+        "gated_ffn": True,
+        "tied": flag(cfg, "tie_word_embeddings", tied),
+        "norm": "rms",
+        "bias": False,
+        "head_bias": False,  # the lm_head of every Llama-family model has none
+        "positions": "rope",
+        "context": whole(cfg, "max_position_embeddings", context),
+        "final_norm": True,
+        "activation": activation_of(cfg, *activation),
+        "dropout": rate(cfg, "attention_dropout"),
+        "family": "llama",
+    }
+
+
+def attention_bias(cfg: Mapping, mlp_bias: bool = False) -> dict:
+    """Llama's and Gemma's attention_bias puts biases on Q, K, V and O; calc has that only together with
+    the FFN's (bias) or without O's (qkv_bias)."""
+    on = flag(cfg, "attention_bias", False)
+    if on != mlp_bias:
+        raise ConfigError("attention_bias and mlp_bias must be equal: calc counts biases on all linear layers or none")
+    return {"bias": on}
+
+
+def window(cfg: Mapping, use_key: str | None = None, default: int = 0) -> int:
+    """The sliding window's tokens (0: none); `use_key` a flag that must be on for the window to apply."""
+    if use_key and not flag(cfg, use_key, False):
+        return 0
+    if "sliding_window" in cfg and cfg.get("sliding_window") is None:
+        return 0  # null: no window (Mistral 7B v0.2 on); a missing key takes the class's default
+    return whole(cfg, "sliding_window", default, smallest=0)

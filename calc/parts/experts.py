@@ -1,0 +1,133 @@
+"""A mixture of experts as transformers runs it: MixtralSparseMoeBlock and Qwen2MoeSparseMoeBlock."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..replay import T
+from .mlp import activation, mlp
+
+if TYPE_CHECKING:  # the ops import nothing of the parts built on them
+    from .ops import Ops
+
+
+def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str) -> T:
+    """The rest of a decoder layer whose feed-forward layer is a mixture of experts: the sparse block on the
+    post-attention norm's output, then the residual (MixtralDecoderLayer, Qwen2MoeDecoderLayer)."""
+    rp = ops.rp
+    moe = moe_block(ops, normed, layer)
+    rp.drop(normed)  # the layer's hidden_states is rebound to the block's output
+    out = ops.add(mid, moe, f"{layer}: residual after the experts")
+    rp.drop(mid, moe, weights)
+    return out
+
+
+def moe_block(ops: Ops, x: T, layer: str) -> T:
+    """MixtralSparseMoeBlock, or Qwen2MoeSparseMoeBlock where the shape has a shared expert's gate.
+
+    Router (MixtralTopKRouter, Qwen2MoeTopKRouter): F.linear to E logits, softmax in fp32, topk; Mixtral
+    renormalises the k weights (an in-place division, which clones its input for backward); Qwen2-MoE
+    (norm_topk_prob false, its default) casts them to the logits' dtype. Experts: transformers' default
+    experts implementation, "grouped_mm" (integrations/moe.py, grouped_mm_experts_forward): the k x tokens
+    (token, expert) pairs sorted by expert, the tokens gathered in that order, one grouped matmul to 2 x the
+    expert width over every expert's weights, act(gate) * up, one grouped matmul back, times the routing
+    weights, scattered back and summed over the k. Every tensor has k x tokens rows, however the router
+    spreads them: the memory does not depend on the routing (the per-expert counts only set the offsets).
+    grouped_mm is not autocast's: it runs in the weights' dtype (fp32 under autocast). Qwen2-MoE adds the
+    shared expert (a gated MLP, before the router) scaled by sigmoid(shared_expert_gate(x))."""
+    rp, st = ops.rp, ops.st
+    sh = st.shape
+    h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
+    s, a, pb = n * k, x.unit, st.param_bytes
+    qwen = sh.shared_expert_gate
+    shared = None
+    if sh.shared_expert_ffn:  # Qwen2MoeMLP: down(act(gate(x)) * up(x))
+        name, label = f"{layer} mlp.shared_expert.", f"{layer}: shared expert's "
+        shared = mlp(ops, x, sh.shared_expert_ffn, name, label, False, True, "output")
+    # the router
+    logits = ops.linear(x, h, e, f"{layer} mlp.gate", False, f"{layer}: router logits")
+    wide = logits if logits.unit == 4 else ops.unary(f"{layer}: router logits in fp32", logits, [], 4)
+    probs = ops.new(n * e, 4, f"{layer}: router probabilities", "softmax saves its result")
+    rp.node("softmax", probs, saved=[probs], inputs=[(wide, wide.nbytes, "new")])
+    if wide is not logits:
+        rp.drop(wide)
+    top = ops.new(n * k, 4, f"{layer}: top-k probabilities", "topk: tokens x k values")
+    index = ops.new(n * k, 8, f"{layer}: top-k experts", "topk: tokens x k int64 indices")
+    index.requires_grad = False
+    rp.node("topk", top, saved=[index], inputs=[(probs, probs.nbytes, "new")])
+    rp.drop(probs)
+    if not qwen:  # router_top_value /= router_top_value.sum(-1, keepdim=True)
+        total = ops.new(n, 4, f"{layer}: sum of the top-k probabilities", "sum(-1)")
+        rp.node("sum", total, inputs=[(top, top.nbytes, "new")])
+        weights = ops.new(n * k, 4, f"{layer}: renormalised routing weights", "an in-place div_ clones its input")
+        rp.node("div", weights, saved=[top, total], inputs=[(top, top.nbytes, "new"), (total, total.nbytes, "new")],
+                work=[top.nbytes, top.nbytes])  # fmt: skip
+        rp.drop(total, top)
+    elif logits.unit != 4:  # .to(router_logits.dtype)
+        weights = ops.unary(f"{layer}: routing weights in 16 bits", top, [], logits.unit)
+        rp.drop(top)
+    else:
+        weights = top
+    # the experts (grouped_mm_experts_forward)
+    ids = ops.new(s, 8, f"{layer}: expert ids, sorted", "torch.sort: values")
+    perm = ops.new(s, 8, f"{layer}: sort permutation", "torch.sort: indices")
+    rp.drop(ops.new(s, 8, f"{layer}: sort's buffer", "torch.sort"))
+    rows = ops.new(s, 8, f"{layer}: token of each pair", "perm // k")
+    for t in (ids, perm, rows):
+        t.requires_grad = False
+    gathered = ops.new(s * h, a, f"{layer}: tokens in expert order", "hidden_states[perm // k]")
+    rp.node("index", gathered, saved=[rows], inputs=[(x, x.nbytes, "new")])
+    wu = weights.unit
+    sample = ops.new(s, wu, f"{layer}: routing weights in expert order", "sample_weights[perm]")
+    rp.node("index", sample, saved=[perm], inputs=[(weights, weights.nbytes, "new")])
+    counts = ops.new(s, 4, f"{layer}: expert ids as float for histc", "expert_ids_g.float()")
+    counts.requires_grad = False
+    name = f"{layer} mlp.experts"
+    proj = ops.new(s * 2 * f, a, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
+    up_weight = (f"{name}.gate_up_proj", e * 2 * f * h * pb, "param")
+    rp.node("grouped_mm", proj, saved=[gathered], inputs=[up_weight, (gathered, gathered.nbytes, "new")])
+    gate, up = (rp.view(proj, s * f, f"{layer}: experts' {what}") for what in ("gate", "up"))
+    rp.node("split", None, inputs=[(proj, proj.nbytes, "new")], outs=(gate, up))
+    rp.drop(proj)
+    act = activation(ops, gate, f"{layer}: experts' act(gate)")
+    inner = ops.mul(act, up, f"{layer}: experts' act(gate) * up")
+    rp.drop(act, gate, up)
+    down = ops.new(s * h, a, f"{layer}: experts' output", "grouped_mm: k x tokens x h")
+    rp.node("grouped_mm", down, saved=[inner],
+            inputs=[(f"{name}.down_proj", e * h * f * pb, "param"), (inner, inner.nbytes, "new")])  # fmt: skip
+    rp.drop(inner)
+    unit = max(a, wu)
+    if wu != unit:  # the 16-bit weights promoted for the product
+        rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
+    weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
+    rp.node("mul", weighted, saved=ops.pair(down, sample),
+            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=[s * h * unit])  # fmt: skip
+    rp.drop(down)
+    inverse = ops.new(s, 8, f"{layer}: inverse permutation", "torch.empty_like(perm)")
+    inverse.requires_grad = False
+    rp.drop(ops.new(s, 8, f"{layer}: arange", "torch.arange(S)"))
+    ordered = ops.new(s * h, unit, f"{layer}: experts' output in token order", "weighted_out[inv_perm]")
+    rp.node("index", ordered, saved=[inverse], inputs=[(weighted, weighted.nbytes, "new")])
+    rp.drop(weighted)
+    moe = ops.new(n * h, unit, f"{layer}: experts' output summed over k", "view(tokens, k, h).sum(1)")
+    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "pass")])  # its gradient is an expand: a view
+    rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, why="grouped_mm_experts_forward returns")
+    if moe.unit != a:
+        cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
+        rp.drop(moe)
+        moe = cast
+    if shared is not None:
+        score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
+        sig = ops.new(n, score.unit, f"{layer}: sigmoid of the gate score", "sigmoid saves its result")
+        rp.node("sigmoid", sig, saved=[sig], inputs=[(score, score.nbytes, "new")])
+        rp.drop(score)
+        unit = max(sig.unit, shared.unit)
+        scaled = ops.new(n * h, unit, f"{layer}: gated shared expert", "mul saves both operands")
+        rp.node("mul", scaled, saved=ops.pair(sig, shared),
+                inputs=[(sig, sig.nbytes, "new"), (shared, shared.nbytes, "new")], work=[n * h * unit])  # fmt: skip
+        rp.drop(sig, shared)
+        total = ops.add(moe, scaled, f"{layer}: experts + shared expert")
+        rp.drop(moe, scaled)
+        moe = total
+    rp.drop(logits, weights, index, why="the sparse block returns")
+    return moe

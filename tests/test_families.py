@@ -1,0 +1,113 @@
+"""The family registry (calc.families) and the parameter inventory (calc.inventory): one place says what each
+model type reads, whose code runs it and what the eager walk replays; every count derives from one list."""
+
+import json
+
+import pytest
+
+import calc
+from calc import counts, families, inventory
+from calc.cli import main
+from calc.finetune import linears
+from calc.hf import READERS, shape_from_config, shape_from_text
+from calc.parallel import SINGLE, Parallel, layer_split
+from calc.presets import CONFIG_PRESETS, PRESET_GROUPS, config_text
+
+
+def test_every_model_type_names_a_registered_family():
+    """A model type runs a family the registry has, and every reader hf lists comes from the registry."""
+    assert set(READERS) == set(families.MODEL_TYPES)
+    assert all(t.family in families.FAMILIES for t in families.MODEL_TYPES.values())
+
+
+def test_every_config_preset_is_in_one_group():
+    """Each family module's presets appear once among the groups, which cover every preset."""
+    grouped = [name for names in PRESET_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(calc.PRESETS) and len(set(grouped)) == len(grouped)
+    assert set(CONFIG_PRESETS) == set(families.CONFIG_PRESETS)
+
+
+@pytest.mark.parametrize("name", ["llama-7b", "mixtral-8x7b", "gpt2", "qwen3-8b", "granite-3.3-8b", "gemma-2-9b"])
+def test_the_inventory_sums_to_the_count(name):
+    """param_counts is the inventory's sum; the tensor-parallel split covers every tensor of a block once."""
+    shape = calc.PRESETS[name]
+    total = calc.param_counts(shape)
+    moe = bool(shape.moe_layers)
+    block = counts.layer_tensors(shape, moe)
+    assert total["per_layer"] == inventory.numel(block)
+    parts = layer_split(shape, SINGLE, moe)
+    assert parts["split"] + parts["replicated"] + parts["experts"] == total["per_layer"]
+    if shape.experts == 0:
+        tp = layer_split(shape, Parallel(tp=4), False)
+        assert tp["split"] == parts["split"] // 4 and tp["replicated"] == parts["replicated"]
+
+
+def test_qwen3_adds_a_norm_on_each_head():
+    """Qwen3-8B: Llama's block plus q_norm and k_norm, head_dim (128) gains each: 8,190,735,360 parameters,
+    as Qwen3-8B's model card says (8.2B); the same shape in Llama's code has 2 x 128 x 36 fewer."""
+    qwen3 = calc.PRESETS["qwen3-8b"]
+    as_llama = qwen3.replace(family="llama")
+    assert calc.param_counts(qwen3)["total"] == 8_190_735_360
+    assert calc.param_counts(qwen3)["total"] - calc.param_counts(as_llama)["total"] == 2 * 128 * 36
+
+
+def test_granite_counts_as_llama():
+    """Granite's multipliers are scalars of the config: Granite-3.3-8B has 8,170,864,640 parameters, the
+    count of its published safetensors, as the same shape in Llama's code."""
+    granite = calc.PRESETS["granite-3.3-8b"]
+    assert calc.param_counts(granite)["total"] == calc.param_counts(granite.replace(family="llama"))["total"]
+    assert calc.param_counts(granite)["total"] == 8_170_864_640
+
+
+def test_qwen3_reads_its_head_dim_and_window():
+    """An explicit head_dim apart from width / heads is kept; a window only with use_sliding_window."""
+    cfg = json.loads(config_text("qwen3-8b"))
+    cfg.update(hidden_size=2048, head_dim=128)
+    shape = shape_from_config(cfg)
+    assert (shape.family, shape.head_size, shape.q_width) == ("qwen3", 128, 32 * 128)
+    assert shape.sliding_window == 0
+    assert shape_from_config({**cfg, "use_sliding_window": True, "sliding_window": 4096}).sliding_window == 4096
+
+
+def test_lora_targets_come_from_the_inventory():
+    """The linears LoRA can target are the inventory's, in peft's order; GPT-2 has no gate."""
+    assert list(linears(calc.PRESETS["llama-7b"])) == ["q", "k", "v", "o", "gate", "up", "down"]
+    assert list(linears(calc.PRESETS["gpt2"])) == ["q", "k", "v", "o", "up", "down"]
+
+
+def test_gpt2_stores_q_k_v_as_one_tensor():
+    """GPT-2's c_attn holds Q, K and V (weight and bias): 12 stored tensors a block, where Llama's code with
+    biases on every linear stores 16 (four projections and their biases, three MLP ones and theirs, two norms
+    of weight and bias)."""
+    gpt2 = calc.PRESETS["gpt2"]
+    assert len(inventory.stored(counts.layer_tensors(gpt2))) == 12
+    assert len(inventory.stored(counts.layer_tensors(gpt2.replace(family="llama")))) == 16
+
+
+def test_eager_support_comes_from_the_registry():
+    """The families with a layer are replayed; the others are refused naming those that are."""
+    for name, fam in families.FAMILIES.items():
+        shape = calc.PRESETS["llama-7b"].replace(family=name)
+        lacks = families.eager_lacks(shape)
+        assert (lacks is None) == (fam.layer is not None or (fam.closed_form and shape.q_width == shape.hidden))
+    message = families.eager_lacks(calc.PRESETS["gemma-2-9b"])
+    assert "Qwen3" in message and "Granite" in message and "GPT-2" in message
+
+
+@pytest.mark.parametrize("preset", ["qwen3-8b", "granite-3.3-8b"])
+def test_new_families_walk_eagerly_and_refuse_fine_tuning(capsys, preset):
+    """Qwen3 and Granite are replayed; their fine-tuning (unmeasured) is refused by the eager walk."""
+    assert main(["--preset", preset, "--walk", "eager", "--seq", "256", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["shape"]["family"] == preset.split("-")[0]
+    assert main(["--preset", preset, "--walk", "eager", "--finetune", "lora"]) == 2
+    assert "fine-tunes dense Llama, Mistral and Qwen2 only" in capsys.readouterr().err
+
+
+def test_granite_scales_embeddings_residuals_and_logits():
+    """Granite's eager step has Llama's events plus its four products with a Python float."""
+    text = config_text("granite-3.3-8b")
+    granite = shape_from_text(text).replace(layers=2, vocab=1000, hidden=256, heads=4, kv_heads=1, ffn=512)
+    step = calc.step(granite, 64, 1, "fp32-full", "none", walk="eager", device="cpu")
+    labels = [e["label"] for e in step["events"]]
+    assert "token embeddings x embedding_multiplier" in labels and "logits / logits_scaling" in labels
+    assert sum("x residual_multiplier" in label for label in labels) >= 2
