@@ -62,7 +62,17 @@ MEASURED = {
     "lora": DATA / "lora.json",
     "qlora": DATA / "qlora.json",
 }
-FAMILY_CLASSES = {"llama": ("llama", "mistral", "qwen2"), "gpt2": ("gpt2",), "moe": ("mixtral", "qwen2_moe")}
+MOE_TYPES = ("mixtral", "qwen2_moe")  # the mixtures of experts among transformers.json's model types
+
+
+def family_classes() -> dict[str, tuple[str, ...]]:
+    """calc.web.eager_band's keys -> the model types measured for each: a dense model type speaks for the
+    family whose code runs it (calc.families' registry), a mixture of experts for "moe"."""
+    out: dict[str, tuple[str, ...]] = {"moe": MOE_TYPES}
+    for t in calc.families.MODEL_TYPES.values():
+        if t.name not in MOE_TYPES:
+            out[t.family] = (*out.get(t.family, ()), t.name)
+    return out
 
 
 def _band(ratios: list[float], models, section: str, setting: str = "") -> dict:
@@ -77,7 +87,7 @@ def eager_bands() -> dict[str, dict]:
     out = {}
     if MEASURED["transformers"].exists():
         runs = json.loads(MEASURED["transformers"].read_text())["runs"]
-        for family, classes in FAMILY_CLASSES.items():
+        for family, classes in family_classes().items():
             ratios = [r["ratio"] for r in runs if r["model_type"] in classes and r["measured_peak"]]
             if ratios:
                 out[family] = _band(ratios, classes, "10.8")

@@ -27,6 +27,10 @@ PUBLISHED = {
     "gemma-2-9b": 9_241_705_984,  # "9.24B"
     "qwen3-8b": 8_190_735_360,  # Qwen3-8B's model card: "8.2B"
     "granite-3.3-8b": 8_170_864_640,  # Granite-3.3-8B-Instruct's safetensors: 8,170,864,640
+    # transformers' own count of the published config.json on the meta device (docs/data/families.json)
+    "qwen3-32b": 32_762_123_264,  # Qwen3-32B's model card: "32.8B"
+    "gemma-2-27b": 27_227_128_320,  # Gemma 2 27B: "27.2B"
+    "phi-4": 14_659_507_200,  # Abdin et al. 2024 (Phi-4): "14B"
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 

@@ -27,4 +27,4 @@ def read_gemma2(cfg: Mapping) -> dict:
 MODEL_TYPES = (ModelType("gemma", read_gemma, "gemma"), ModelType("gemma2", read_gemma2, "gemma2"))
 FAMILIES = (Family("gemma", ("Gemma",)), Family("gemma2", ("Gemma 2",)))
 ORDER = 60  # where the registry lists it (calc.families)
-PRESETS = {"gemma-2-9b": "Gemma"}  # calc/configs/NAME.json -> its group in the list
+PRESETS = {"gemma-2-9b": "Gemma", "gemma-2-27b": "Gemma"}  # calc/configs/NAME.json -> its group in the list

@@ -22,3 +22,4 @@ def read_phi3(cfg: Mapping) -> dict:
 MODEL_TYPES = (ModelType("phi3", read_phi3, "phi3"),)
 FAMILIES = (Family("phi3", ("Phi-3",)),)
 ORDER = 70  # where the registry lists it (calc.families)
+PRESETS = {"phi-4": "Phi"}  # calc/configs/NAME.json -> its group in the list

@@ -145,12 +145,24 @@ def measure(name: str, m: hf_models.Model, precision: str, attention: str, check
     return {**row, **got, "eager": eager, "deck": deck, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def counts(name: str, config: dict) -> dict:
-    """transformers' parameter count of a config on the meta device, and calc's (or its refusal)."""
+def calc_count(name: str, config: dict) -> dict:
+    """calc's parameter count of a config, as the CLI gives it (or its refusal)."""
     path = calc_cli.config_file(f"count-{name}", config)
     said = calc_cli.answer(["--hf-config", str(path), "--seq", "8"])
-    return {"transformers_params": meta_params(text_config(config)),
-            "calc": {"params": said["params"]} if "params" in said else said}  # fmt: skip
+    return {"params": said["params"]} if "params" in said else said
+
+
+def counts(name: str, config: dict) -> dict:
+    """transformers' parameter count of a config on the meta device, and calc's (or its refusal)."""
+    return {"transformers_params": meta_params(text_config(config)), "calc": calc_count(name, config)}
+
+
+def recount(old: dict) -> None:
+    """calc's counts again, beside the recorded transformers' counts (no model is built)."""
+    for name, row in old["families"].items():
+        row["calc"] = calc_count(name, FAMILIES[name].config())
+    for row in old["presets"]:
+        row["calc"] = calc_count(row["preset"], json.loads((CONFIGS / f"{row['preset']}.json").read_text()))
 
 
 def preset_rows() -> list[dict]:
@@ -182,11 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", action="append", choices=list(FAMILIES), help="only these families")
     p.add_argument("--dry-run", action="store_true", help="one step of each family; nothing written")
     p.add_argument("--counts", action="store_true", help="only the presets' parameter counts (measure nothing)")
-    p.add_argument("--repredict", action="store_true", help="ask the CLI again for the recorded steps; measure none")
+    p.add_argument("--repredict", action="store_true", help="ask the CLI again (steps, counts); measure none")
     args = p.parse_args(argv)
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"families": {}, "runs": []}
     if args.repredict:
         calc_cli.repredict(old["runs"], recorded_args)
+        recount(old)
         if args.write:
             RESULTS.write_text(json.dumps(old, indent=1) + "\n")
         return 0
