@@ -73,7 +73,7 @@ def pyodide_tool() -> Path:
     tool = TOOL_VENV / "bin" / "pyodide"
     if not tool.exists():
         raise BuildError(f"{tool} is missing: run `make setup`, which creates {TOOL_VENV.name} with Python 3.12+ "
-                         "and pyodide-build (see README, 'How the build finds Python 3.12')")
+                         "and pyodide-build (see CONTRIBUTING.md, 'How the build finds Python 3.12')")
     return tool
 
 

@@ -18,7 +18,7 @@ server, so both figures stand side by side. Our time to live is reported as a ra
 the same condition.
 With --snapshot, a third page measures Pyodide's memory snapshot (private options of pyodide 314):
 a snapshot taken in this browser after `import calc.web`, served gzipped, restored by a worker that
-then answers the page's first request; it is measured, not shipped (see README).
+then answers the page's first request; it is measured, not shipped (see CONTRIBUTING.md).
 Then, on one live page, the latency from an input change to the redrawn chart (event "calc:drawn")
 over many changes: median and p95; last the planner's time in the worker (event "calc:planned").
 
