@@ -27,3 +27,11 @@ def assert_cli_predicts(args: list[str], got: dict, bound: float) -> None:
     assert predicted["trainable_params"] == got["measured_trainable"]
     ratio = predicted["peak"] / got["measured_peak"]
     assert abs(ratio - 1) <= bound, f"predicted / measured = {ratio:.4f}"
+
+
+def pytest_collection_modifyitems(items):
+    """Every test of the built site (tests/test_site_*.py, and test_pyodide.py, which starts the site's own
+    runtime) is marked `browser`, so `pytest -m "not torch and not browser"` runs the core alone."""
+    for item in items:
+        if item.path.name.startswith("test_site_") or item.path.name == "test_pyodide.py":
+            item.add_marker("browser")
