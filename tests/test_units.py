@@ -1,5 +1,7 @@
 """GB and GiB formatting with exact integer rounding."""
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -92,3 +94,24 @@ def test_parameter_counts_read_as_the_preset_list_shows_them():
     assert [format_count(n) for n in (124_439_808, 5_376, 1_250_000_000, 1_249_999_999, 999_999)] == [
         "124M", "5,376", "1.3B", "1.2B", "999,999"]
     assert format_count(11_339_900_000_000) == "11.3T"  # a large pasted config: not "11339.9B"
+
+
+def test_the_page_formats_sizes_as_calc_does():
+    """The page's fallback (docs/javascripts/calculator/format.js, for sizes calc's answer carries no string
+    for: events, sweep points, planner rows) reads every size exactly as calc.units.format_size does."""
+    import json
+    import subprocess
+
+    from calc.units import format_size
+    from conftest import ROOT
+
+    rnd = random.Random(20)
+    sizes = [0, 1, 999, 1000, 99_949, 99_950, 999_949, 999_950, 1_000_000, 49_999_999, 50_000_000, 99_949_999,
+             99_950_000, 10**9, 9_999_949_999_999, 9_999_950_000_000,
+             2_348 * 10**12, 2**53 - 1, 286_208, -1_250_000_000]
+    sizes += [rnd.randrange(10 ** rnd.randrange(1, 16)) for _ in range(2000)]  # the page's bytes: at most 2^53 - 1
+    module = (ROOT / "docs" / "javascripts" / "calculator" / "format.js").as_uri()
+    script = (f"import {{ sizeText }} from {json.dumps(module)};"
+              f"console.log(JSON.stringify({json.dumps(sizes)}.map((n) => sizeText(n))));")  # fmt: skip
+    out = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [format_size(n) for n in sizes]

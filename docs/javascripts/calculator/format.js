@@ -12,22 +12,23 @@ function fixed(bytes, unit) {
   return `${n < 0n ? "-" : ""}${EN_US.format(q / 10n)}.${q % 10n}`;
 }
 
-// The units sizes are read in, largest first: TB from 10,000 GB on (calc.units.TB_FROM_GB), then by magnitude.
-const UNITS = [
-  { name: "TB", bytes: 10n ** 12n, from: 10n ** 13n },
-  { name: "GB", bytes: 10n ** 9n, from: 10n ** 9n },
-  { name: "MB", bytes: 10n ** 6n, from: 10n ** 6n },
-  { name: "kB", bytes: 10n ** 3n, from: 10n ** 3n },
-];
+// calc.units.format_size's rule, for the values calc's answer carries no string for (tests/test_units.py runs
+// both over the same sizes): GB is the home unit; TB from 10,000 GB on (TB_FROM_GB); below what would show
+// "0.1 GB", the largest smaller unit the size fills (MB from 1,000.0 kB, then kB, then bytes).
+const KB = 10n ** 3n, MB = 10n ** 6n, GB = 10n ** 9n, TB = 10n ** 12n;
+const TB_FROM_GB = 10_000n;
+const tenths = (n, unit) => (n * 20n + unit) / (2n * unit);  // |n| in tenths of unit, rounded half up
 
-// The unit a size of this many bytes reads best in: {name, bytes} (bytes as a Number, for scaling a chart).
+// The unit a size of this many bytes reads in: {name, bytes} (bytes as a Number, for scaling a chart).
 export function unitFor(bytes) {
   const n = BigInt(Math.round(Math.abs(Number(bytes))));
-  const unit = UNITS.find((u) => n >= u.from);
-  return unit ? { name: unit.name, bytes: Number(unit.bytes) } : { name: "B", bytes: 1 };
+  if (tenths(n, GB) >= 10n * TB_FROM_GB) return { name: "TB", bytes: Number(TB) };
+  if (n === 0n || tenths(n, GB) >= 1n) return { name: "GB", bytes: Number(GB) };
+  if (tenths(n, KB) >= 10n * (MB / KB)) return { name: "MB", bytes: Number(MB) };
+  return n >= KB ? { name: "kB", bytes: Number(KB) } : { name: "B", bytes: 1 };
 }
 
-// "110.7 GB", "861.1 TB", "286.2 kB", "512 B": one decimal (whole bytes below a kB), separators throughout.
+// "110.7 GB", "2,348.0 TB", "0.8 GB", "286.2 kB", "512 B": one decimal (whole bytes below a kB), separators.
 export function sizeText(bytes, unit = unitFor(bytes)) {
   if (unit.name === "B") return `${formatInt(bytes)} B`;
   return `${fixed(bytes, BigInt(unit.bytes))} ${unit.name}`;
