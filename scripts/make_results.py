@@ -109,9 +109,12 @@ def measured_section() -> list[str]:
         )
         cells = [run["name"], config, run["device"], run["recompute"]]
         eager, m = run.get("predicted_peak_eager"), run["measured_peak"]
+        tensors = run.get("measured_peak_tensors", m)  # a CPU row: the workspace apart; a GPU's: its peak
         cells += [f"{m:,}", f"{run['predicted_peak']:,}", f"{run['predicted_peak'] / m:.3f}"]
-        cells += [f"{eager:,}", f"{eager / m:.3f}"] if eager is not None else ["", ""]
+        cells += [f"{eager:,}", f"{eager / tensors:.3f}"] if eager is not None else ["", ""]
         out.append("| " + " | ".join(cells) + " |")
+    cpu = [run for run in runs if run["device"] == "cpu" and run.get("measured_peak") is not None]
+    out += ["", *workspace_note(cpu, "docs/data/measurements.json", lambda r: f"`{r['name']}`, {r['recompute']}")]
     if pending:
         names = sorted({f"`{run['name']}` ({run['device']})" for run in pending})
         commands = sorted({f"`{run['command']}`" for run in pending if run.get("command")})
@@ -536,8 +539,8 @@ step of so small a model. `{command}` remakes the table; with `--device cuda` it
 
 Environment: {environment}.
 
-Eager walk (`--walk eager`) / measured, QLoRA: **{eager_low:.4f} to {eager_high:.4f}**, {within} of {runs} runs within
-3%; worst **{worst[eager_ratio]:.4f}** ({worst[tune]}, {worst[attention]} attention, checkpointing
+Eager walk (`--walk eager`) / the step's tensors, QLoRA: **{eager_low:.4f} to {eager_high:.4f}**, {within} of {runs}
+runs within 3%; worst **{worst_ratio:.4f}** ({worst[tune]}, {worst[attention]} attention, checkpointing
 {worst[checkpointing]}); the same steps on a bf16 base: {lora_low:.4f} to {lora_high:.4f}. Deck walk / measured,
 QLoRA: {deck_low:.4f} to {deck_high:.4f}; on a bf16 base: {deck_lora_low:.4f} to {deck_lora_high:.4f}. What QLoRA
 saves (the bf16 step's peak less the QLoRA step's), deck walk / measured: {saved_low:.4f} to {saved_high:.4f}.
@@ -560,11 +563,11 @@ layer (`tuners/lora/bnb.py`) clones the base layer's result (`result.clone()`, w
 the adapter's, whose dtype is the recipe's (`--recipe bf16`: the bf16 adapters these runs train). On CUDA the same
 path runs past the fused kernel's rows (1,536); at most 4 rows `gemm_4bit` takes the fused kernel, which dequantizes
 nothing, and between the two CUDA picks by the GPU's architecture (`_gemm_4bit_use_custom_cuda`): the walk follows
-the dequantizing fallback there, the larger. {close} of {runs} runs land within 0.3% of the measured peak. The two
-checkpointed runs of the larger shape (hidden 256, FFN 704, 256 tokens) peak in the recomputed forward of the down
-projection, inside its `F.linear`: the CPU's bf16 matrix multiplication takes a scratch buffer from the allocator
-(oneDNN, 365,568 bytes for that 256 x 704 by 704 x 256 product), the gap §10.8 leaves unmodelled; without it the
-walk is within 0.5% there too. The commands: `{eager_command}` (eager), `{deck_command}` (deck), and their like.
+the dequantizing fallback there, the larger. {close} of {runs} runs land within 0.3% of the step's tensors, every
+one within {widest:.1%}; against the full measured peak, the workspace included, {close_peak} of {runs} land within
+0.3%, the farthest at {farthest_peak:.4f}; {held} of the {runs} QLoRA peaks hold a workspace block, those of
+runs with checkpointing {held_checkpointing}. The commands: `{eager_command}` (eager), `{deck_command}` (deck), and
+their like.
 """
 
 
@@ -577,36 +580,56 @@ def qlora_section() -> list[str]:
         return out
     runs = data["runs"]
     ratios, lora_ratios = [r["ratio"] for r in runs], [r["lora"]["ratio"] for r in runs]
-    eager, eager_lora = [r["eager_ratio"] for r in runs], [r["lora"]["eager_ratio"] for r in runs]
+    eager, eager_lora = [_qlora_eager(r) for r in runs], [_qlora_eager(r["lora"]) for r in runs]
     saved = [((r["lora"]["measured_peak"] - r["measured_peak"]), (r["lora"]["predicted_peak"] - r["predicted_peak"]))
              for r in runs]  # fmt: skip
     saved_ratio = [p / m for m, p in saved]
+    worst = max(runs, key=lambda r: abs(_qlora_eager(r) - 1))
     out += prose(QLORA_PROSE, command=command, environment=data["environment"], eager_low=min(eager),
                  eager_high=max(eager), within=sum(abs(x - 1) <= 0.03 for x in eager), runs=len(runs),
-                 worst=max(runs, key=lambda r: abs(r["eager_ratio"] - 1)), lora_low=min(eager_lora),
+                 worst=worst, worst_ratio=_qlora_eager(worst), lora_low=min(eager_lora),
                  lora_high=max(eager_lora), deck_low=min(ratios), deck_high=max(ratios), deck_lora_low=min(lora_ratios),
                  deck_lora_high=max(lora_ratios), saved_low=min(saved_ratio), saved_high=max(saved_ratio))  # fmt: skip
+    out += ["", *workspace_note([x for r in runs for x in (r, r["lora"])], "docs/data/qlora.json", _qlora_where)]
     out += [
         "",
         "| L, h, a, k, f, V | Tokens | Fine-tuning | Attention | Checkpointing | Model held (bytes) | NF4 base, calc "
-        "(bytes) | QLoRA measured | QLoRA eager walk | Eager / measured | QLoRA deck walk | Deck / measured "
-        "| bf16 base measured | bf16 eager walk | Eager / measured | bf16 deck walk | Deck / measured "
-        "| Saved, measured | Saved, deck walk |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "(bytes) | QLoRA measured | its tensors | QLoRA eager walk | Eager / tensors | QLoRA deck walk "
+        "| Deck / measured | bf16 base measured | its tensors | bf16 eager walk | Eager / tensors | bf16 deck walk "
+        "| Deck / measured | Saved, measured | Saved, deck walk |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r, (m_saved, p_saved) in zip(runs, saved, strict=True):
         lo, shape = r["lora"], _short_shape(r["model"])
         out.append(
             f"| {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} | {r['attention']} | {r['checkpointing']} "
             f"| {r['model_bytes']:,} | {r['predicted_weights']:,} | {r['measured_peak']:,} "
-            f"| {r['eager_predicted_peak']:,} | {r['eager_ratio']:.4f} | {r['predicted_peak']:,} | {r['ratio']:.4f} "
-            f"| {lo['measured_peak']:,} | {lo['eager_predicted_peak']:,} | {lo['eager_ratio']:.4f} "
-            f"| {lo['predicted_peak']:,} | {lo['ratio']:.4f} | {m_saved:,} | {p_saved:,} |"
+            f"| {r['measured_peak_tensors']:,} | {r['eager_predicted_peak']:,} | {_qlora_eager(r):.4f} "
+            f"| {r['predicted_peak']:,} | {r['ratio']:.4f} | {lo['measured_peak']:,} | {lo['measured_peak_tensors']:,} "
+            f"| {lo['eager_predicted_peak']:,} | {_qlora_eager(lo):.4f} | {lo['predicted_peak']:,} | {lo['ratio']:.4f} "
+            f"| {m_saved:,} | {p_saved:,} |"
         )
     close = sum(abs(x - 1) <= 0.003 for x in eager)
-    out += ["", *prose(QLORA_FOLLOWS, close=close, runs=len(runs), eager_command=runs[0]["eager_command"],
+    on_peak = [r["eager_predicted_peak"] / r["measured_peak"] for r in runs]  # the workspace included
+    held = {r["checkpointing"] for r in runs if r["workspace_at_peak"]}
+    out += ["", *prose(QLORA_FOLLOWS, close=close, runs=len(runs), widest=max(abs(x - 1) for x in eager),
+                       close_peak=sum(abs(x - 1) <= 0.003 for x in on_peak),
+                       farthest_peak=max(on_peak, key=lambda x: abs(x - 1)),
+                       held=sum(r["workspace_at_peak"] > 0 for r in runs),
+                       held_checkpointing=" or ".join(sorted(held)),
+                       eager_command=runs[0]["eager_command"],
                        deck_command=runs[0]["command"])]  # fmt: skip
     return [*out, ""]
+
+
+def _qlora_eager(row: dict) -> float:
+    """A QLoRA (or bf16 base) row's eager walk / the step's tensors (the measured peak less the workspace)."""
+    return row["eager_predicted_peak"] / row["measured_peak_tensors"]
+
+
+def _qlora_where(row: dict) -> str:
+    return (f"{row['tune']}, {_short_shape(row['model'])}, {row['micro_batch']} x {row['seq']} tokens, "
+            f"{row['attention']} attention, checkpointing {row['checkpointing']}")  # fmt: skip
 
 
 LORA_PROSE = """\
@@ -625,7 +648,7 @@ the first one:
 
 Environment: {environment}.
 
-Worst of {runs} runs: **{worst[ratio]:.4f}** ({worst[model_type]}, {worst[tune]}, {worst[precision]},
+Worst of {runs} runs: **{worst_ratio:.4f}** ({worst[model_type]}, {worst[tune]}, {worst[precision]},
 {worst[attention]} attention, checkpointing {worst[checkpointing]}).
 """
 LORA_FOLLOWS = """\
@@ -638,6 +661,33 @@ gradient, saved; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp
 bf16` they are bf16, as §12.5's are). Not modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused
 `c_attn` adapter. bitsandbytes' 4-bit layers (`--finetune qlora`) are §12.5's.
 """
+
+
+WORKSPACE_NOTE = """\
+The eager walk's ratios here are against the step's tensors: its measured peak less the workspace the CPU's
+matrix library (oneDNN, for bf16) allocates and frees inside a single matmul-family op, which calc does not model
+(`scripts/training/profile_step.py` finds each such block in the profiler's trace). The largest block seen was
+{largest:,} bytes, in `{at}` ({where}); leaving the workspace out lowers a step's measured peak by at most {most:,}
+bytes ({share:.2%}). Each row's full measured peak, the workspace included, is its `measured_peak` in {data_file},
+beside `measured_peak_tensors` and `workspace_peak`."""
+NO_WORKSPACE_NOTE = """\
+No matrix multiplication of these steps took a workspace from the allocator (`workspace_peak` is 0 in every row
+of {data_file}, `scripts/training/profile_step.py`), so the step's tensors are its measured peak."""
+
+
+def workspace_note(rows: list[dict], data_file: str, where) -> list[str]:
+    """What the eager walk's ratios of these CPU rows are against, from the data: the step's tensors, with the
+    largest workspace block seen and the row it was seen in (`where(row)`); [] where no row records the split."""
+    rows = [r for r in rows if "measured_peak_tensors" in r]
+    if not rows:
+        return []
+    big = max(rows, key=lambda r: r["workspace_peak"])
+    if big["workspace_peak"] == 0:
+        return prose(NO_WORKSPACE_NOTE, data_file=data_file)
+    most = max(rows, key=lambda r: r["measured_peak"] - r["measured_peak_tensors"])
+    gap = most["measured_peak"] - most["measured_peak_tensors"]
+    return prose(WORKSPACE_NOTE, largest=big["workspace_peak"], at=big["workspace_at"], where=where(big), most=gap,
+                 share=gap / most["measured_peak"], data_file=data_file)  # fmt: skip
 
 
 def prose(template: str, **values) -> list[str]:
@@ -661,22 +711,33 @@ def lora_section() -> list[str]:
     if data is None:
         return out
     runs = [r for r in data["runs"] if r["measured_peak"]]
-    worst = max(runs, key=lambda r: abs(r["ratio"] - 1))
+    worst = max(runs, key=lambda r: abs(_lora_eager(r) - 1))
     out += prose(LORA_PROSE, command=command, first_command=runs[0]["command"], environment=data["environment"],
-                 runs=len(runs), worst=worst)  # fmt: skip
+                 runs=len(runs), worst=worst, worst_ratio=_lora_eager(worst))  # fmt: skip
+    out += ["", *workspace_note(runs, "docs/data/lora.json", _lora_where)]
     out += [
         "",
         "| Class | L, h, a, k, f, V | Tokens | Fine-tuning | Trainable | Recipe | Attention | Checkpointing "
-        "| Measured (bytes) | Eager walk (bytes) | Eager / measured |",
+        "| Step's tensors (bytes) | Eager walk (bytes) | Eager / tensors |",
         "|---|---|---|---|---:|---|---|---|---:|---:|---:|",
     ]
     for r in runs:
         out.append(
             f"| {r['model_type']} | {_short_shape(r['model'])} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
             f"| {r['trainable_params']:,} | {r['precision']} | {r['attention']} | {r['checkpointing']} "
-            f"| {r['measured_peak']:,} | {r['predicted_peak']:,} | {r['ratio']:.4f} |"
+            f"| {r['measured_peak_tensors']:,} | {r['predicted_peak']:,} | {_lora_eager(r):.4f} |"
         )
     return [*out, "", *prose(LORA_FOLLOWS), ""]
+
+
+def _lora_eager(row: dict) -> float:
+    """A LoRA row's eager walk / the step's tensors (the measured peak less the workspace)."""
+    return row["predicted_peak"] / row["measured_peak_tensors"]
+
+
+def _lora_where(row: dict) -> str:
+    return (f"{row['model_type']}, {row['tune']}, {row['precision']}, {row['attention']} attention, checkpointing "
+            f"{row['checkpointing']}")  # fmt: skip
 
 
 # §13: the families and loops people train now, measured, beside what today's CLI answers. The prose is

@@ -9,7 +9,8 @@ formula (2022, eq. 1: sbh(34 + 5as/h) bytes at 16 bits, so half that in values).
 Peak memory: one training step (forward, loss, backward, Adam step, zero_grad) after a warm-up step, so
 that Adam's moments exist. On CPU the profiler (profile_memory=True) records every allocation and free
 of PyTorch's CPU allocator from an empty start; the running sum of their sizes is the bytes allocated,
-and its largest value during the step is the peak: the CPU counterpart of torch.cuda.max_memory_allocated.
+and its largest value during the step is the peak: the CPU counterpart of torch.cuda.max_memory_allocated;
+beside it, profile_step.py's split of the matrix library's workspace (`workspace_peak`, `measured_peak_tensors`).
 On CUDA: torch.cuda.max_memory_allocated. Predicted: calc.step for the same shape, sequence, micro-batch
 and recomputation, recipe "fp32" with 4-byte activations (what the reference trainer runs), by both of
 calc's walks: the deck's (`predicted_peak`, the default) and the eager one (`predicted_peak_eager`, what
@@ -352,10 +353,14 @@ def measure_cpu(run: Run) -> dict:
             kind = "gradients" if ptr in held_after_backward else "backward working"
         if kind != "state":
             at_peak[kind] += size
+    split = profile_step.step_peak(prof)  # the same replay, the matrix library's workspace apart
+    if (split["measured_peak"], split["measured_start"], split["measured_end"]) != (peak, start, end):
+        raise RuntimeError("profile_step's replay disagrees with measure.py's")
     return {
         "measured_peak": peak,
         "measured_start": start,  # held as the step begins: weights, Adam's state, masks, tokens
         "measured_end": end,
+        **{k: split[k] for k in ("workspace_peak", "workspace_at", "workspace_at_peak", "measured_peak_tensors")},
         "state_from_tensors": sum(state.values()),
         "peak_at": _peak_at(peak_names),
         "measured_at_peak": {k: v for k, v in at_peak.items() if v},

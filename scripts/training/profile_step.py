@@ -5,7 +5,13 @@ optimizer's state exists), and runs the measured step inside `with mark():`. The
 
 - CPU (`on_cpu`): the profiler (profile_memory=True) records every allocation and free of PyTorch's CPU
   allocator from an empty start; the running sum of their sizes is what is allocated, and its largest value
-  inside the marked step is the peak: the CPU counterpart of torch.cuda.max_memory_allocated.
+  inside the marked step is the peak (`measured_peak`): the CPU counterpart of torch.cuda.max_memory_allocated.
+  Beside it, the matrix library's workspace: a block a matmul-family op (MATMUL_OPS) allocates itself (the op is
+  the innermost one whose time range holds the allocation) and frees before it returns, so that it is neither
+  the op's output nor outlives it; oneDNN takes one inside every bf16 matmul, its size set by its per-thread
+  blocking for this CPU. `workspace_peak` is the largest such block live in the step, `workspace_at` the op
+  that took it, `workspace_at_peak` the workspace live at the measured peak, and `measured_peak_tensors` the
+  step's peak with every workspace block left out: what its tensors hold.
 - CUDA (`on_cuda`): the caching allocator's own counters, reset as the marked step begins:
   torch.cuda.max_memory_allocated (the peak) and, beside it, max_memory_reserved (what the cache holds).
 
@@ -25,6 +31,12 @@ from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 STEP_MARK = "measure: training step"
+# The matmul family: ops whose kernels (oneDNN, MKL, PyTorch's CPU flash attention) may take a workspace
+# from the allocator inside the op; profiler names, forward and backward.
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::linear",
+                        "aten::matmul", "aten::mv", "aten::addmv", "aten::dot", "aten::_addmm_activation",
+                        "aten::_grouped_mm", "aten::scaled_dot_product_attention"})  # fmt: skip
+MATMUL_PREFIXES = ("aten::_scaled_dot_product",)  # its flash, efficient and math kernels and their backwards
 
 
 def events(prof) -> list:
@@ -46,25 +58,65 @@ def profiled(body: Callable) -> tuple:
 
 
 def on_cpu(body: Callable) -> tuple[dict, object]:
-    """({"measured_peak", "measured_start", "measured_end"} in bytes, what body returned), on the CPU."""
+    """({"measured_peak", "measured_start", "measured_end", "workspace_peak", "workspace_at", "workspace_at_peak",
+    "measured_peak_tensors"} in bytes (workspace_at: an op's path), what body returned), on the CPU."""
     prof, out = profiled(body)
     return step_peak(prof), out
 
 
+def is_matmul(name: str) -> bool:
+    return name in MATMUL_OPS or name.startswith(MATMUL_PREFIXES)
+
+
+def workspace(allocations: list) -> set[int]:
+    """The indices, in `allocations` (in time order), of the allocation and the free of every workspace block:
+    allocated with a matmul-family op as the innermost op around it, and freed inside that op's time range."""
+    made: dict[int, int] = {}  # address -> index of the allocation that holds it
+    found: set[int] = set()
+    for i, e in enumerate(allocations):
+        f = e.extra_fields
+        if f.alloc_size > 0:
+            made[f.ptr] = i
+            continue
+        j = made.pop(f.ptr, None)
+        op = None if j is None else allocations[j].parent
+        if op is not None and is_matmul(op.name) and op.start_time_ns <= e.start_time_ns <= op.end_time_ns:
+            found.update((i, j))
+    return found
+
+
 def step_peak(prof) -> dict:
     """Replay the allocator over the profile: the running sum of every allocation's size; at the step marked
-    STEP_MARK, the total it starts with, its largest value and the total it ends with."""
+    STEP_MARK, the total it starts with, its largest value and the total it ends with; and the same running
+    sum without the workspace blocks (`workspace`): its largest value in the step, and the largest block."""
     recorded = events(prof)
     step = next(e for e in recorded if e.name == STEP_MARK)
     allocations = sorted((e for e in recorded if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
-    running, start, end, peak = 0, None, None, -1
-    for e in allocations:
+    scratch = workspace(allocations)
+    running, tensors, start, end, peak, peak_tensors, largest, at, at_peak = 0, 0, None, None, -1, -1, 0, None, 0
+    for i, e in enumerate(allocations):
         if start is None and e.start_time_ns >= step.start_time_ns:
             start = running
-        running += e.extra_fields.alloc_size
+        size = e.extra_fields.alloc_size
+        running += size
+        tensors += 0 if i in scratch else size
         if start is not None and e.start_time_ns <= step.end_time_ns:
-            end, peak = running, max(peak, running)
-    return {"measured_peak": peak, "measured_start": start, "measured_end": end}
+            end, peak_tensors = running, max(peak_tensors, tensors)
+            if running > peak:
+                peak, at_peak = running, running - tensors
+            if i in scratch and size > largest:
+                largest, at = size, op_path(e.parent)
+    return {"measured_peak": peak, "measured_start": start, "measured_end": end, "workspace_peak": largest,
+            "workspace_at": at, "workspace_at_peak": at_peak, "measured_peak_tensors": peak_tensors}  # fmt: skip
+
+
+def op_path(op) -> str:
+    """Where an op ran, in words: its name, and the nearest enclosing label that is not an aten op (an autograd
+    node, a record_function label such as bitsandbytes' ops, or the step's phase)."""
+    outer = op.parent
+    while outer is not None and outer.name.startswith("aten::"):
+        outer = outer.parent
+    return op.name if outer is None else f"{op.name} in {outer.name}"
 
 
 class _CudaMark:
@@ -136,7 +188,7 @@ def _plain(model: hf_models.Model, attention: str, checkpointing: str, precision
 
 
 def measure_cpu(model: hf_models.Model, precision: str, attention: str, checkpointing: str, seq: int, b: int) -> dict:
-    """{"measured_peak", "measured_start", "measured_end"} in bytes for the second step."""
+    """on_cpu's measurements (bytes) of the second step."""
     batches = [hf_models.tokens(model.vocab, seq, b, seed) for seed in (0, 1)]
     return on_cpu(two_steps(*_plain(model, attention, checkpointing, precision), batches))[0]
 
