@@ -80,6 +80,12 @@ def _band(ratios: list[float], models, section: str, setting: str = "") -> dict:
             "section": section, "anchor": "sec-" + section.replace(".", "-"), "setting": setting}
 
 
+def against_tensors(row: dict, predicted: str, ratio: str) -> float:
+    """A measured row's eager ratio as results.md prints it: against the step's tensors (the measured peak less
+    the matrix library's workspace, scripts/training/profile_step.py) where the row records them."""
+    return row[predicted] / row["measured_peak_tensors"] if "measured_peak_tensors" in row else row[ratio]
+
+
 def eager_bands() -> dict[str, dict]:
     """For each kind of step the eager walk follows, the lowest and highest ratio of predicted to measured
     peak over the steps measured, how many, on which model types, and the section of results that lists
@@ -93,18 +99,21 @@ def eager_bands() -> dict[str, dict]:
                 out[family] = _band(ratios, classes, "10.8")
     if MEASURED["decoder"].exists():
         runs = json.loads(MEASURED["decoder"].read_text())["runs"]
-        ratios = [r["ratio_eager"] for r in runs if r.get("measured_peak") and r.get("ratio_eager")]
+        ratios = [against_tensors(r, "predicted_peak_eager", "ratio_eager") for r in runs
+                  if r.get("measured_peak") and r.get("ratio_eager")]
         if ratios:
             out["decoder"] = _band(ratios, ["decoder"], "10.6")
     if MEASURED["lora"].exists():
         runs = [r for r in json.loads(MEASURED["lora"].read_text())["runs"] if r["measured_peak"]]
         if runs:
-            out["lora"] = _band([r["ratio"] for r in runs], [r["model_type"] for r in runs], "12.4",
+            ratios = [against_tensors(r, "predicted_peak", "ratio") for r in runs]
+            out["lora"] = _band(ratios, [r["model_type"] for r in runs], "12.4",
                                 "fine-tuned with peft's LoRA or with frozen layers")
     if MEASURED["qlora"].exists():
         runs = [r for r in json.loads(MEASURED["qlora"].read_text())["runs"] if r["measured_peak"]]
         if runs:
-            out["qlora"] = _band([r["eager_ratio"] for r in runs], [r["model_type"] for r in runs], "12.5",
+            ratios = [against_tensors(r, "eager_predicted_peak", "eager_ratio") for r in runs]
+            out["qlora"] = _band(ratios, [r["model_type"] for r in runs], "12.5",
                                  "with bitsandbytes' 4-bit layers and peft's LoRA")
     return out
 

@@ -43,6 +43,7 @@ def _id(case) -> str:
     return f"{m[0]}-kv{m[4]}-{tune[0]}-{'-'.join(run)}"
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_eager_walk_predicts_peft_step(case):
     """The CLI's --walk eager --finetune peak is within 3% of the measured step's tensors of the fine-tuned model."""

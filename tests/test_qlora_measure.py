@@ -43,6 +43,7 @@ def measured():
     }
 
 
+@pytest.mark.torch
 def test_nf4_base_is_what_bitsandbytes_holds(measured):
     """The loaded model's bytes are calc's weights plus the code books of every 4-bit linear and RoPE's two
     inverse-frequency buffers (fp32, head size / 2 each)."""
@@ -56,6 +57,7 @@ def test_nf4_base_is_what_bitsandbytes_holds(measured):
     assert row["trainable_params"] == row["measured_trainable"]
 
 
+@pytest.mark.torch
 def test_qlora_saving_is_predicted(measured):
     """The bf16 step's peak less the QLoRA step's, predicted, is within 10% of the measured one."""
     saved = measured["lora"]["measured_peak"] - measured["qlora"]["measured_peak"]
@@ -80,6 +82,7 @@ def test_nf4_bytes_match_bitsandbytes_layout():
     assert finetune.nf4_bytes(n) == n // 2 + n // 64 + 4 * (n // 64 // 256)
 
 
+@pytest.mark.torch
 def test_eager_walk_predicts_the_measured_qlora_step(measured):
     """The recorded eager walk's peak (`--walk eager --recipe bf16 --finetune qlora`) is within 3% of the measured
     step's tensors (its peak less the matrix library's workspace), and so is its peak for the same step on a bf16
@@ -89,6 +92,7 @@ def test_eager_walk_predicts_the_measured_qlora_step(measured):
         assert_predicts_tensors(row["eager_predicted_peak"], row, BOUND)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"r{c[3][0]}-{len(c[3][2])}-targets-{'-'.join(c[4:])}")
 def test_eager_walk_predicts_qlora_step(case):
     """The CLI's --walk eager peak for a QLoRA step, from the flags a user types, is within 3% of the tensors of
