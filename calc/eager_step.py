@@ -254,8 +254,9 @@ def segments(
     grads = sum(seg.repeats * e.bytes for seg in replayed for e in seg.events if e.category == "gradients")
     temp, how = optim_step.temporaries(opt, impl, optim_step.groups(params, loop.name), unit)
     name = OPTIMIZERS[opt].label
-    end = [Event("optimizer", f"{name} step: temporaries", "optimizer", temp, how),
-           Event("optimizer", f"{name} step: temporaries freed", "optimizer", -temp, how)] if temp else []  # fmt: skip
+    end = loops.clip_events(loop, len(params), rp.block)
+    end += [Event("optimizer", f"{name} step: temporaries", "optimizer", temp, how),
+            Event("optimizer", f"{name} step: temporaries freed", "optimizer", -temp, how)] if temp else []  # fmt: skip
     end.append(Event("optimizer", "zero_grad: free gradients", "gradients", -grads,
                      "optimizer.zero_grad(set_to_none=True)"))  # fmt: skip
     end += _graph_goes(rp)

@@ -101,6 +101,15 @@ def test_the_loops_start_is_the_measured_start(tmp_path):
             assert got["static"] == row["measured_start"], row["loop"]
 
 
+def test_trainer_clips_the_gradients():
+    """Trainer's clip_grad_norm_ holds a 0-dim fp32 norm per gradient, their stack and the total norm at once:
+    244 B for the 30 tensors of the measured llama (traced); the bare loop does not clip."""
+    shape = PRESETS["llama-7b"].replace(layers=3, hidden=64, heads=4, kv_heads=2, ffn=176, vocab=256)
+    assert [e.bytes for e in loops.clip_events(loops.Loop("trainer"), 30, 1)] == [244, -244]
+    assert loops.clip_events(loops.BARE, 30, 1) == []
+    assert len(optim_step.trainable(shape, Tuning())) == 30
+
+
 def test_adamw_impl_defaults_to_pytorchs_pick_and_the_loops():
     """PyTorch picks foreach on CUDA and single-tensor on the CPU; Trainer (optim adamw_torch_fused) picks fused."""
     assert loops.Loop().impl("cuda") == "foreach" and loops.Loop().impl("cpu") == "single"
