@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
-from . import eager, eager_step, finetune
+from . import eager, eager_step, finetune, loops
 from .counts import param_counts
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
@@ -95,6 +95,7 @@ def step(
     attention: str = "sdpa",
     device: str = "cuda",
     tune: finetune.Tuning = finetune.DEFAULT,
+    loop: loops.Loop = loops.BARE,
 ) -> dict:
     """One training step on one device: sizes, the event walk and its peak (the CLI's --json object).
     `grad_accum`: micro-batches per step of each data-parallel worker (default: pp; see walks).
@@ -108,13 +109,17 @@ def step(
     if activation_bytes is None:
         activation_bytes = RECIPES[recipe].activations
     if walk == "eager":
-        if par != SINGLE or (grad_accum or 1) > 1:
-            raise ValueError("the eager walk is for one micro-batch on a single device: use the deck walk")
+        if par != SINGLE:
+            raise ValueError("the eager walk is for a single device: use the deck walk")
+        loop = replace(loop, grad_accum=grad_accum or 1)  # issue 19: the loop's fields (calc.loops)
         stage, in_flight, accumulating, segs = (
             0,
             1,
-            False,
-            eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune),
+            loop.grad_accum > 1,
+            eager.segments(
+                shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune,
+                None if loop == loops.BARE else loop,
+            ),
         )
         top, at = peak(segs)
         expanded = events(segs)
@@ -164,6 +169,8 @@ def step(
     }
     if not tune.default:
         config["finetune"] = {**asdict(tune), "targets": list(tune.targets)}
+    if walk == "eager" and (loop.name != "bare" or loop.adamw_impl or loop.loss):  # issue 19 (calc.loops)
+        config["loop"] = {"name": loop.name, "adamw_impl": loop.impl(device), "loss": loop.loss_kind}
     return {
         "config": config,
         "params": counts["total"],
@@ -193,9 +200,10 @@ def eager_peak(
     attention: str = "sdpa",
     device: str = "cuda",
     tune: finetune.Tuning = finetune.DEFAULT,
+    loop: loops.Loop | None = None,
 ) -> tuple[int, str]:
     """(peak bytes, the event that sets it) of the eager walk on one device, without expanding its events."""
-    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, None, attention, device, tune)
+    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, None, attention, device, tune, loop)
     top, at = peak(segs)
     return top, label_at(segs, at)
 

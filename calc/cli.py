@@ -10,6 +10,7 @@ from .api import step, table
 from .finetune import MODES, TARGETS
 from .hf import MAX_CHARS, READERS
 from .inputs import BOOL_FIELDS, CARDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
+from .loops import ADAMW_IMPLS, LOOPS, LOSSES
 from .optimizers import OPTIMIZERS
 from .plan import fit_card, plan
 from .presets import PRESETS
@@ -86,6 +87,26 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers): not counted",
+    )
+    loop = p.add_argument_group("the loop around the step (--walk eager)")
+    loop.add_argument(
+        "--loop",
+        metavar="|".join(LOOPS),
+        help="bare (default): loss.backward(), optimizer.step(), zero_grad(); trainer: transformers' Trainer as it "
+        "comes (its labels tensor, all micro-batches fetched first, fused AdamW); sft: TRL's SFTTrainer (its "
+        "collator and chunked head)",
+    )
+    loop.add_argument(
+        "--adamw-impl",
+        metavar="|".join(ADAMW_IMPLS),
+        help="AdamW's implementation (default PyTorch's pick: foreach on cuda, single on cpu; Trainer and TRL pick "
+        "fused, optim adamw_torch_fused)",
+    )
+    loop.add_argument(
+        "--loss",
+        metavar="|".join(LOSSES),
+        help="transformers: ForCausalLMLoss on the logits (default); trl-chunked: TRL's chunked log-prob head, no "
+        "logits (the default with --loop sft)",
     )
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()
@@ -258,6 +279,7 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         attention=inputs["attention"],
         device=inputs["device"],
         tune=tune,
+        loop=inputs["loop"],
     )
     if args.json:
         print(json.dumps(result, indent=1))

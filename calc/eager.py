@@ -20,7 +20,7 @@ a temporary of every moment at once (about 4 bytes a parameter), unmeasured here
 
 from __future__ import annotations
 
-from . import counts, eager_step
+from . import counts, eager_step, finetune, loops
 from .counts import param_counts
 from .recipes import RECIPES
 from .shape import Shape
@@ -272,6 +272,7 @@ def segments(
     attention: str = "sdpa",
     device: str = "cuda",
     tune=None,
+    loop=None,
 ) -> list[Segment]:
     """The step on a single device, every size in bytes. transformers' models (families "llama" and
     "gpt2") are replayed op by op (calc.eager_step); the course's Decoder follows the counts below, with
@@ -280,11 +281,16 @@ def segments(
     if shape.family != "decoder":
         if recompute == "selective":
             raise ValueError("transformers checkpoints whole layers: recompute none or full")
-        if tune is None:
+        if tune is None and loop is None:
             return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device)
-        return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device, tune)
+        if loop is None:
+            return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device, tune)
+        tune = finetune.DEFAULT if tune is None else tune  # issue 19: the loop around the step (calc.loops)
+        return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device, tune, loop)
     if tune is not None and not tune.default:
         raise ValueError("the eager walk fine-tunes transformers' models only")
+    if loop is not None and loop != loops.BARE:
+        raise ValueError("the course's Decoder is walked in a bare loop only")
     if activation_bytes is None:
         activation_bytes = RECIPES[recipe].activations
     p, g, b, h = activation_bytes, RECIPES[recipe].gradients, micro_batch, shape.hidden

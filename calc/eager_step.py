@@ -10,9 +10,10 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
-from . import counts, finetune, inventory
+from . import counts, finetune, inventory, loops, optim_step, trl_head
 from .counts import param_counts
 from .families import FAMILIES
+from .optimizers import OPTIMIZERS
 from .parts.ops import Ops, Step
 from .recipes import RECIPES
 from .replay import Node, Replay, T
@@ -54,14 +55,18 @@ def replay(
     attention: str,
     device: str,
     tune: finetune.Tuning = finetune.DEFAULT,
+    accumulate: bool = False,
+    loss_kind: str = "transformers",
 ):
-    """The step's events as (layer, Event) pairs; layer 0 for events outside the layers."""
+    """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
+    micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay)."""
     r = RECIPES[recipe]
     act = r.activations if not r.autocast else 4
     lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
     st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device, *lora, r.weights,
               tune.mode == "qlora")  # fmt: skip
     rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
+    rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
     unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
@@ -120,6 +125,12 @@ def replay(
     # (last_hidden_state) stays with the causal-LM forward, which applies the head and the loss
     rp.drop(*held, *(t for t in (cos, sin, mask) if t is not None), why="the base model's forward returns")
     head = "embedding" if shape.tied else "lm_head"
+    if loss_kind == "trl-chunked":  # issue 19: TRL's chunked log-prob head, no logits (calc.trl_head)
+        compute = 2 if r.autocast else final.unit
+        loss = trl_head.head(ops, final, head, compute, device)
+        rp.drop(final, why="the model's forward returns")
+        ops.end_autocast()
+        return _backward(rp, loss, leaf), st
     head_bias = shape.bias and shape.head_bias and not shape.tied
     logits = ops.linear(final, h, v, head, head_bias, "logits", "logits")
     if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them
@@ -141,7 +152,11 @@ def replay(
     rp.drop(final, why="the model's forward returns")
     ops.end_autocast()
     rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
-    # backward
+    return _backward(rp, loss, leaf), st
+
+
+def _backward(rp: Replay, loss: T, leaf: T | None) -> Replay:
+    """loss.backward(): every node's backward, then what the graph keeps until the step returns."""
     rp.grads[id(loss)] = T(0, "1")
     rp.backward()
     if leaf is not None:
@@ -149,7 +164,7 @@ def replay(
     for g in rp.grads.values():
         rp.drop(g, why="gradient of an input that needs none")
     rp.grads.clear()
-    return rp, st
+    return rp
 
 
 def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
@@ -193,6 +208,7 @@ def segments(
     attention: str,
     device: str,
     tune: finetune.Tuning = finetune.DEFAULT,
+    loop: loops.Loop = loops.BARE,
 ):
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad.
@@ -203,17 +219,10 @@ def segments(
     a model with some frozen is replayed whole."""
     r = RECIPES[recipe]
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
-    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers else shape
-    rp, st = replay(small, *args)
-    replayed = _compress(rp.events)
-    if small is not shape:
-        replayed = _stretch(replayed, shape.layers)
-        if replayed is None:
-            replayed = _compress(replay(shape, *args)[0].events)
+    rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind)
     if tune.default:
         start = resident_state(param_counts(shape)["total"], recipe)
-        stored = stored_tensors(shape)
-        tensors, largest, trained_params = len(stored), max(stored), param_counts(shape)["total"]
+        tensors = len(stored_tensors(shape))
     else:  # the base model's weights, the adapters', and AdamW's state for the trainable tensors only
         trained = finetune.trainable_tensors(shape, tune)
         weights = finetune.weight_bytes(shape, recipe, tune)
@@ -224,37 +233,72 @@ def segments(
             books = CODE_BOOKS * shape.layers * len(finetune.linears(shape))
             start.append(Event("start", "bitsandbytes' code books (NF4 and the absmax's 8-bit code, fp32)", "weights",
                                books, "QuantState.code and state2.code: 1,088 bytes a 4-bit linear"))  # fmt: skip
-        if state:
+        if state and tune.optimizer == "adamw":
             start.append(Event("start", "AdamW moments of the trainable parameters", "optimizer", state, r.source))
         if r.master:
             start.append(Event("start", "fp32 master weights of the trainable parameters", "master",
                                r.master * finetune.numel(trained), r.source))  # fmt: skip
         tensors = sum(count for count, _, _ in trained)
-        largest = max(rows * (cols or 1) for _, rows, cols in trained)
-        trained_params = finetune.numel(trained)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
-    if device == "cpu":  # on CUDA AdamW keeps its step counters on the CPU
-        counters = 4 * tensors
+    # issue 19: the loop's own tensors and the optimizer's state and step (calc.loops, calc.optim_step)
+    opt, impl, unit = tune.optimizer, loop.impl(device), r.optimizer // 2  # unit: bytes of one moment value
+    params = optim_step.trainable(shape, tune)
+    if opt != "adamw":
+        start += optim_step.state_events(opt, params, loop.name, unit, OPTIMIZERS[opt].source)
+    elif device == "cpu" or impl == "fused":  # AdamW's step counters: on the CPU unless fused (adam.py _init_group)
+        counters = 4 * tensors if device == "cpu" else CUDA_BLOCK * tensors
         start.append(Event("start", "AdamW's step counters", "optimizer", counters, "a float32 tensor per parameter"))
+    start += loops.start_events(loop, shape, st.tokens, rp.block)
     segs = [Segment(tuple(start)), *replayed]
+    if loop.grad_accum > 1:
+        segs += _later_micro_batches(shape, args, rp, loop)
     grads = sum(seg.repeats * e.bytes for seg in replayed for e in seg.events if e.category == "gradients")
-    unit = r.optimizer // 2  # bytes of one moment value
-    if device == "cpu":
-        temp = 2 * unit * largest
-        how = "single-tensor AdamW (PyTorch's CPU default): sqrt(v) and its division, the largest parameter's size"
-    else:
-        temp = unit * trained_params
-        how = "foreach AdamW (PyTorch's CUDA default): _foreach_sqrt of every second moment at once"
-    end = [
-        Event("optimizer", "AdamW step: temporaries", "optimizer", temp, how),
-        Event("optimizer", "AdamW step: temporaries freed", "optimizer", -temp, how),
-        Event("optimizer", "zero_grad: free gradients", "gradients", -grads, "optimizer.zero_grad(set_to_none=True)"),
-    ]
-    for t in rp.after:
-        freed = rp.blocks(-t.nbytes)  # in the allocator's blocks, as it was allocated
-        end.append(Event("optimizer", f"free {t.label}", t.category, freed, "the step returns: the graph goes"))
+    temp, how = optim_step.temporaries(opt, impl, optim_step.groups(params, loop.name), unit)
+    name = OPTIMIZERS[opt].label
+    end = loops.clip_events(loop, len(params), rp.block)
+    end += [Event("optimizer", f"{name} step: temporaries", "optimizer", temp, how),
+            Event("optimizer", f"{name} step: temporaries freed", "optimizer", -temp, how)] if temp else []  # fmt: skip
+    end.append(Event("optimizer", "zero_grad: free gradients", "gradients", -grads,
+                     "optimizer.zero_grad(set_to_none=True)"))  # fmt: skip
+    end += _graph_goes(rp)
     segs.append(Segment(tuple(end)))
     return segs
+
+
+def _graph_goes(rp: Replay) -> list[Event]:
+    """What the training step held until it returned (enable_input_require_grads' leaf and its .grad)."""
+    # in the allocator's blocks, as it was allocated
+    return [Event("optimizer", f"free {t.label}", t.category, rp.blocks(-t.nbytes), "the step returns: the graph goes")
+            for t in rp.after]  # fmt: skip
+
+
+def _replayed(shape: Shape, args: tuple, **how):
+    """(replay, step, segments) of one micro-batch, SMALL layers stretched to the model's depth where they can be.
+    `how`: replay's accumulate and loss_kind."""
+    tune = args[-1]
+    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers else shape
+    rp, st = replay(small, *args, **how)
+    replayed = _compress(rp.events)
+    if small is not shape:
+        replayed = _stretch(replayed, shape.layers)
+        if replayed is None:
+            replayed = _compress(replay(shape, *args, **how)[0].events)
+    return rp, st, replayed
+
+
+def _later_micro_batches(shape: Shape, args: tuple, first: Replay, loop: loops.Loop) -> list[Segment]:
+    """Gradient accumulation (Trainer's gradient_accumulation_steps, or a bare loop calling backward k times):
+    micro-batch 2 to k each run the first's allocations with every gradient already resident, each new
+    parameter gradient added into .grad in place and freed as its node ends (AccumulateGrad). The first
+    micro-batch's graph goes when its training step returns. The micro-batches after the second repeat it."""
+    replayed = _replayed(shape, args, accumulate=True, loss_kind=loop.loss_kind)[2]
+    k = loop.grad_accum
+    label = "micro-batch 2" if k == 2 else f"micro-batches 2 to {k}"
+    segs = [Segment(tuple(_graph_goes(first)))] if first.after else []
+    for seg in replayed:
+        events = tuple(e._replace(label=f"{e.label} ({label})") for e in seg.events)
+        segs.append(Segment(events, seg.reps))
+    return segs  # the last micro-batch's graph goes after the optimizer's step, as the first's sizes say
 
 
 def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, tune: finetune.Tuning) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from . import families, finetune
+from . import families, finetune, loops
 from .activations import layer_bytes
 from .counts import param_counts
 from .hf import ConfigError, compact, parse, shape_from_text
@@ -81,6 +81,8 @@ DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks for
 # Fine-tuning (calc.finetune): which parameters train, and the optimizer (calc.optimizers).
 TUNE_LIMITS = {"lora-rank": 1 << 16, "lora-alpha": 1 << 16}
 LORA_FIELDS = ("lora-rank", "lora-alpha", "lora-targets")
+# issue 19: the loop around the eager walk's step and AdamW's implementation (calc.loops)
+LOOP_FIELDS = ("loop", "adamw-impl", "loss")
 # Common cards by their memory in GB (10^9 bytes), for --card: the planner's capacity.
 CARDS = {
     "rtx-3090": "24",  # GeForce RTX 3090 and 4090: 24 GB GDDR6X
@@ -122,6 +124,7 @@ FIELDS = (
     *LORA_FIELDS,
     "freeze-layers",
     "paged-optimizer",
+    *LOOP_FIELDS,
 )
 
 
@@ -285,6 +288,7 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     problem = not tune.default and tuning_problem(tune, walk, par, grad_accum, shape)
     if problem:
         raise InputError(*problem)
+    loop = parse_loop(given, walk, shape, tune, grad_accum)
     return {
         "shape": shape,
         "seq": seq,
@@ -301,7 +305,25 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
         "tune": tune,
         # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
         "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
+        "loop": loop,
     }
+
+
+def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finetune.Tuning,
+               grad_accum: int | None) -> loops.Loop:  # fmt: skip
+    """The loop's fields (issue 19) as a calc.loops.Loop: the eager walk's only."""
+    for field in LOOP_FIELDS:
+        if field in given and walk != "eager":
+            raise InputError(field, "applies to --walk eager (the deck walk has no loop around its step)")
+    name = _choice("loop", given.get("loop", "bare"), loops.LOOPS)
+    impl = _choice("adamw-impl", given["adamw-impl"], loops.ADAMW_IMPLS) if "adamw-impl" in given else ""
+    if impl and tune.optimizer != "adamw":
+        raise InputError("adamw-impl", "applies to --optimizer adamw")
+    loss = _choice("loss", given["loss"], loops.LOSSES) if "loss" in given else ""
+    loop = loops.Loop(name, impl, grad_accum or 1, loss)
+    if walk == "eager" and shape.family == "decoder" and loop != loops.BARE:
+        raise InputError("walk", "the eager walk runs the course's Decoder in a bare loop, one micro-batch, AdamW")
+    return loop
 
 
 def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
@@ -362,19 +384,20 @@ def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[st
     """(field, message) where the eager walk cannot replay this fine-tuning: it follows peft's LoRA and frozen
     layers with AdamW on the families that say so (calc.families), and QLoRA as bitsandbytes' NF4 Linear4bit
     (double-quantized, bf16 compute) runs under peft's LoRA."""
-    if tune.optimizer != "adamw" or tune.paged:
-        return "optimizer", "the eager walk steps AdamW only: use the deck walk for other optimizers"
-    problem = shape is not None and families.tuning_lacks(shape)
+    if tune.paged:
+        return "paged-optimizer", "the eager walk keeps the optimizer's state on the device: use the deck walk"
+    if shape is not None and shape.family == "decoder" and tune.mode == "full":
+        return "optimizer", "the eager walk steps the course's Decoder with AdamW only: use the deck walk"
+    problem = shape is not None and tune.mode != "full" and families.tuning_lacks(shape)
     return ("finetune", problem) if problem else None
 
 
 def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int | None) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step, or None."""
-    if par != Parallel() or (grad_accum or 1) > 1:
-        return (
-            "walk",
-            "the eager walk is one micro-batch on one device: leave --dp, --tp, --pp, --ep, --zero, --grad-accum unset",
-        )
+    if par != Parallel():
+        return "walk", "the eager walk is one device: leave --dp, --tp, --pp, --ep, --zero unset"
+    if shape.family == "decoder" and (grad_accum or 1) > 1:
+        return "grad-accum", "the eager walk runs the course's Decoder one micro-batch a step: use the deck walk"
     missing = eager_lacks(shape)
     if missing:
         return "walk", f"the eager walk does not follow {missing} yet: use the deck walk"

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# bitsandbytes' 8-bit optimizers (bitsandbytes/optim/optimizer.py, Optimizer2State.init_state, at commit
-# 06029dd): a tensor of fewer than min_8bit_size = 4096 elements keeps fp32 moments; a larger one keeps
-# each moment in uint8 with one fp32 absmax per block of 2048 elements ("blocks = n // 2048", block_wise
-# True by default). Later releases quantize in blocks of 256: change BNB_8BIT_BLOCK to follow them.
+# bitsandbytes' 8-bit optimizers (bitsandbytes/optim/optimizer.py, Optimizer2State.init_state, 0.50.2 as
+# installed): a tensor of fewer than min_8bit_size = 4096 elements keeps fp32 moments; a larger one keeps
+# each moment in uint8 with one fp32 absmax per block of 256 elements ("blocksize = 256", line 524; older
+# releases, e.g. commit 06029dd, had blocks of 2048). Measured: docs/data/loops.json's trainer-adamw-8bit rows.
 BNB_MIN_8BIT_SIZE = 4096
-BNB_8BIT_BLOCK = 2048
+BNB_8BIT_BLOCK = 256
 FP32 = 4
 
 

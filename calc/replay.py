@@ -61,6 +61,10 @@ class Replay:
         self.grads: dict[int, T] = {}  # id(tensor) -> its pending gradient
         self.param_grads: dict[tuple[int, str], int] = {}  # (layer, parameter) -> bytes of its .grad
         self.after: list[T] = []  # what the training step holds until it returns (after zero_grad)
+        # issue 19, gradient accumulation: a later micro-batch adds each parameter gradient into the resident
+        # .grad (AccumulateGrad: variable.grad += new_grad) and frees it once its node has run
+        self.accumulating = False
+        self.accumulated: list[tuple[str, int]] = []
 
     # --- the allocator -------------------------------------------------------------------------------
     def blocks(self, nbytes: int) -> int:
@@ -147,7 +151,9 @@ class Replay:
         is added into it in place and freed."""
         label, key = f"gradient of {name}", (self.layer, name)
         self._emit(label, "gradients", nbytes, f"{node} backward; parameters x gradient bytes")
-        if key in self.param_grads:
+        if self.accumulating:
+            self.accumulated.append((label, nbytes))
+        elif key in self.param_grads:
             self._emit(f"{label}: added into .grad", "gradients", -nbytes, "AccumulateGrad adds in place")
         else:
             self.param_grads[key] = nbytes
@@ -179,6 +185,9 @@ class Replay:
             self.drop(*temps, why="end of the node")
             self.drop(g, *parts, why="consumed by its node")
             self.drop(*node.saved, why=f"{node.label}: saved values released after its backward")
+            for label, nbytes in self.accumulated:  # AccumulateGrad runs after the node that made the gradient
+                self._emit(f"{label}: added into .grad", "gradients", -nbytes, "AccumulateGrad adds in place")
+            self.accumulated.clear()
             for t, grad in outs:
                 self.grad(t, grad)
 

@@ -7,6 +7,7 @@ import json
 from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
 from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
+from .loops import BARE
 from .plan import fit_card, plan
 from .recipes import RECIPES, TABLE_ROWS
 from .units import format_gb, format_gib, format_size, params_label
@@ -44,6 +45,7 @@ def eager_beside(inputs: dict) -> dict:
         inputs["attention"],
         inputs["device"],
         tune,
+        None if inputs["loop"] == BARE else inputs["loop"],
     )
     return {
         "available": True,
@@ -88,6 +90,7 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
             attention=inputs["attention"],
             device=inputs["device"],
             tune=inputs["tune"],
+            loop=inputs["loop"],
         ),
         "table": rows,
         "capacity": inputs["capacity"],

@@ -229,7 +229,7 @@ def test_web_takes_the_fine_tuning_fields():
     assert out["step"]["bytes"]["optimizer"] == finetune.optimizer_bytes(LLAMA, "mixed", Tuning(
         "lora", "adamw-8bit"))
     assert len(out["sweep"]["peaks"]["finetune"]) == len(out["sweep"]["seq"])
-    assert out["fit"] and out["eager"]["available"] is False
+    assert out["fit"] and out["eager"]["available"] is True  # the eager walk steps 8-bit AdamW too (issue 19)
     bad = json.loads(web.handle(json.dumps({"inputs": {"freeze-layers": "2"}})))
     assert bad == {"ok": False, "field": "freeze-layers", "message": "applies to --finetune freeze"}
     plain = json.loads(web.handle(json.dumps({})))

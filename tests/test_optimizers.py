@@ -24,11 +24,11 @@ def test_adamw_over_the_model_is_the_recipes_optimizer_bytes(recipe):
 
 
 def test_8bit_adam_is_a_byte_a_moment_plus_block_scales():
-    """bitsandbytes: uint8 moments and one fp32 absmax per 2,048 elements each; fp32 below 4,096 elements."""
-    assert BNB_8BIT_BLOCK == 2048
-    assert bnb_8bit_bytes(4096 * 4096, 2) == 2 * (4096 * 4096 + 4 * 8192)
-    assert bnb_8bit_bytes(4096, 2) == 2 * (4096 + 4 * 2)  # 4,096 is not below min_8bit_size
-    assert bnb_8bit_bytes(4097, 2) == 2 * (4097 + 4 * 3)  # a partial block still has its absmax
+    """bitsandbytes 0.50: uint8 moments and one fp32 absmax per 256 elements each; fp32 below 4,096 elements."""
+    assert BNB_8BIT_BLOCK == 256
+    assert bnb_8bit_bytes(4096 * 4096, 2) == 2 * (4096 * 4096 + 4 * 65536)
+    assert bnb_8bit_bytes(4096, 2) == 2 * (4096 + 4 * 16)  # 4,096 is not below min_8bit_size
+    assert bnb_8bit_bytes(4097, 2) == 2 * (4097 + 4 * 17)  # a partial block still has its absmax
     assert bnb_8bit_bytes(4095, 2) == 2 * 4 * 4095  # small tensors keep fp32 state
     # The recipe's moment dtype does not change 8-bit state.
     assert tensor_state_bytes("adamw-8bit", 4096, 4096, 2) == tensor_state_bytes("adamw-8bit", 4096, 4096, 4)

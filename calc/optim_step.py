@@ -1,0 +1,146 @@
+"""The optimizer's part of the eager walk's step (issue 19): its state beyond AdamW's moments, and the
+temporaries of its step, tensor by tensor in the order the optimizer visits them.
+
+Sizes are formulas of the trainable tensors' values P (calc.inventory, in model.parameters() order) and
+`unit`, the bytes of one moment value (the recipe's: calc.optimizers). Sources are the installed torch
+2.13, transformers 5.23 and bitsandbytes 0.50.2, checked against traced CPU steps
+(docs/data/loops.json; the step's own 12 bytes of wrapped scalars are left out, as calc leaves scalars out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import finetune, inventory
+from .optimizers import BNB_MIN_8BIT_SIZE, FP32, bnb_8bit_bytes, tensor_state_bytes
+from .shape import Shape
+from .walk import Event
+
+BNB_QMAPS = 2 * 256 * FP32  # bitsandbytes' dynamic and unsigned dynamic maps (qmap1, qmap2): 256 fp32 values
+# each, one pair shared by every 8-bit tensor (Optimizer2State.init_state, bitsandbytes/optim/optimizer.py:518-521)
+RMS_SCALAR = FP32  # transformers' Adafactor keeps state["RMS"], a 0-dim fp32 tensor, per tensor (optimization.py:1257)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One trainable parameter tensor as stored: rows x cols (cols 0: a vector), and how Trainer groups it."""
+
+    rows: int
+    cols: int = 0
+    decay: bool = True  # Trainer's weight-decay group: not a norm or a bias (trainer.py:1416)
+    embedding: bool = False  # an nn.Embedding's weight (Trainer keeps its 8-bit state in 32 bits)
+
+    @property
+    def numel(self) -> int:
+        return self.rows * (self.cols or 1)
+
+
+def _stored(tensors: list[inventory.Tensor]) -> list[Param]:
+    """Tensors as stored: fused ones (GPT-2's c_attn, the experts') as one, a LayerNorm's gain and bias as two."""
+    out: list[Param] = []
+    fused: dict[str, list[inventory.Tensor]] = {}
+    for t in tensors:
+        decay = not ("norm" in t.name or t.name.endswith("bias"))
+        if t.fused:
+            if t.fused not in fused:
+                fused[t.fused] = []
+                out.append(t.fused)  # a placeholder, filled in below
+            fused[t.fused].append(t)
+            continue
+        out += [Param(t.rows, t.cols, decay)] * t.count
+    for i, p in enumerate(out):
+        if isinstance(p, str):
+            parts = fused[p]
+            flat = len({t.rows for t in parts}) == 1 and all(t.count == 1 for t in parts)
+            cols = sum(t.cols for t in parts)
+            out[i] = Param(parts[0].rows, cols) if flat and cols else Param(sum(t.numel for t in parts))
+    return out
+
+
+def _block(shape: Shape, moe: bool) -> list[Param]:
+    """A block in transformers' order: the attention module, the MLP, then the block's norms."""
+    tensors = inventory.layer_tensors(shape, moe)
+    norms = [t for t in tensors if "norm" in t.name]
+    return _stored([t for t in tensors if "norm" not in t.name] + norms)
+
+
+def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
+    """The trainable tensors in model.parameters() order: embedding, blocks, final norm, head (calc.finetune
+    says which train; peft's adapters are lora_A then lora_B of each target, in the block's order)."""
+    outer = inventory.outer_tensors(shape)
+    if tune.adapters:
+        block = [Param(rows, cols) for _, rows, cols in finetune.adapter_tensors(shape, tune)]
+        return block * shape.layers
+    first = tune.freeze_layers if tune.mode == "freeze" else 0
+    layers = []
+    for layer in range(first + 1, shape.layers + 1):
+        moe = shape.moe_layers and layer > shape.layers - shape.moe_layers
+        layers += _block(shape, bool(moe))
+    embedding = [] if tune.mode != "full" else [Param(t.rows, t.cols, True, t.name.startswith("embed"))
+                                                for t in outer["embedding"] + outer["positions"]]  # fmt: skip
+    return embedding + layers + _stored(outer["final_norm"] + outer["head"])
+
+
+def groups(params: list[Param], loop: str) -> list[list[Param]]:
+    """The optimizer's parameter groups: one (model.parameters()) in a bare loop; Trainer's two
+    (trainer.py:1272-1284), the decay group (every weight in model order) then the norms and biases."""
+    if loop == "bare":
+        return [params]
+    return [g for g in ([p for p in params if p.decay], [p for p in params if not p.decay]) if g]
+
+
+def _pairs(sizes: list[int]) -> int:
+    """max over i of P(i-1) + 2 P(i): the previous tensor's result is freed only once the next one's exists."""
+    best, prev = 0, 0
+    for n in sizes:
+        best, prev = max(best, prev + 2 * n), n
+    return best
+
+
+def temporaries(optimizer: str, impl: str, grouped: list[list[Param]], unit: int) -> tuple[int, str]:
+    """(bytes, how): the most the optimizer's step holds at once beyond its state."""
+    sizes = [[p.numel for p in g] for g in grouped]
+    if optimizer == "adamw" and impl == "single":
+        return unit * max(map(_pairs, sizes)), (
+            "single-tensor AdamW, per group: sqrt(v) and denom = sqrt(v) / c + eps (adam.py:544) beside the "
+            "previous tensor's denom, freed by the assignment")
+    if optimizer == "adamw" and impl == "foreach":
+        how = "foreach AdamW (PyTorch's CUDA default): _foreach_sqrt of every second moment at once"
+        return unit * max(map(sum, sizes)), how  # per group: the groups run one after another
+    if optimizer == "adafactor":  # its `update` is one local of step(), carried across the groups
+        flat = [n for g in sizes for n in g]
+        return unit * _pairs(flat), ("Adafactor: update = grad**2 + eps (optimization.py:1261) beside the previous "
+                                     "tensor's update, freed when the new one is assigned")  # fmt: skip
+    if optimizer == "lion":
+        biggest = max(n for g in sizes for n in g)
+        return 3 * FP32 * biggest, "bitsandbytes' CPU Lion: g.float() * scale, state1.mul().add() and its sign()"
+    if optimizer == "adamw-8bit":
+        top = max((5 if _bits8(p, True) else 3) * FP32 * p.numel for g in grouped for p in g)
+        return top, ("bitsandbytes' CPU 8-bit AdamW: both moments dequantized, the fp32 gradient, sqrt and its "
+                     "division (5 x 4P); a 32-bit tensor 3 x 4P")  # fmt: skip
+    return 0, "in place"  # fused AdamW (one _fused_adamw_ call); SGD: param.add_(grad or momentum_buffer)
+
+
+def _bits8(p: Param, trainer: bool) -> bool:
+    """Whether bitsandbytes keeps this tensor's state in 8 bits: at least min_8bit_size values, and not an
+    embedding under Trainer (register_module_override(..., {"optim_bits": 32}), trainer.py:1330-1338)."""
+    return p.numel >= BNB_MIN_8BIT_SIZE and not (trainer and p.embedding)
+
+
+def state_events(optimizer: str, params: list[Param], loop: str, unit: int, source: str) -> list[Event]:
+    """The state of an optimizer other than AdamW, resident as the (second) step begins."""
+    trainer = loop != "bare"
+    state = 0
+    for p in params:
+        if optimizer == "adamw-8bit":
+            state += bnb_8bit_bytes(p.numel, 2) if _bits8(p, trainer) else 2 * FP32 * p.numel
+        else:
+            state += tensor_state_bytes(optimizer, p.rows, p.cols, unit)
+    out = [Event("start", "optimizer state of the trainable parameters", "optimizer", state, source)] if state else []
+    if optimizer == "adamw-8bit" and any(_bits8(p, trainer) for p in params):
+        out.append(Event("start", "bitsandbytes' quantization maps (qmap1, qmap2)", "optimizer", BNB_QMAPS,
+                         "2 x 256 fp32, one pair for every 8-bit tensor"))  # fmt: skip
+    if optimizer == "adafactor":
+        out.append(Event("start", "Adafactor's RMS of each tensor", "optimizer", RMS_SCALAR * len(params),
+                         "state['RMS']: a 0-dim fp32 tensor per parameter (optimization.py:1257)"))  # fmt: skip
+    return out
