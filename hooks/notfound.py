@@ -19,11 +19,16 @@ import json
 import re
 
 MARKER = '<meta name="calc-site-root" content="404">'
+MAX_DEPTH = 16  # folders the 404 page probes upwards for the site's root; the root itself is the fallback
 FIND_ROOT = """<script>
 (function () {  // hooks/notfound.py: the site's root, for every relative link of this page
-  var root = location.pathname.replace(/[^/]*$/, "");
+  var MAX_DEPTH = MAX_DEPTH_VALUE;
+  // One leading slash: a path such as //other.host/x would make every relative URL below another host's.
+  var root = location.pathname.replace(/^\\/+/, "/").replace(/[^/]*$/, "");
   if (location.protocol !== "file:") {
-    for (var dir = root; ; dir = dir.replace(/[^/]*\\/$/, "")) {
+    // At most MAX_DEPTH folders up (a hostile address can be hundreds deep; each probe waits)
+    for (var dir = root, tries = 0; ; dir = dir.replace(/[^/]*\\/$/, ""), tries++) {
+      if (tries === MAX_DEPTH) { root = "/"; break; }
       try {
         var probe = new XMLHttpRequest();
         probe.open("GET", dir + "404.html", false);  // synchronous: the stylesheets below wait for it
@@ -37,7 +42,7 @@ FIND_ROOT = """<script>
   window.__calcSiteRoot = root;
   document.write('<base href="' + encodeURI(root).replace(/"/g, "%22") + '">');
 })();
-</script>"""
+</script>""".replace("MAX_DEPTH_VALUE", str(MAX_DEPTH))
 # Material reads its base from this JSON: point it at the root found above.
 SET_CONFIG_BASE = """<script>
 (function () {

@@ -130,3 +130,28 @@ def test_the_404_page_names_its_search_dialog_and_asks_nothing_of_the_missing_pa
             violations = Axe().run(page).response["violations"]
             assert [v["id"] for v in violations if v["impact"] in ("serious", "critical")] == []
             context.close()
+
+
+def test_the_404_page_never_takes_another_host_or_a_deep_path_for_its_root(browser):
+    """An address whose path starts with two slashes (//other.host/x) names another host for every relative
+    URL: the 404 page keeps its root on its own origin, requests nothing elsewhere and is styled; a path
+    hundreds of folders deep is probed at most notfound.MAX_DEPTH times."""
+    from hooks import notfound
+
+    with site_browser.serve(built_site()) as root:
+        origin = root.rstrip("/")
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        requests = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.goto(origin + "//127.0.0.2:9/x")
+        page.wait_for_timeout(300)
+        assert requests and all(url.startswith(origin + "/") for url in requests), requests
+        assert page.evaluate("document.baseURI").startswith(origin + "/")
+        assert page.evaluate("getComputedStyle(document.querySelector('.md-header')).position") == "sticky"
+        requests.clear()
+        page.goto(origin + "/" + "a/" * 400)
+        probes = [url for url in requests if url.endswith("/404.html")]
+        assert 1 <= len(probes) <= notfound.MAX_DEPTH, len(probes)
+        assert page.evaluate("getComputedStyle(document.querySelector('.md-header')).position") == "sticky"
+        context.close()
