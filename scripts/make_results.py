@@ -758,11 +758,13 @@ The loops most training runs through, each run as it comes for two optimizer ste
 and Qwen2 (two shapes each, one where the vocabulary of {vocab:,} takes the peak), fp32 and autocast
 (`bf16=True`), checkpointing off and on; the second optimizer step is measured with the same harness. The
 prediction is the CLI's from the config.json and the flags a user would type for that loop (below), by
-`--walk eager` and by the deck walk; the worst case per loop and family (largest distance from 1). **Today
-`--walk eager` answers {answered} of the {loops} loops**: Trainer with its default fused AdamW and with
-`adamw_torch` (within {trainer_worst} of the measured peak), and TRL's SFTTrainer with LoRA, where it
-predicts {sft_low:.2f} to {sft_high:.2f} of the measured peak (TRL's chunked log-prob head is not
-modelled); gradient accumulation and every optimizer but AdamW are refused. Environment: {environment}."""
+`--walk eager` and by the deck walk; the worst case per loop and family (largest distance from 1).
+**`--walk eager` answers {answered} of the {loops} loops**{refused}: Trainer's
+(`--loop trainer`: its collator's tensors, its parameter groups and gradient clipping), with any optimizer
+and gradient accumulation, within {trainer_worst} of the measured peak, and TRL's SFTTrainer with LoRA
+(`--loop sft`: its chunked log-prob head, which never builds the logits), {sft_low:.4f} to {sft_high:.4f}
+of it. The deck walk has no loop of its own: it over-counts Trainer's steps and, since it builds the
+logits TRL never builds, predicts a fraction of SFTTrainer's. Environment: {environment}."""
 
 
 def _said(answer: dict) -> str:
@@ -819,9 +821,9 @@ def presets_section() -> list[str]:
     presets = (data or {}).get("presets", [])
     if data is not None and not presets:
         return [*out, "None stored yet.", ""]
-    out += ["The published `config.json` of the presets issue 18 lists, where a public copy was found (stored in "
-            "`calc/configs/`, not yet presets): transformers' parameter count on the meta device (a multimodal "
-            "release: its language model), and calc's from `--hf-config` or its refusal.", "",
+    out += ["The published `config.json` of the models people train now, where a public copy was found (stored "
+            "in `calc/configs/`; those calc reads are presets): transformers' parameter count on the meta device (a "
+            "multimodal release: its language model), and calc's from `--hf-config` or its refusal.", "",
             "| Config | model_type | Parameters (transformers) | calc |", "|---|---|---:|---|"]  # fmt: skip
     for row in presets:
         calc_says = f"{row['calc']['params']:,}" if "params" in row["calc"] else _said(row["calc"])
@@ -841,7 +843,10 @@ def loops_section() -> list[str]:
     answered = [name for name in loops if any("ratio" in r["eager"] for r in runs if r["loop"] == name)]
     trainer = [r["eager"]["ratio"] for r in runs if r["loop"].startswith("trainer") and "ratio" in r["eager"]]
     sft = [r["eager"]["ratio"] for r in runs if r["loop"] == "sft-lora"]
+    unanswered = [name for name in loops if name not in answered]
+    refused = f" ({', '.join(f'`{n}`' for n in unanswered)} refused)" if unanswered else ""
     out += [*prose(LOOPS_PROSE, vocab=max(r["model"]["vocab"] for r in runs), answered=len(answered),
+                               refused=refused,
                                loops=len(loops), trainer_worst=f"{max(abs(x - 1) for x in trainer):.2%}",
                                sft_low=min(sft), sft_high=max(sft),
                                environment="; ".join(f"{k}: {v}" for k, v in data["environment"].items())), ""]

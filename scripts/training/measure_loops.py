@@ -69,20 +69,23 @@ class Loop:
     flags: tuple[str, ...] = ()  # what a user adds to the calc command for this loop
 
 
-# What a user adds to the calc command for TRL's LoRA (r 8, alpha 16, q_proj and v_proj: LoraConfig below).
-LORA = ("--finetune", "lora", "--lora-rank", "8", "--lora-alpha", "16", "--lora-targets", "q,v")
+# What a user adds to the calc command for each loop: calc's --loop says which loop's tensors the step holds
+# (Trainer's collator and clipping, TRL's chunked head), the rest what the loop was given.
+TRAINER = ("--loop", "trainer")
+LORA = ("--loop", "sft", "--finetune", "lora", "--lora-rank", "8", "--lora-alpha", "16", "--lora-targets", "q,v")
 LOOPS = {  # every loop measured, by name (the module's docstring says what each runs)
     loop.name: loop
     for loop in (
-        Loop("trainer"),
-        Loop("trainer-accum2", accumulation=2, flags=("--grad-accum", "2")),
-        Loop("trainer-adamw", optim="adamw_torch"),
-        Loop("trainer-sgd", optim="sgd", flags=("--optimizer", "sgd")),
-        Loop("trainer-sgd-momentum", optim="sgd", optim_args="momentum=0.9", flags=("--optimizer", "sgd-momentum")),
-        Loop("trainer-adafactor", optim="adafactor", flags=("--optimizer", "adafactor")),
-        Loop("trainer-lion", optim="lion_32bit", flags=("--optimizer", "lion")),  # bitsandbytes' Lion
-        Loop("trainer-adamw-8bit", optim="adamw_bnb_8bit", flags=("--optimizer", "adamw-8bit")),  # bitsandbytes
-        Loop("sft-lora", sft_lora=True, flags=LORA),
+        Loop("trainer", flags=TRAINER),
+        Loop("trainer-accum2", accumulation=2, flags=(*TRAINER, "--grad-accum", "2")),
+        Loop("trainer-adamw", optim="adamw_torch", flags=(*TRAINER, "--adamw-impl", "single")),
+        Loop("trainer-sgd", optim="sgd", flags=(*TRAINER, "--optimizer", "sgd")),
+        Loop("trainer-sgd-momentum", optim="sgd", optim_args="momentum=0.9",
+             flags=(*TRAINER, "--optimizer", "sgd-momentum")),
+        Loop("trainer-adafactor", optim="adafactor", flags=(*TRAINER, "--optimizer", "adafactor")),
+        Loop("trainer-lion", optim="lion_32bit", flags=(*TRAINER, "--optimizer", "lion")),  # bitsandbytes' Lion
+        Loop("trainer-adamw-8bit", optim="adamw_bnb_8bit", flags=(*TRAINER, "--optimizer", "adamw-8bit")),
+        Loop("sft-lora", sft_lora=True, flags=LORA),  # TRL's SFTTrainer with LoraConfig(r=8, alpha 16, q and v)
     )
 }
 # Two shapes a family: the layers take the peak (a small vocabulary), and the vocabulary dominates.
