@@ -6,19 +6,19 @@ for what it refuses, come from this registry alone (`eager_lacks`, `tuning_lacks
 
 from __future__ import annotations
 
-import os
+import pkgutil
 from importlib import import_module
 
 from ..shape import Shape
 from .family import Family, ModelType
 
-HERE = os.path.dirname(__file__)
 NOT_FAMILIES = ("__init__", "config", "family")  # the package's own modules
 
 
 def _modules() -> list:
-    """Every family module of this package, in the order each one's ORDER says: a new family is one file."""
-    names = {os.path.splitext(f)[0] for f in os.listdir(HERE) if f.endswith((".py", ".pyc"))} - set(NOT_FAMILIES)
+    """Every family module of this package, in the order each one's ORDER says: a new family is one file.
+    (pkgutil lists them wherever the package is: a folder, an installed wheel, or a zip on sys.path.)"""
+    names = {m.name for m in pkgutil.iter_modules(__path__)} - set(NOT_FAMILIES)
     modules = [import_module(f"{__name__}.{name}") for name in names]
     return sorted(modules, key=lambda m: m.ORDER)
 
