@@ -6,14 +6,16 @@ import math
 from functools import lru_cache
 
 from . import finetune
-from .api import worst_stage
+from .api import walks
 from .counts import param_counts
-from .parallel import Parallel, check
+from .parallel import Parallel, check, device_params
 from .recipes import RECIPES, RECOMPUTE
 from .shape import Shape
-from .walk import label_at, peak
+from .walk import label_at, peak, resident_state, seq_sizes, stage_kept, template
 
 TP_DEGREES = (1, 2, 4, 8)  # tensor parallelism stays inside one 8-device node (Narayanan et al. 2021, §3.3)
+# calc.walk.template without its cache: the planner's hundreds of templates would evict a sweep's few.
+_template = getattr(template, "__wrapped__", template)
 
 
 def recompute_overhead(shape: Shape, seq: int, recompute: str, flash: bool = False) -> float:
@@ -36,6 +38,63 @@ def recompute_overhead(shape: Shape, seq: int, recompute: str, flash: bool = Fal
 def _divisors(n: int) -> tuple[int, ...]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return tuple(sorted({*small, *(n // d for d in small)}))
+
+
+class _Layouts:
+    """What the planner's layouts share, each computed once per plan: the sizes of the tokens in flight (they
+    depend on the micro-batch, recomputation and tp only), each walk's template, each stage's parameters."""
+
+    def __init__(self, shape: Shape, seq: int, recipe: str, flash: bool):
+        self.shape, self.seq, self.recipe, self.flash = shape, seq, recipe, flash
+        self.sizes: dict[tuple, dict[str, int]] = {}
+        self.templates: dict[tuple, tuple] = {}
+        self.params: dict[tuple, tuple[int, int]] = {}
+        self.overheads: dict[str, float] = {}
+
+    def state(self, par: Parallel, stage: int) -> int:
+        """The bytes resident before the step on a device of `stage` (calc.walk.resident_state): every walk
+        of the stage starts with them."""
+        key = (par.tp, par.pp, par.ep, stage)  # what a stage's parameters depend on (calc.parallel)
+        if key not in self.params:
+            n = device_params(self.shape, par, stage)
+            self.params[key] = (n["total"], n["experts"])
+        total, experts = self.params[key]
+        return sum(e.bytes for e in resident_state(total, self.recipe, par, experts))
+
+    def floor(self, par: Parallel, state: tuple[int, int], micro_batch: int, recompute: str, grad_accum: int) -> int:
+        """A floor under the layout's peak: each end stage's walk reaches its resident `state` (first stage,
+        last stage) plus the activations its micro-batches in flight keep at the end of their forward pass
+        (calc.walk.stage_kept), and the last stage its 16-bit and fp32 logits on top: every one of these
+        events adds bytes, and ZeRO-3's gathers are released as they are made."""
+        sizes = self.sized(par, micro_batch, recompute)
+        first = state[0] + min(par.pp, grad_accum) * stage_kept(self.shape, sizes, par.pp, 0)
+        last = state[1] + stage_kept(self.shape, sizes, par.pp, par.pp - 1)  # one micro-batch in flight
+        return max(first, last + sizes["logits16"] + sizes["logits32"])
+
+    def sized(self, par: Parallel, micro_batch: int, recompute: str) -> dict[str, int]:
+        """calc.walk.seq_sizes, which depend on the micro-batch, recomputation and tp only."""
+        key = (micro_batch, recompute, par.tp)  # par.sequence_parallel follows tp; flash is the plan's
+        sizes = self.sizes.get(key)
+        if sizes is None:
+            sizes = self.sizes[key] = seq_sizes(self.shape, self.seq, micro_batch, recompute, 2, par)
+        return sizes
+
+    def peak(self, par: Parallel, micro_batch: int, recompute: str, grad_accum: int) -> int:
+        """The peak of the layout's worst walk (calc.api.worst_stage), from templates and sizes computed once."""
+        sizes = self.sized(par, micro_batch, recompute)
+        top = -1
+        for walk in walks(par, grad_accum):
+            steps = self.templates.get((par, recompute, walk))
+            if steps is None:
+                steps = _template(self.shape, self.recipe, recompute, par, *walk)
+                self.templates[(par, recompute, walk)] = steps
+            top = max(top, peak(steps, sizes)[0])
+        return top
+
+    def overhead(self, recompute: str) -> float:
+        if recompute not in self.overheads:
+            self.overheads[recompute] = recompute_overhead(self.shape, self.seq, recompute, self.flash)
+        return self.overheads[recompute]
 
 
 def plan(
@@ -65,6 +124,7 @@ def plan(
                 if dp * tp * pp <= max_devices:
                     layouts.append((dp * tp * pp, dp, tp, pp))
     layouts.sort()
+    shared = _Layouts(shape, seq, recipe, flash)
     found: list[dict] = []
     for devices, dp, tp, pp in layouts:
         if len(found) >= limit and devices > found[limit - 1]["devices"]:
@@ -81,11 +141,16 @@ def plan(
             par = Parallel(dp, tp, pp, zero, sequence_parallel and tp > 1, flash, ep)
             if check(shape, par):
                 break
+            state = (shared.state(par, 0), shared.state(par, pp - 1))
+            if max(state) > capacity:
+                continue  # no micro-batch of this layout fits
             for recompute in RECOMPUTE:
                 for group in groups:
                     for micro_batch in group:
                         grad_accum = per_worker // micro_batch
-                        top = worst_stage(shape, seq, micro_batch, recipe, recompute, 2, par, grad_accum)[2][0]
+                        if shared.floor(par, state, micro_batch, recompute, grad_accum) > capacity:
+                            break  # so is its peak
+                        top = shared.peak(par, micro_batch, recompute, grad_accum)
                         if top > capacity:
                             break
                         found.append(
@@ -102,7 +167,7 @@ def plan(
                                 "sequence_parallel": par.sequence_parallel,
                                 "flash": flash,
                                 "grad_accum": grad_accum,
-                                "extra_compute": recompute_overhead(shape, seq, recompute, flash),
+                                "extra_compute": shared.overhead(recompute),
                             }
                         )
         found.sort(
@@ -149,10 +214,12 @@ def fit_card(
     if shape.moe_layers:
         return []
     activation_bytes = RECIPES[recipe].activations
+    overheads = {recompute: recompute_overhead(shape, seq, recompute, flash) for recompute in RECOMPUTE}
     found = []
     for tune in fit_variants(shape, optimizer, paged):
         if finetune.check(shape, tune):
             continue
+        trainable = None
         for recompute in RECOMPUTE:
             if flash and recompute == "selective":
                 continue  # with no scores stored, selective recomputation keeps what none keeps
@@ -164,7 +231,11 @@ def fit_card(
                     break
                 best = (micro_batch, top, label_at(segs, at))
             if best is None:
+                if sum(e.bytes for e in segs[0].events) > capacity:
+                    break  # the state resident before the step, the same with any recomputation, does not fit
                 continue
+            if trainable is None:
+                trainable = finetune.trainable_params(shape, tune)
             found.append(
                 {
                     "finetune": tune.mode,
@@ -175,9 +246,9 @@ def fit_card(
                     "micro_batch": best[0],
                     "peak": best[1],
                     "peak_event": best[2],
-                    "trainable_params": finetune.trainable_params(shape, tune),
+                    "trainable_params": trainable,
                     "flash": flash,
-                    "extra_compute": recompute_overhead(shape, seq, recompute, flash),
+                    "extra_compute": overheads[recompute],
                 }
             )
     found.sort(key=lambda f: (f["extra_compute"], -f["micro_batch"], f["peak"]))

@@ -9,6 +9,7 @@ compressed in tests/data/plan_outputs.json.xz.
 
     python scripts/plan_outputs.py           # store the answers (from the tree as it is)
     python scripts/plan_outputs.py --check   # compare byte for byte; name each difference, exit 1
+    python scripts/plan_outputs.py --check --only '--preset gpt2 '   # only the answers whose key matches
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import io
 import json
 import lzma
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -82,15 +84,19 @@ def cases() -> Iterator[tuple[str, ...]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="compare with the stored answers; exit 1 on a difference")
+    p.add_argument("--only", metavar="REGEX", help="with --check: only the answers whose key matches")
     args = p.parse_args()
+    if args.only and not args.check:
+        p.error("--only: only with --check (the store holds the whole grid)")
+    keep = re.compile(args.only or "")
     started = time.perf_counter()
-    got = {" ".join(argv): cli(argv) for argv in cases()}
+    got = {key: cli(argv) for argv in cases() if keep.search(key := " ".join(argv))}
     seconds = time.perf_counter() - started
     if not args.check:
         STORE.write_bytes(lzma.compress(json.dumps(got, indent=0, sort_keys=True).encode()))
         print(f"stored {len(got):,} answers in {STORE.relative_to(ROOT)} ({seconds:.1f} s)", file=sys.stderr)
         return 0
-    want = json.loads(lzma.decompress(STORE.read_bytes()))
+    want = {k: v for k, v in json.loads(lzma.decompress(STORE.read_bytes())).items() if keep.search(k)}
     differ = [key for key in want if got.get(key) != want[key]] + [key for key in got if key not in want]
     for key in differ:
         print(f"differs: {key}", file=sys.stderr)
