@@ -49,27 +49,35 @@ class _Layouts:
         self.sizes: dict[tuple, dict[str, int]] = {}
         self.templates: dict[tuple, tuple] = {}
         self.params: dict[tuple, tuple[int, int]] = {}
+        self.kept: dict[tuple, tuple[int, int]] = {}
         self.overheads: dict[str, float] = {}
 
-    def state(self, par: Parallel, stage: int) -> int:
-        """The bytes resident before the step on a device of `stage` (calc.walk.resident_state): every walk
-        of the stage starts with them."""
-        key = (par.tp, par.pp, par.ep, stage)  # what a stage's parameters depend on (calc.parallel)
-        if key not in self.params:
-            n = device_params(self.shape, par, stage)
-            self.params[key] = (n["total"], n["experts"])
-        total, experts = self.params[key]
-        return sum(e.bytes for e in resident_state(total, self.recipe, par, experts))
+    def states(self, par: Parallel) -> tuple[int, int]:
+        """The bytes resident before the step (calc.walk.resident_state) on a device of the first and of the
+        last pipeline stage: every walk of that stage starts with them."""
+        out = []
+        for stage in sorted({0, par.pp - 1}):
+            key = (par.tp, par.pp, par.ep, stage)  # what a stage's parameters depend on (calc.parallel)
+            if key not in self.params:
+                n = device_params(self.shape, par, stage)
+                self.params[key] = (n["total"], n["experts"])
+            total, experts = self.params[key]
+            out.append(sum(e.bytes for e in resident_state(total, self.recipe, par, experts)))
+        return out[0], out[-1]
 
-    def floor(self, par: Parallel, state: tuple[int, int], micro_batch: int, recompute: str, grad_accum: int) -> int:
-        """A floor under the layout's peak: each end stage's walk reaches its resident `state` (first stage,
+    def floor(self, par: Parallel, states: tuple[int, int], micro_batch: int, recompute: str, grad_accum: int) -> int:
+        """A floor under the layout's peak: each end stage's walk reaches its resident `states` (first stage,
         last stage) plus the activations its micro-batches in flight keep at the end of their forward pass
         (calc.walk.stage_kept), and the last stage its 16-bit and fp32 logits on top: every one of these
         events adds bytes, and ZeRO-3's gathers are released as they are made."""
         sizes = self.sized(par, micro_batch, recompute)
-        first = state[0] + min(par.pp, grad_accum) * stage_kept(self.shape, sizes, par.pp, 0)
-        last = state[1] + stage_kept(self.shape, sizes, par.pp, par.pp - 1)  # one micro-batch in flight
-        return max(first, last + sizes["logits16"] + sizes["logits32"])
+        key = (micro_batch, recompute, par.tp, par.pp)
+        kept = self.kept.get(key)
+        if kept is None:
+            kept = self.kept[key] = tuple(stage_kept(self.shape, sizes, par.pp, s) for s in (0, par.pp - 1))
+        first = states[0] + min(par.pp, grad_accum) * kept[0]
+        last = states[1] + kept[1] + sizes["logits16"] + sizes["logits32"]  # one micro-batch in flight
+        return max(first, last)
 
     def sized(self, par: Parallel, micro_batch: int, recompute: str) -> dict[str, int]:
         """calc.walk.seq_sizes, which depend on the micro-batch, recomputation and tp only."""
@@ -79,16 +87,20 @@ class _Layouts:
             sizes = self.sizes[key] = seq_sizes(self.shape, self.seq, micro_batch, recompute, 2, par)
         return sizes
 
-    def peak(self, par: Parallel, micro_batch: int, recompute: str, grad_accum: int) -> int:
-        """The peak of the layout's worst walk (calc.api.worst_stage), from templates and sizes computed once."""
+    def peak(self, par: Parallel, micro_batch: int, recompute: str, grad_accum: int, capacity: float) -> int:
+        """The peak of the layout's worst walk (calc.api.worst_stage), from templates and sizes computed once;
+        or, as soon as one walk's peak exceeds `capacity`, that walk's (the others need not be built). Walks
+        that start with the step's gradients resident go first: they tend to peak highest."""
         sizes = self.sized(par, micro_batch, recompute)
         top = -1
-        for walk in walks(par, grad_accum):
+        for walk in sorted(walks(par, grad_accum), key=lambda w: not w[2]):
             steps = self.templates.get((par, recompute, walk))
             if steps is None:
                 steps = _template(self.shape, self.recipe, recompute, par, *walk)
                 self.templates[(par, recompute, walk)] = steps
             top = max(top, peak(steps, sizes)[0])
+            if top > capacity:
+                break
         return top
 
     def overhead(self, recompute: str) -> float:
@@ -141,16 +153,16 @@ def plan(
             par = Parallel(dp, tp, pp, zero, sequence_parallel and tp > 1, flash, ep)
             if check(shape, par):
                 break
-            state = (shared.state(par, 0), shared.state(par, pp - 1))
-            if max(state) > capacity:
+            states = shared.states(par)
+            if max(states) > capacity:
                 continue  # no micro-batch of this layout fits
             for recompute in RECOMPUTE:
                 for group in groups:
                     for micro_batch in group:
                         grad_accum = per_worker // micro_batch
-                        if shared.floor(par, state, micro_batch, recompute, grad_accum) > capacity:
+                        if shared.floor(par, states, micro_batch, recompute, grad_accum) > capacity:
                             break  # so is its peak
-                        top = shared.peak(par, micro_batch, recompute, grad_accum)
+                        top = shared.peak(par, micro_batch, recompute, grad_accum, capacity)
                         if top > capacity:
                             break
                         found.append(

@@ -1,6 +1,7 @@
 """calc.plan: the planner and the fit list, which share sizes and templates and prune layouts that cannot fit,
 give exactly the lists of walking every layout and micro-batch one by one, as they did before."""
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -165,10 +166,12 @@ def test_floors_are_under_the_peak(
     assert check(shape, par) is None
     grad_accum = pp + extra
     shared = _Layouts(shape, seq, recipe, flash)
-    state = (shared.state(par, 0), shared.state(par, pp - 1))
+    states = shared.states(par)
     top = worst_stage(shape, seq, micro_batch, recipe, recompute, 2, par, grad_accum)[2][0]
-    assert max(state) <= shared.floor(par, state, micro_batch, recompute, grad_accum) <= top
-    assert shared.peak(par, micro_batch, recompute, grad_accum) == top
+    assert max(states) <= shared.floor(par, states, micro_batch, recompute, grad_accum) <= top
+    assert shared.peak(par, micro_batch, recompute, grad_accum, math.inf) == top
+    below = shared.peak(par, micro_batch, recompute, grad_accum, top - 1)  # stops at the first walk above
+    assert top - 1 < below <= top
 
 
 def test_plan_llama_2_70b():
