@@ -109,6 +109,42 @@ class _Layouts:
         return self.overheads[recompute]
 
 
+def _rows(shared: _Layouts, par: Parallel, groups: list[list[int]], per_worker: int, capacity: int) -> list[dict]:
+    """The plan's rows for one layout: for each recomputation and group, its micro-batches from the smallest
+    up to the first whose peak exceeds `capacity`."""
+    states = shared.states(par)
+    if max(states) > capacity:
+        return []  # no micro-batch of this layout fits
+    found = []
+    for recompute in RECOMPUTE:
+        for group in groups:
+            for micro_batch in group:
+                grad_accum = per_worker // micro_batch
+                if shared.floor(par, states, micro_batch, recompute, grad_accum) > capacity:
+                    break  # so is its peak
+                top = shared.peak(par, micro_batch, recompute, grad_accum, capacity)
+                if top > capacity:
+                    break
+                found.append(
+                    {
+                        "dp": par.dp,
+                        "tp": par.tp,
+                        "pp": par.pp,
+                        "ep": par.ep,
+                        "zero": par.zero,
+                        "recompute": recompute,
+                        "micro_batch": micro_batch,
+                        "devices": par.devices,
+                        "peak": top,
+                        "sequence_parallel": par.sequence_parallel,
+                        "flash": par.flash,
+                        "grad_accum": grad_accum,
+                        "extra_compute": shared.overhead(recompute),
+                    }
+                )
+    return found
+
+
 def plan(
     shape: Shape,
     seq: int,
@@ -128,7 +164,10 @@ def plan(
 
     Every dp worker takes global_batch / dp sequences per step, as micro-batches; a pipeline needs
     at least pp micro-batches per step to keep its stages busy (1F1B). ZeRO stages 2 and 3 are not
-    combined with pipeline parallelism, which DeepSpeed's pipeline engine does not support."""
+    combined with pipeline parallelism, which DeepSpeed's pipeline engine does not support.
+
+    The layouts share their sizes and walk templates (_Layouts), and a layout or micro-batch whose floor
+    already exceeds `capacity` is not walked: the list is the one walking every layout gives."""
     layouts = []
     for tp in TP_DEGREES:
         for pp in _divisors(shape.layers):
@@ -153,35 +192,7 @@ def plan(
             par = Parallel(dp, tp, pp, zero, sequence_parallel and tp > 1, flash, ep)
             if check(shape, par):
                 break
-            states = shared.states(par)
-            if max(states) > capacity:
-                continue  # no micro-batch of this layout fits
-            for recompute in RECOMPUTE:
-                for group in groups:
-                    for micro_batch in group:
-                        grad_accum = per_worker // micro_batch
-                        if shared.floor(par, states, micro_batch, recompute, grad_accum) > capacity:
-                            break  # so is its peak
-                        top = shared.peak(par, micro_batch, recompute, grad_accum, capacity)
-                        if top > capacity:
-                            break
-                        found.append(
-                            {
-                                "dp": dp,
-                                "tp": tp,
-                                "pp": pp,
-                                "ep": ep,
-                                "zero": zero,
-                                "recompute": recompute,
-                                "micro_batch": micro_batch,
-                                "devices": devices,
-                                "peak": top,
-                                "sequence_parallel": par.sequence_parallel,
-                                "flash": flash,
-                                "grad_accum": grad_accum,
-                                "extra_compute": shared.overhead(recompute),
-                            }
-                        )
+            found += _rows(shared, par, groups, per_worker, capacity)
         found.sort(
             key=lambda f: (f["devices"], f["extra_compute"], -f["micro_batch"], f["zero"], f["peak"], f["ep"])
         )
