@@ -6,14 +6,16 @@ import math
 from functools import lru_cache
 
 from . import finetune
-from .api import worst_stage
+from .api import walks
 from .counts import param_counts
-from .parallel import Parallel, check
+from .parallel import Parallel, check, device_params
 from .recipes import RECIPES, RECOMPUTE
 from .shape import Shape
-from .walk import label_at, peak
+from .walk import label_at, peak, resident_state, seq_sizes, stage_kept, template
 
 TP_DEGREES = (1, 2, 4, 8)  # tensor parallelism stays inside one 8-device node (Narayanan et al. 2021, §3.3)
+# calc.walk.template without its cache: the planner's hundreds of templates would evict a sweep's few.
+_template = getattr(template, "__wrapped__", template)
 
 
 def recompute_overhead(shape: Shape, seq: int, recompute: str, flash: bool = False) -> float:
@@ -38,6 +40,111 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted({*small, *(n // d for d in small)}))
 
 
+class _Layouts:
+    """What the planner's layouts share, each computed once per plan: the sizes of the tokens in flight (they
+    depend on the micro-batch, recomputation and tp only), each walk's template, each stage's parameters."""
+
+    def __init__(self, shape: Shape, seq: int, recipe: str, flash: bool):
+        self.shape, self.seq, self.recipe, self.flash = shape, seq, recipe, flash
+        self.sizes: dict[tuple, dict[str, int]] = {}
+        self.templates: dict[tuple, tuple] = {}
+        self.params: dict[tuple, tuple[int, int]] = {}
+        self.kept: dict[tuple, tuple[int, int]] = {}
+        self.overheads: dict[str, float] = {}
+
+    def states(self, par: Parallel) -> tuple[int, int]:
+        """The bytes resident before the step (calc.walk.resident_state) on a device of the first and of the
+        last pipeline stage: every walk of that stage starts with them."""
+        out = []
+        for stage in sorted({0, par.pp - 1}):
+            key = (par.tp, par.pp, par.ep, stage)  # what a stage's parameters depend on (calc.parallel)
+            if key not in self.params:
+                n = device_params(self.shape, par, stage)
+                self.params[key] = (n["total"], n["experts"])
+            total, experts = self.params[key]
+            out.append(sum(e.bytes for e in resident_state(total, self.recipe, par, experts)))
+        return out[0], out[-1]
+
+    def floor(self, par: Parallel, states: tuple[int, int], micro_batch: int, recompute: str, grad_accum: int) -> int:
+        """A floor under the layout's peak: each end stage's walk reaches its resident `states` (first stage,
+        last stage) plus the activations its micro-batches in flight keep at the end of their forward pass
+        (calc.walk.stage_kept), and the last stage its 16-bit and fp32 logits on top: every one of these
+        events adds bytes, and ZeRO-3's gathers are released as they are made."""
+        sizes = self.sized(par, micro_batch, recompute)
+        key = (micro_batch, recompute, par.tp, par.pp)
+        kept = self.kept.get(key)
+        if kept is None:
+            kept = self.kept[key] = tuple(stage_kept(self.shape, sizes, par.pp, s) for s in (0, par.pp - 1))
+        first = states[0] + min(par.pp, grad_accum) * kept[0]
+        last = states[1] + kept[1] + sizes["logits16"] + sizes["logits32"]  # one micro-batch in flight
+        return max(first, last)
+
+    def sized(self, par: Parallel, micro_batch: int, recompute: str) -> dict[str, int]:
+        """calc.walk.seq_sizes, which depend on the micro-batch, recomputation and tp only."""
+        key = (micro_batch, recompute, par.tp)  # par.sequence_parallel follows tp; flash is the plan's
+        sizes = self.sizes.get(key)
+        if sizes is None:
+            sizes = self.sizes[key] = seq_sizes(self.shape, self.seq, micro_batch, recompute, 2, par)
+        return sizes
+
+    def peak(self, par: Parallel, micro_batch: int, recompute: str, grad_accum: int, capacity: float) -> int:
+        """The peak of the layout's worst walk (calc.api.worst_stage), from templates and sizes computed once;
+        or, as soon as one walk's peak exceeds `capacity`, that walk's (the others need not be built). Walks
+        that start with the step's gradients resident go first: they tend to peak highest."""
+        sizes = self.sized(par, micro_batch, recompute)
+        top = -1
+        for walk in sorted(walks(par, grad_accum), key=lambda w: not w[2]):
+            steps = self.templates.get((par, recompute, walk))
+            if steps is None:
+                steps = _template(self.shape, self.recipe, recompute, par, *walk)
+                self.templates[(par, recompute, walk)] = steps
+            top = max(top, peak(steps, sizes)[0])
+            if top > capacity:
+                break
+        return top
+
+    def overhead(self, recompute: str) -> float:
+        if recompute not in self.overheads:
+            self.overheads[recompute] = recompute_overhead(self.shape, self.seq, recompute, self.flash)
+        return self.overheads[recompute]
+
+
+def _rows(shared: _Layouts, par: Parallel, groups: list[list[int]], per_worker: int, capacity: int) -> list[dict]:
+    """The plan's rows for one layout: for each recomputation and group, its micro-batches from the smallest
+    up to the first whose peak exceeds `capacity`."""
+    states = shared.states(par)
+    if max(states) > capacity:
+        return []  # no micro-batch of this layout fits
+    found = []
+    for recompute in RECOMPUTE:
+        for group in groups:
+            for micro_batch in group:
+                grad_accum = per_worker // micro_batch
+                if shared.floor(par, states, micro_batch, recompute, grad_accum) > capacity:
+                    break  # so is its peak
+                top = shared.peak(par, micro_batch, recompute, grad_accum, capacity)
+                if top > capacity:
+                    break
+                found.append(
+                    {
+                        "dp": par.dp,
+                        "tp": par.tp,
+                        "pp": par.pp,
+                        "ep": par.ep,
+                        "zero": par.zero,
+                        "recompute": recompute,
+                        "micro_batch": micro_batch,
+                        "devices": par.devices,
+                        "peak": top,
+                        "sequence_parallel": par.sequence_parallel,
+                        "flash": par.flash,
+                        "grad_accum": grad_accum,
+                        "extra_compute": shared.overhead(recompute),
+                    }
+                )
+    return found
+
+
 def plan(
     shape: Shape,
     seq: int,
@@ -57,7 +164,10 @@ def plan(
 
     Every dp worker takes global_batch / dp sequences per step, as micro-batches; a pipeline needs
     at least pp micro-batches per step to keep its stages busy (1F1B). ZeRO stages 2 and 3 are not
-    combined with pipeline parallelism, which DeepSpeed's pipeline engine does not support."""
+    combined with pipeline parallelism, which DeepSpeed's pipeline engine does not support.
+
+    The layouts share their sizes and walk templates (_Layouts), and a layout or micro-batch whose floor
+    already exceeds `capacity` is not walked: the list is the one walking every layout gives."""
     layouts = []
     for tp in TP_DEGREES:
         for pp in _divisors(shape.layers):
@@ -65,6 +175,7 @@ def plan(
                 if dp * tp * pp <= max_devices:
                     layouts.append((dp * tp * pp, dp, tp, pp))
     layouts.sort()
+    shared = _Layouts(shape, seq, recipe, flash)
     found: list[dict] = []
     for devices, dp, tp, pp in layouts:
         if len(found) >= limit and devices > found[limit - 1]["devices"]:
@@ -81,30 +192,7 @@ def plan(
             par = Parallel(dp, tp, pp, zero, sequence_parallel and tp > 1, flash, ep)
             if check(shape, par):
                 break
-            for recompute in RECOMPUTE:
-                for group in groups:
-                    for micro_batch in group:
-                        grad_accum = per_worker // micro_batch
-                        top = worst_stage(shape, seq, micro_batch, recipe, recompute, 2, par, grad_accum)[2][0]
-                        if top > capacity:
-                            break
-                        found.append(
-                            {
-                                "dp": dp,
-                                "tp": tp,
-                                "pp": pp,
-                                "ep": ep,
-                                "zero": zero,
-                                "recompute": recompute,
-                                "micro_batch": micro_batch,
-                                "devices": devices,
-                                "peak": top,
-                                "sequence_parallel": par.sequence_parallel,
-                                "flash": flash,
-                                "grad_accum": grad_accum,
-                                "extra_compute": recompute_overhead(shape, seq, recompute, flash),
-                            }
-                        )
+            found += _rows(shared, par, groups, per_worker, capacity)
         found.sort(
             key=lambda f: (f["devices"], f["extra_compute"], -f["micro_batch"], f["zero"], f["peak"], f["ep"])
         )
@@ -149,10 +237,12 @@ def fit_card(
     if shape.moe_layers:
         return []
     activation_bytes = RECIPES[recipe].activations
+    overheads = {recompute: recompute_overhead(shape, seq, recompute, flash) for recompute in RECOMPUTE}
     found = []
     for tune in fit_variants(shape, optimizer, paged):
         if finetune.check(shape, tune):
             continue
+        trainable = None
         for recompute in RECOMPUTE:
             if flash and recompute == "selective":
                 continue  # with no scores stored, selective recomputation keeps what none keeps
@@ -164,7 +254,11 @@ def fit_card(
                     break
                 best = (micro_batch, top, label_at(segs, at))
             if best is None:
+                if sum(e.bytes for e in segs[0].events) > capacity:
+                    break  # the state resident before the step, the same with any recomputation, does not fit
                 continue
+            if trainable is None:
+                trainable = finetune.trainable_params(shape, tune)
             found.append(
                 {
                     "finetune": tune.mode,
@@ -175,9 +269,9 @@ def fit_card(
                     "micro_batch": best[0],
                     "peak": best[1],
                     "peak_event": best[2],
-                    "trainable_params": finetune.trainable_params(shape, tune),
+                    "trainable_params": trainable,
                     "flash": flash,
-                    "extra_compute": recompute_overhead(shape, seq, recompute, flash),
+                    "extra_compute": overheads[recompute],
                 }
             )
     found.sort(key=lambda f: (f["extra_compute"], -f["micro_batch"], f["peak"]))
