@@ -220,13 +220,15 @@ def _capacity(raw: object) -> int:
     return capacity
 
 
-def parse_inputs(raw: Mapping[str, object]) -> dict:
+def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
     """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device",
     "par", "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity",
     "hf_config" (a given config.json in calc.hf.compact's short form, or None)}.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
-    default's) value. Raises InputError naming the first bad field."""
+    default's) value. `eager_beside`: the answer carries the eager walk's figure beside the deck's (the
+    page's, calc.web), which the loop's fields change, so the deck walk accepts them there. Raises
+    InputError naming the first bad field."""
     given = {k: v for k, v in raw.items() if v is not None and v != ""}
     unknown = sorted(set(given) - set(FIELDS))
     if unknown:
@@ -288,7 +290,7 @@ def parse_inputs(raw: Mapping[str, object]) -> dict:
     problem = not tune.default and tuning_problem(tune, walk, par, grad_accum, shape)
     if problem:
         raise InputError(*problem)
-    loop = parse_loop(given, walk, shape, tune, grad_accum)
+    loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
     return {
         "shape": shape,
         "seq": seq,

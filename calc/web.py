@@ -157,7 +157,7 @@ def handle(request: str) -> str:
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
             return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
         raw = payload.get("inputs", {})
-        inputs = parse_inputs(raw)
+        inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
         if payload.get("numbers", True) is False and payload.get("sweep", True):
             return json.dumps({"ok": True, "sweep": sweep_for(inputs)})
         result = compute(inputs, payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False))

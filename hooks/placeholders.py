@@ -175,6 +175,18 @@ FINETUNE_LABELS = {"full": "full (every parameter)", "lora": "LoRA", "qlora": "Q
                    "freeze": "freeze the first layers"}
 
 
+LOOP_LABELS = {"bare": "a bare PyTorch loop", "trainer": "transformers' Trainer", "sft": "TRL's SFTTrainer"}
+LOSS_LABELS = {"transformers": "transformers' cross-entropy", "trl-chunked": "TRL's chunked log-probs"}
+
+
+def _labelled(names: tuple[str, ...], labels: dict[str, str]) -> list[tuple[str, str]]:
+    """calc's choices with the form's labels; a choice calc gains without a label fails the build."""
+    missing = [n for n in names if n not in labels]
+    if missing:
+        raise PluginError(f"hooks/placeholders.py: no label for calc's {missing[0]!r}")
+    return [(n, labels[n]) for n in names]
+
+
 def _tuning_defaults() -> dict[str, str]:
     """The fine-tuning fields' starting values, from calc.finetune.Tuning's defaults."""
     tune = deck.calc.finetune.Tuning()
@@ -233,6 +245,7 @@ def widget_html(page_url: str) -> str:
         "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
         "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
         "ep": str(par["ep"]),
+        "loop": "bare", "adamw-impl": "", "loss": "",  # calc.inputs: a bare loop; the device's AdamW; its loss
         **_tuning_defaults(),
     }
     state = {
@@ -261,6 +274,10 @@ def widget_html(page_url: str) -> str:
         "zero": [("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")],
         "attention": [("sdpa", "sdpa (fused, no scores kept)"), ("eager", "eager (scores kept)")],
         "device": [("cuda", "GPU (CUDA)"), ("cpu", "CPU")],
+        # the eager walk's loop around the step (calc.loops): "" is what the device and the loop pick
+        "loop": _labelled(deck.calc.loops.LOOPS, LOOP_LABELS),
+        "adamw-impl": [("", "as PyTorch picks"), *((name, name) for name in deck.calc.loops.ADAMW_IMPLS)],
+        "loss": [("", "as the loop computes it"), *_labelled(deck.calc.loops.LOSSES, LOSS_LABELS)],
     }
     return _templates.get_template("calculator.html").render(
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),

@@ -114,3 +114,20 @@ def test_eager_walk_beside_the_deck():
         "reason": "the eager walk does not follow an expert capacity (transformers' Mixtral and Qwen2-MoE drop no "
         "tokens) yet: use the deck walk",
     }
+
+
+def test_the_loop_fields_change_the_eager_figure_beside_the_deck_walk():
+    """The page's answer carries the eager walk beside the deck's: `loop`, `adamw-impl` and `loss` change that
+    figure as `--walk eager` with the same flags does (the CLI's deck walk, which prints no such figure,
+    refuses them)."""
+    from conftest import cli_json
+
+    cases = [({"loop": "trainer"}, ["--loop", "trainer"]),
+             ({"loop": "trainer", "adamw-impl": "single"}, ["--loop", "trainer", "--adamw-impl", "single"]),
+             ({"loop": "sft", "finetune": "lora"}, ["--loop", "sft", "--finetune", "lora"])]
+    for fields, flags in cases:
+        answer = json.loads(web.handle(json.dumps({"inputs": fields, "sweep": False})))
+        assert answer["ok"], answer
+        assert answer["eager"]["peak"] == cli_json(["--walk", "eager", *flags])["peak"], fields
+    bare = json.loads(web.handle(json.dumps({"inputs": {}, "sweep": False})))["eager"]["peak"]
+    assert bare == cli_json(["--walk", "eager"])["peak"] != cli_json(["--walk", "eager", "--loop", "trainer"])["peak"]

@@ -1,0 +1,43 @@
+"""The training loop around the eager walk's step on the page: the Training loop, AdamW implementation and
+Loss fields are calc's (`--loop`, `--adamw-impl`, `--loss`), shown, sent, kept by the link, and the figure of
+what PyTorch allocates beside the deck's peak is the CLI's `--walk eager` with the same flags."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlparse
+
+import test_site_calculator as calculator_tests
+from test_site_second_pass import settle
+
+from conftest import cli_json
+
+base_url, browser, open_page = calculator_tests.base_url, calculator_tests.browser, calculator_tests.open_page
+change = calculator_tests.change
+EAGER = "() => Number(document.querySelector('[data-out=\"eager-peak\"]').dataset.bytes)"
+
+
+def test_the_loop_fields_change_the_eager_figure_as_the_cli_does(open_page):
+    """Trainer's loop, then the single-tensor AdamW, then TRL's SFTTrainer with LoRA: each redraws the eager
+    walk's peak to the CLI's for the same flags, and the address keeps them."""
+    page, recorder = open_page()
+    settle(page)
+    bare = page.evaluate(EAGER)
+    assert bare == cli_json(["--walk", "eager"])["peak"]
+    for name, value, flags in (
+        ("loop", "trainer", ["--loop", "trainer"]),
+        ("adamw-impl", "single", ["--loop", "trainer", "--adamw-impl", "single"]),
+    ):
+        page.select_option(f'[name="{name}"]', value)
+        settle(page)
+        assert page.evaluate(EAGER) == cli_json(["--walk", "eager", *flags])["peak"], flags
+        assert parse_qs(urlparse(page.url).query)[name] == [value]
+    assert page.evaluate(EAGER) != bare
+    page.select_option('[name="adamw-impl"]', "")
+    page.select_option('[name="loop"]', "sft")
+    page.select_option('[name="finetune"]', "lora")
+    settle(page)
+    assert page.evaluate(EAGER) == cli_json(["--walk", "eager", "--loop", "sft", "--finetune", "lora"])["peak"]
+    again, _ = open_page(urlparse(page.url).query and "?" + urlparse(page.url).query)
+    settle(again)
+    assert again.input_value('[name="loop"]') == "sft" and again.evaluate(EAGER) == page.evaluate(EAGER)
+    assert recorder.errors == []
