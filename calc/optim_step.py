@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import finetune, inventory
+from . import counts, finetune, inventory
 from .optimizers import BNB_MIN_8BIT_SIZE, FP32, bnb_8bit_bytes, tensor_state_bytes
 from .shape import Shape
 from .walk import Event
@@ -59,7 +59,7 @@ def _stored(tensors: list[inventory.Tensor]) -> list[Param]:
 
 def _block(shape: Shape, moe: bool) -> list[Param]:
     """A block in transformers' order: the attention module, the MLP, then the block's norms."""
-    tensors = inventory.layer_tensors(shape, moe)
+    tensors = counts.layer_tensors(shape, moe)
     norms = [t for t in tensors if "norm" in t.name]
     return _stored([t for t in tensors if "norm" not in t.name] + norms)
 
