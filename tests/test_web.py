@@ -1,9 +1,12 @@
 """The browser entry point: JSON in, JSON out, errors as data."""
 
 import json
+import subprocess
+import sys
 
 import calc
 from calc import web
+from conftest import ROOT
 
 
 def call(**payload):
@@ -114,3 +117,15 @@ def test_eager_walk_beside_the_deck():
         "reason": "the eager walk does not follow an expert capacity (transformers' Mixtral and Qwen2-MoE drop no "
         "tokens) yet: use the deck walk",
     }
+
+
+def test_the_plan_is_refused_where_the_cli_refuses_it():
+    """Another optimizer, a fine-tuning or the eager walk: no layouts, and the reason `--plan` gives (exit 2)."""
+    for flags in (["--optimizer", "sgd"], ["--finetune", "qlora", "--optimizer", "sgd"], ["--walk", "eager"]):
+        inputs = {flags[i].lstrip("-"): flags[i + 1] for i in range(0, len(flags), 2)}
+        out = call(inputs=inputs, sweep=False, plan=True, fit=True)
+        cli = subprocess.run([sys.executable, "-m", "calc", *flags, "--plan"], capture_output=True, text=True, cwd=ROOT)
+        refused = out["plan_refused"]
+        assert cli.returncode == 2 and cli.stderr.strip() == f"error: --{refused['field']}: {refused['message']}"
+        assert out["plan"] == [] and out["fit"]
+    assert "plan_refused" not in call(sweep=False, plan=True)
