@@ -12,7 +12,7 @@ from .hf import MAX_CHARS, READERS
 from .inputs import BOOL_FIELDS, CARDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
 from .loops import ADAMW_IMPLS, LOOPS, LOSSES
 from .optimizers import OPTIMIZERS
-from .plan import fit_card, plan
+from .plan import fit_card, plan, plan_problem
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
 from .units import format_gb, format_gib
@@ -243,10 +243,11 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)
         return 2
     shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
-    if inputs["walk"] != "deck" and (args.plan or args.table):
-        print(f"error: --walk: {inputs['walk']} walks one step; --table and --plan use the deck walk", file=sys.stderr)
-        return 2
     tune = inputs["tune"]
+    problem = (args.plan or args.table) and plan_problem(inputs["walk"], tune)
+    if problem:
+        print(f"error: --{problem[0]}: {problem[1]}", file=sys.stderr)
+        return 2
     if args.fit_card:
         if shape.moe_layers:
             print("error: --fit-card: fine-tuning a mixture of experts is not modelled yet", file=sys.stderr)
@@ -254,9 +255,6 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         rows = fit_card(shape, seq, inputs["capacity"], inputs["recipe"], tune.optimizer, tune.paged, par.flash)
         print(json.dumps(rows, indent=1) if args.json else format_fit(rows, inputs["capacity"]))
         return 0
-    if not tune.default and (args.plan or args.table):
-        print("error: --finetune: --table and --plan train every parameter with AdamW; use --fit-card", file=sys.stderr)
-        return 2
     if args.plan:
         rows = plan(
             shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash

@@ -276,3 +276,13 @@ def fit_card(
             )
     found.sort(key=lambda f: (f["extra_compute"], -f["micro_batch"], f["peak"]))
     return found[:limit]
+
+
+def plan_problem(walk: str, tune) -> tuple[str, str] | None:
+    """Why --table and --plan (and the page's planner) refuse these inputs, as (field, message), or None:
+    they walk the deck's step, training every parameter with AdamW."""
+    if walk != "deck":
+        return "walk", f"{walk} walks one step; --table and --plan use the deck walk"
+    if not tune.default:
+        return "finetune", "--table and --plan train every parameter with AdamW; use --fit-card"
+    return None

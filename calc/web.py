@@ -8,7 +8,7 @@ from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
 from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
 from .loops import BARE
-from .plan import fit_card, plan
+from .plan import fit_card, plan, plan_problem
 from .recipes import RECIPES, TABLE_ROWS
 from .units import format_gb, format_gib, format_size, params_label
 from .walk import peak
@@ -104,7 +104,11 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
         result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
         counts = result["step"]["param_counts"]
         result["params_label"] = params_label(counts["total"], counts["active"])  # as the presets are listed
-    if want_plan:
+    problem = want_plan and plan_problem(inputs["walk"], inputs["tune"])
+    if problem:  # the CLI's --plan refuses these inputs: the planner says why, with no rows
+        result["plan"] = []
+        result["plan_refused"] = {"field": problem[0], "message": problem[1]}
+    elif want_plan:
         result["plan"] = plan(
             shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
         )

@@ -1,9 +1,12 @@
 """The browser entry point: JSON in, JSON out, errors as data."""
 
 import json
+import subprocess
+import sys
 
 import calc
 from calc import web
+from conftest import ROOT
 
 
 def call(**payload):
@@ -131,3 +134,15 @@ def test_the_loop_fields_change_the_eager_figure_beside_the_deck_walk():
         assert answer["eager"]["peak"] == cli_json(["--walk", "eager", *flags])["peak"], fields
     bare = json.loads(web.handle(json.dumps({"inputs": {}, "sweep": False})))["eager"]["peak"]
     assert bare == cli_json(["--walk", "eager"])["peak"] != cli_json(["--walk", "eager", "--loop", "trainer"])["peak"]
+
+
+def test_the_plan_is_refused_where_the_cli_refuses_it():
+    """Another optimizer, a fine-tuning or the eager walk: no layouts, and the reason `--plan` gives (exit 2)."""
+    for flags in (["--optimizer", "sgd"], ["--finetune", "qlora", "--optimizer", "sgd"], ["--walk", "eager"]):
+        inputs = {flags[i].lstrip("-"): flags[i + 1] for i in range(0, len(flags), 2)}
+        out = call(inputs=inputs, sweep=False, plan=True, fit=True)
+        cli = subprocess.run([sys.executable, "-m", "calc", *flags, "--plan"], capture_output=True, text=True, cwd=ROOT)
+        refused = out["plan_refused"]
+        assert cli.returncode == 2 and cli.stderr.strip() == f"error: --{refused['field']}: {refused['message']}"
+        assert out["plan"] == [] and out["fit"]
+    assert "plan_refused" not in call(sweep=False, plan=True)

@@ -130,13 +130,18 @@ export function createForm(root, config) {
       state.seqTyped = valueOf("seq") !== "";
     }
     state.extras.delete(name);
+    if (name === "capacity-gb") state.extras.delete("card");  // a capacity typed replaces the link's card
   }
   function inputs() {
     const shown = new Map([...state.overrides, ...fields.run].map((name) => [name, valueOf(name)]));
-    return calcInputs({
+    const out = calcInputs({
       hf: hfMode() ? hf.text : null, preset: valueOf("preset"), shown, overrides: state.overrides,
       run: fields.run, applies, fromLink: state.fromLink, extras: state.extras,
     });
+    // A link's card is calc's --card: the capacity field shows its capacity and is not sent beside it (unless
+    // the link gave both, which calc refuses with its own reason).
+    if (state.extras.has("card") && !state.fromLink.has("capacity-gb")) delete out["capacity-gb"];
+    return out;
   }
   return {
     form, fields, presets, hf, state, field, labelOf, setField, valueOf, hfMode, applies, isShape,

@@ -46,6 +46,14 @@ export function quote(value) {
 export const recomputeText = (policy) => (policy === "none" ? "no recomputation" : `${policy} recomputation`);
 
 // The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step).
+// A recipe's label ("mixed-precision Adam") for the optimizer the step uses: "mixed-precision lion".
+export function recipeText(label, config) {
+  const optimizer = config.finetune?.optimizer ?? "adamw";
+  return optimizer === "adamw" ? label : label.replace(/\bAdamW?\b/, optimizer);
+}
+// Which walk gave the peak, said when it is not the deck's.
+export const walkText = (walk) => (!walk || walk === "deck" ? "" : `, as the ${walk} walk allocates it,`);
+
 export function tuningText(tune) {
   if (!tune) return "";
   const what = { full: "every parameter", lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;

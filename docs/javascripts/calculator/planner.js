@@ -44,8 +44,9 @@ export function createPlanner(root, config, f, { ask, update }) {
     rove(fitView.body, "[data-fit-use]");
     rove(planner.body, "[data-plan-use]");
     for (const button of fitView.body.querySelectorAll("[data-fit-use]")) button.disabled = !live;
+    const current = question() === planner.shown;  // rows for other settings would overwrite the reader's
     for (const button of planner.body.querySelectorAll("[data-plan-use]")) {
-      button.disabled = !live;
+      button.disabled = !live || !current;
       if (!live) button.setAttribute("aria-describedby", "calc-plan-load-note");
       else button.removeAttribute("aria-describedby");
     }
@@ -58,13 +59,18 @@ export function createPlanner(root, config, f, { ask, update }) {
       if (planner.root.dataset.planState === "pending") state("ready", planner.readyMessage);
       return;
     }
+    setLoadButtons();
     state("pending", "Waiting to plan for the inputs above…");
     planner.timer = setTimeout(askPlan, PLAN_DELAY_MS);
   }
   function draw(result, ms) {
     const plan = result.plan;
     const run = result.step.config;
-    drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
+    // Inputs the CLI's --plan refuses (another walk, optimizer or fine-tuning): calc's reason, and no rows.
+    const refused = result.plan_refused;
+    const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${withLabels(refused.message, f.labelOf)}.`;
+    if (refused) drawPlan(planner.body, [], 0, reason);
+    else drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
     drawFit(fitView.body, result.fit, run.shape.experts > 0, live);
     fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `on one ${capacityText(result.capacity)} device.`;
@@ -73,8 +79,8 @@ export function createPlanner(root, config, f, { ask, update }) {
     setLoadButtons();
     planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
-    planner.readyMessage = `${plan.length} layout${plan.length === 1 ? "" : "s"} fit (computed in your browser ` +
-      `in ${formatInt(Math.round(ms))} ms).`;
+    planner.readyMessage = refused ? reason : `${plan.length} layout${plan.length === 1 ? "" : "s"} fit (computed ` +
+      `in your browser in ${formatInt(Math.round(ms))} ms).`;
     planner.root.dataset.planSource = "live";
     markLoaded();
     state("ready", planner.readyMessage);

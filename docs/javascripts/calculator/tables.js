@@ -37,7 +37,7 @@ export function drawLoadTable(body, kind, rows, shown, none, disabled = false) {
   rove(body, `[data-${kind}-use]`);
 }
 
-export function drawPlan(body, plan, maxDevices) {
+export function drawPlan(body, plan, maxDevices, none = `No layout up to ${formatInt(maxDevices)} devices fits.`) {
   drawLoadTable(body, "plan", plan, (row) => ({
     data: {
       devices: row.devices, dp: row.dp, tp: row.tp, pp: row.pp, ep: row.ep, zero: row.zero,
@@ -46,7 +46,7 @@ export function drawPlan(body, plan, maxDevices) {
     cells: [row.devices, row.dp, row.tp, row.pp, row.ep, row.zero, row.recompute, row.micro_batch,
       formatInt(row.grad_accum), sizeText(row.peak), row.display.extra_compute],
     label: planLabel(row),
-  }), `No layout up to ${formatInt(maxDevices)} devices fits.`);
+  }), none);
 }
 
 // A table's Load buttons are one Tab stop: the arrow keys (and Home, End) move between them.

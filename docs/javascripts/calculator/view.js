@@ -4,7 +4,7 @@ import { createAnimation } from "./animation.js";
 import { drawBreakdown } from "./charts/breakdown.js";
 import { drawSweep } from "./charts/sweep.js";
 import { drawWalk } from "./charts/walk.js";
-import { capacityText, formatInt, recomputeText, tuningText, withLabels } from "./format.js";
+import { capacityText, formatInt, recipeText, recomputeText, tuningText, walkText, withLabels } from "./format.js";
 import { widthsKnownFor, withWidths } from "./svg.js";
 
 // labelOf(name): the form's label for a field (calc's reasons name its flags; the page names its fields).
@@ -13,20 +13,26 @@ export function createView(root, config, answerOf, labelOf) {
   const categories = config.categories;
   const anim = createAnimation(root, () => answerOf().step, config.categoryLabels);
   const out = (name) => root.querySelector(`[data-out="${name}"]`);
-  const selectedId = (step) => `${step.config.recipe}-${step.config.recompute}`;
+  // The table's row that is the step on show: the recipe's row when its peak is the step's (it is not when the
+  // step fine-tunes, uses another optimizer or another walk: the table is the deck walk's four AdamW recipes).
+  const selectedId = (answer) => {
+    const step = answer.step;
+    const id = `${step.config.recipe}-${step.config.recompute}`;
+    return answer.table.some((row) => row.id === id && row.peak === step.peak) ? id : null;
+  };
 
   // `sweep`: false while the new sweep is being computed (the last one stays, marked pending, until it comes).
   function drawCharts(sweep, follow) {
     const answer = answerOf();
     const step = answer.step;
-    drawBreakdown(charts.breakdown, answer, selectedId(step), categories);
+    drawBreakdown(charts.breakdown, answer, selectedId(answer), categories);
     if (sweep && answer.sweep) drawSweep(charts.sweep, answer);
     const moveCursor = drawWalk(charts.walk, step, answer.capacity, categories, answer.peak_display.text);
     if (follow) anim.follow(step, moveCursor);
     else anim.setCursor(moveCursor);
   }
   function renderTable(answer) {
-    const selected = selectedId(answer.step);
+    const selected = selectedId(answer);
     for (const row of answer.table) {
       const tr = root.querySelector(`tr[data-recipe="${row.id}"]`);
       for (const part of [...categories, "peak"]) {
@@ -38,8 +44,9 @@ export function createView(root, config, answerOf, labelOf) {
     }
     const { shape, seq, micro_batch: b, finetune } = answer.step.config;
     out("caption").textContent = `Bytes on one device: ${shape.name}, sequence ${formatInt(seq)}, micro-batch ${b}.` +
-      (finetune && finetune.mode !== "full"
-        ? " The four recipes train every parameter: the deck's step, for comparison with your fine-tuning above." : "");
+      (selected === null
+        ? " None of these rows is your step: they are the deck walk's four recipes, training every parameter with " +
+          `AdamW, for comparison with your ${finetune && finetune.mode !== "full" ? "fine-tuning" : "step"} above.` : "");
   }
   function renderSummary(answer) {
     const step = answer.step;
@@ -55,7 +62,8 @@ export function createView(root, config, answerOf, labelOf) {
     event.textContent = step.peak_event;
     const summary = root.querySelector("[data-calc-summary]");
     summary.replaceChildren(tuningText(step.config.finetune),
-      `With ${config.recipeLabels[step.config.recipe]} and ${recomputeText(step.config.recompute)} the peak is `,
+      `With ${recipeText(config.recipeLabels[step.config.recipe], step.config)} and ` +
+      `${recomputeText(step.config.recompute)}${walkText(step.config.walk)} the peak is `,
       peakOut, " (", gib, "), reached at “", event, `”: it ${answer.fits ? "fits" : "does not fit"} on ${device}.`);
     const trainable = out("trainable");
     trainable.textContent = formatInt(answer.trainable_params);
