@@ -216,6 +216,10 @@ def test_a_fatal_python_error_restarts_the_worker_and_says_so(open_page):
     page.wait_for_function("() => Number(document.querySelector('[data-calc]').dataset.restarts) >= 1")
     page.wait_for_selector("[data-calc][data-state=ready]")
     assert "started again" in page.text_content("[data-calc-status]")
+    for _ in range(100):  # the new worker's event can reach the recorder a moment after the status changes
+        if sum(url.endswith("/calc-worker.mjs") for url in recorder.workers) >= 2:
+            break
+        page.wait_for_timeout(100)
     assert sum(url.endswith("/calc-worker.mjs") for url in recorder.workers) >= 2
     assert "fatally failed" in page.text_content("[data-calc-notice]")
     assert recorder.errors == []

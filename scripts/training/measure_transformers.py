@@ -126,7 +126,6 @@ def measure(m, seq, b, precision, attention, checkpointing, device: str) -> dict
     got = how(m, precision, attention, checkpointing, seq, b)
     args = cli_args(m, seq, b, precision, attention, checkpointing, device)
     eager = predict(args)
-    deck = predict(_deck_args(args))
     return {
         "model_type": m.model_type,
         "model": asdict(m),
@@ -138,14 +137,28 @@ def measure(m, seq, b, precision, attention, checkpointing, device: str) -> dict
         "checkpointing": checkpointing,
         "device": device,
         **got,
-        "predicted_peak": eager["peak"],
-        "predicted_peak_event": eager["peak_event"],
-        "ratio": round(eager["peak"] / got["measured_peak"], 4),
-        "deck_peak": deck["peak"],
-        "deck_ratio": round(deck["peak"] / got["measured_peak"], 4),
+        **predicted(args, got["measured_peak"]),
         "command": "python -m calc " + " ".join(args),
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def predicted(args: list[str], measured: int) -> dict:
+    """The CLI's answers for a measured step: the eager walk's and the deck's, with their ratios to it."""
+    eager, deck = predict(args), predict(_deck_args(args))
+    return {
+        "predicted_peak": eager["peak"],
+        "predicted_peak_event": eager["peak_event"],
+        "ratio": round(eager["peak"] / measured, 4),
+        "deck_peak": deck["peak"],
+        "deck_ratio": round(deck["peak"] / measured, 4),
+    }
+
+
+def repredict(rows: list[dict]) -> None:
+    """Ask the CLI again for each recorded step (calc changed), from the command recorded beside it."""
+    for row in rows:
+        row.update(predicted(row["command"].split()[3:], row["measured_peak"]))
 
 
 def _deck_args(args: list[str]) -> list[str]:
@@ -188,7 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     p.add_argument("--class", dest="classes", action="append", choices=list(SHAPES), help="only these classes")
+    p.add_argument("--repredict", action="store_true", help="ask the CLI again for the recorded steps; measure none")
     args = p.parse_args(argv)
+    if args.repredict:
+        data = json.loads(RESULTS.read_text())
+        repredict(data["runs"])
+        if args.write:
+            RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+        return 0
     if args.device not in ("cpu", "cuda"):
         p.error(f"--device: must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
