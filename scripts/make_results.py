@@ -624,7 +624,13 @@ def qlora_section() -> list[str]:
 
 def _qlora_eager(row: dict) -> float:
     """A QLoRA (or bf16 base) row's eager walk / the step's tensors (the measured peak less the workspace)."""
-    return row["eager_predicted_peak"] / row["measured_peak_tensors"]
+    return _against_tensors(row, "eager_predicted_peak")
+
+
+def _against_tensors(row: dict, predicted: str) -> float:
+    """A measured row's prediction (its `predicted` key) / the step's tensors: the measured peak less the matrix
+    library's workspace (scripts/training/profile_step.py)."""
+    return row[predicted] / row["measured_peak_tensors"]
 
 
 def _qlora_where(row: dict) -> str:
@@ -732,7 +738,7 @@ def lora_section() -> list[str]:
 
 def _lora_eager(row: dict) -> float:
     """A LoRA row's eager walk / the step's tensors (the measured peak less the workspace)."""
-    return row["predicted_peak"] / row["measured_peak_tensors"]
+    return _against_tensors(row, "predicted_peak")
 
 
 def _lora_where(row: dict) -> str:
