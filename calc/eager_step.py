@@ -57,9 +57,11 @@ def replay(
     tune: finetune.Tuning = finetune.DEFAULT,
     accumulate: bool = False,
     loss_kind: str = "transformers",
+    layers: list[int] | None = None,
 ):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
-    micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay)."""
+    micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
+    `layers`: the layers replayed, in order, as numbered in the model (None: every one)."""
     r = RECIPES[recipe]
     act = r.activations if not r.autocast else 4
     lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
@@ -109,7 +111,7 @@ def replay(
             window.requires_grad = False
             held.append(window)
     layer_fn = family.layer
-    for layer in range(1, shape.layers + 1):
+    for layer in range(1, shape.layers + 1) if layers is None else layers:
         rp.layer = layer
         if recompute == "full":
             x = _checkpointed(ops, layer_fn, x, cos, sin, mask, device)
@@ -186,6 +188,7 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
         rp.keep(t)
     rp.nodes.append(Node("checkpoint", saved, y, [], [], rp.layer))
     rp.drop(rng)
+
     def rerun(x0: T) -> T:  # under the autocast state of the forward, whose weight cache it clears
         out = layer_fn(ops, x0, cos, sin, mask)
         ops.end_autocast()
@@ -196,7 +199,7 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
     return y
 
 
-SMALL = 4  # layers replayed: the first, two in the middle (which every deeper model repeats), the last
+SMALL = 4  # layers replayed of a run of one kind: the first, two in the middle (which the rest repeat), the last
 
 
 def segments(
@@ -213,10 +216,9 @@ def segments(
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad.
 
-    A deep model is replayed with SMALL layers: every layer but the first and the last runs the same ops
-    on the same sizes, so the middle layers' segments are stretched to the real depth (checked: where the
-    middle layers' events differ, the whole model is replayed). Frozen layers (`tune`) break that sameness:
-    a model with some frozen is replayed whole."""
+    One layer of each kind is replayed (layer_spans: the layers of a run of one kind, but the first and the
+    last, run the same ops on the same sizes), and their segments are stretched to the real depth (checked:
+    where a run's middle layers' events differ, the whole model is replayed)."""
     r = RECIPES[recipe]
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind)
@@ -273,17 +275,46 @@ def _graph_goes(rp: Replay) -> list[Event]:
 
 
 def _replayed(shape: Shape, args: tuple, **how):
-    """(replay, step, segments) of one micro-batch, SMALL layers stretched to the model's depth where they can be.
-    `how`: replay's accumulate and loss_kind."""
-    tune = args[-1]
-    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers else shape
-    rp, st = replay(small, *args, **how)
-    replayed = _compress(rp.events)
-    if small is not shape:
-        replayed = _stretch(replayed, shape.layers)
-        if replayed is None:
-            replayed = _compress(replay(shape, *args, **how)[0].events)
+    """(replay, step, segments) of one micro-batch: one layer of each kind replayed, stretched to the model's
+    depth (layer_spans), or the whole model where the stretch cannot be checked. `how`: replay's accumulate and
+    loss_kind."""
+    spans = layer_spans(shape, args[-1])
+    rp, st = replay(shape, *args, **how, layers=[lo for lo, _ in spans])
+    at = {lo: i for i, (lo, _) in enumerate(spans, 1)}  # a replayed layer -> its place among them
+    replayed = _stretch(_compress([(at.get(layer, 0), e) for layer, e in rp.events]), spans)
+    if replayed is None:
+        rp, st = replay(shape, *args, **how)
+        replayed = _compress(rp.events)
     return rp, st, replayed
+
+
+def whole(shape: Shape, args: tuple, **how) -> list[Segment]:
+    """The segments of every layer replayed, each op of each layer (what _replayed must equal: the tests)."""
+    return _compress(replay(shape, *args, **how)[0].events)
+
+
+def layer_kinds(shape: Shape, tune: finetune.Tuning) -> list:
+    """The kind of each layer, 1 to shape.layers: the family's key (calc.families.family) and whether the
+    layer is frozen (calc.finetune's freeze_layers: its parameters need no gradient)."""
+    kind = FAMILIES[shape.family].layer_kind
+    return [(kind(shape, i), i <= tune.freeze_layers) for i in range(1, shape.layers + 1)]
+
+
+def layer_spans(shape: Shape, tune: finetune.Tuning) -> list[tuple[int, int]]:
+    """(first, last) layers each replayed layer stands for. A run of more than SMALL layers of one kind is
+    replayed as its first, second, third and last layer: the first and the last meet other kinds (or the
+    embeddings, or the head), the second and the third show the run's steady state, and the third stands for
+    every layer up to the last but one. A shorter run is replayed whole."""
+    kinds, spans, start = layer_kinds(shape, tune), [], 1
+    for end in range(1, shape.layers + 1):
+        if end < shape.layers and kinds[end] == kinds[end - 1]:
+            continue
+        if end - start + 1 > SMALL:
+            spans += [(start, start), (start + 1, start + 1), (start + 2, end - 1), (end, end)]
+        else:
+            spans += [(i, i) for i in range(start, end + 1)]
+        start = end + 1
+    return spans
 
 
 def _later_micro_batches(shape: Shape, args: tuple, first: Replay, loop: loops.Loop) -> list[Segment]:
@@ -310,20 +341,23 @@ def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, 
     return grads // RECIPES[recipe].gradients
 
 
-def _stretch(segs: list[Segment], layers: int) -> list[Segment] | None:
-    """The segments of a SMALL-layer replay for a model of `layers`: layer 1 stays 1, SMALL becomes `layers`,
-    the middle ones cover 2 to layers - 1. None if a segment splits the middle layers."""
-    big = {1: 1, SMALL: layers, **{k: (2 if k == 2 else layers - 1) for k in range(2, SMALL)}}
+def _stretch(segs: list[Segment], spans: list[tuple[int, int]]) -> list[Segment] | None:
+    """The segments of the replayed layers (numbered 1 to len(spans)) for the whole model: replayed layer i
+    stands for layers spans[i - 1]. None where a layer that stands for several does not repeat the one
+    before it (their events differ: the run has no steady state to stretch)."""
+    wide = [i for i, (lo, hi) in enumerate(spans, 1) if hi > lo]
     out = []
     for seg in segs:
         if seg.reps is None:
             out.append(seg)
             continue
-        small = list(seg.reps.layers)
-        middle = set(range(2, SMALL))
-        if middle & set(small) and not middle <= set(small):
+        small = seg.reps.layers
+        if any((i in small) != (i - 1 in small) for i in wide if i in small or i - 1 in small):
             return None
-        first, last = big[small[0]], big[small[-1]]
+        if small.step > 0:
+            first, last = spans[small[0] - 1][0], spans[small[-1] - 1][1]
+        else:
+            first, last = spans[small[0] - 1][1], spans[small[-1] - 1][0]
         step = 1 if last >= first else -1
         out.append(Segment(seg.events, Reps(range(first, last + step, step))))
     return out

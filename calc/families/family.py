@@ -1,9 +1,28 @@
-"""What a family module declares: its model types (how each config.json is read) and its code."""
+"""What a family module declares: its model types (how each config.json is read) and its code.
+
+Layers of one kind. The eager walk (calc.eager_step) replays one layer of each kind, not every layer: a run of
+consecutive layers of the same kind is replayed as its first, two of its middle and its last layer, and the
+middle ones are stretched over the run (their events checked the same; otherwise the whole model is
+replayed). Two layers are of the same kind when the family's code runs the same ops on the same sizes in
+both: `Family.layer_kind(shape, index)` says so, index counted from 1 as `Replay.layer` counts it. The
+default, `dense_or_moe`, separates only the dense layers that come first from the mixture-of-experts ones;
+the walk adds whether the layer is frozen (calc.finetune's freeze_layers). A family whose layer reads its
+index (`ops.rp.layer`: sliding-window layers among global ones, layers without rotary positions, a dense
+first layer) must return a key that differs wherever the layer's ops or sizes do, e.g.
+`lambda shape, i: (dense_or_moe(shape, i), i % 2 == 0)`. A key that differs for every index is always safe
+(the whole model is replayed) and only slower.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+
+
+def dense_or_moe(shape, index: int) -> Hashable:
+    """The default kind of layer `index` (from 1): a mixture of experts after the first `dense_layers`, or
+    a dense layer (every layer of a model without experts)."""
+    return "moe" if shape.experts and index > shape.dense_layers else "dense"
 
 
 @dataclass(frozen=True)
@@ -31,6 +50,8 @@ class Family:
     head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss
     tensors: Callable | None = None  # (shape, moe) -> one block's calc.inventory.Tensor list; None: Llama's block
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
+    layer_kind: Callable = dense_or_moe  # (shape, index from 1) -> a key, the same for layers whose replay is the
+    # same (the module's docstring: what the eager walk replays once for each kind)
 
     @property
     def eager(self) -> bool:
