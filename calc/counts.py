@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .families import FAMILIES
 from .inventory import Tensor, block, numel, outer_tensors
 from .shape import Shape
 
 
 def layer_tensors(shape: Shape, moe: bool = False) -> list[Tensor]:
-    """One block of this shape's family (a mixture-of-experts block with `moe`)."""
-    own = FAMILIES[shape.family].tensors
-    return own(shape, moe) if own else block(shape, moe)
+    """One block of this shape's family (a mixture-of-experts block with `moe`). Listed once per shape: the
+    fit list and the planner ask for the same block hundreds of times an answer."""
+    return list(_block(shape, moe, FAMILIES[shape.family].tensors))
+
+
+@lru_cache(maxsize=64)
+def _block(shape: Shape, moe: bool, own) -> tuple[Tensor, ...]:
+    """layer_tensors' list, as an immutable tuple of frozen tensors (`own`: the family's lister, or None)."""
+    return tuple(own(shape, moe) if own else block(shape, moe))
 
 
 def param_counts(shape: Shape) -> dict[str, int]:
     """Exact parameter count, broken down by where the parameters live (summed from calc.inventory's
     tensors). `per_layer` is a mixture-of-experts block when the model has experts (`per_dense_layer` the
     others); `experts` all routed experts' parameters; `active` those one token uses (k of the E routed
-    experts in each MoE layer)."""
+    experts in each MoE layer). Counted once per shape (a copy each call)."""
+    return dict(_counts(shape, FAMILIES[shape.family].tensors))
+
+
+@lru_cache(maxsize=64)
+def _counts(shape: Shape, own) -> dict[str, int]:
+    """param_counts' dict, counted (`own`: the family's lister, part of the key as in _block)."""
     moe = shape.moe_layers
     dense = numel(layer_tensors(shape, False))
     moe_block = layer_tensors(shape, True) if moe else []

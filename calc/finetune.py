@@ -15,10 +15,12 @@ optimizer state (8-bit, Adafactor) is counted with Llama's separate projections.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import activations as act
 from . import counts, inventory
 from .counts import param_counts
+from .families import FAMILIES
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
 from .parallel import SINGLE, Parallel
 from .parts.linear import NF4_BLOCK, NF4_DQ_BLOCK  # bitsandbytes' NF4 format, with its 4-bit layer
@@ -61,6 +63,12 @@ DEFAULT = Tuning()
 def linears(shape: Shape) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each linear layer of one block that LoRA can target, in TARGETS order (no gate without
     a gated FFN), from calc.inventory."""
+    return dict(_linears(shape, FAMILIES[shape.family].tensors))
+
+
+@lru_cache(maxsize=64)
+def _linears(shape: Shape, own) -> dict[str, tuple[int, int]]:
+    """linears' dict, listed once per shape (`own`: the family's lister, part of the key as in calc.counts)."""
     return {t.target: (t.rows, t.cols) for t in counts.layer_tensors(shape) if t.target}
 
 

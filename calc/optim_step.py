@@ -72,10 +72,9 @@ def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
         block = [Param(rows, cols) for _, rows, cols in finetune.adapter_tensors(shape, tune)]
         return block * shape.layers
     first = tune.freeze_layers if tune.mode == "freeze" else 0
-    layers = []
-    for layer in range(first + 1, shape.layers + 1):
-        moe = shape.moe_layers and layer > shape.layers - shape.moe_layers
-        layers += _block(shape, bool(moe))
+    dense_end = shape.layers - shape.moe_layers  # the dense layers come first, the mixture-of-experts ones after
+    dense, moe = max(0, dense_end - first), shape.layers - max(first, dense_end)
+    layers = (_block(shape, False) * dense if dense else []) + (_block(shape, True) * moe if moe else [])
     embedding = [] if tune.mode != "full" else [Param(t.rows, t.cols, True, t.name.startswith("embed"))
                                                 for t in outer["embedding"] + outer["positions"]]  # fmt: skip
     return embedding + layers + _stored(outer["final_norm"] + outer["head"])
