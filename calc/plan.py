@@ -14,8 +14,9 @@ from .shape import Shape
 from .walk import label_at, peak, resident_state, seq_sizes, stage_kept, template
 
 TP_DEGREES = (1, 2, 4, 8)  # tensor parallelism stays inside one 8-device node (Narayanan et al. 2021, §3.3)
-# calc.walk.template without its cache: the planner's hundreds of templates would evict a sweep's few.
-_template = getattr(template, "__wrapped__", template)
+# calc.walk.template with a cache of its own: the planner's hundreds of templates would evict a sweep's few, and
+# a template does not depend on the sequence, batch or capacity, so the page's next plan for the model reuses them.
+_template = lru_cache(maxsize=1024)(getattr(template, "__wrapped__", template))
 
 
 def recompute_overhead(shape: Shape, seq: int, recompute: str, flash: bool = False) -> float:

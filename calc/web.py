@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
@@ -104,6 +105,16 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
         result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
         counts = result["step"]["param_counts"]
         result["params_label"] = params_label(counts["total"], counts["active"])  # as the presets are listed
+    result.update(planned(inputs, want_plan, want_fit))
+    if want_sweep:
+        result["sweep"] = sweep_for(inputs)
+    return result
+
+
+def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
+    """The planner's layouts ("plan", or "plan_refused" with no rows) and the fit list ("fit"), each where asked."""
+    shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
+    result = {}
     problem = want_plan and plan_problem(inputs["walk"], inputs["tune"])
     if problem:  # the CLI's --plan refuses these inputs: the planner says why, with no rows
         result["plan"] = []
@@ -120,9 +131,15 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
         result["fit"] = fit_card(shape, seq, capacity, recipe, tune.optimizer, tune.paged, par.flash)
         for row in result["fit"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
-    if want_sweep:
-        result["sweep"] = sweep_for(inputs)
     return result
+
+
+def plan_only(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
+    """What the page's planner draws, without the step's numbers (the change before it drew them): the
+    layouts, the fit list, and the run they are for (its shape and sequence, the capacity, the global batch)."""
+    run = {"shape": asdict(inputs["shape"]), "seq": inputs["seq"]}
+    ask = {"capacity": inputs["capacity"], "global_batch": inputs["global_batch"]}
+    return {"ok": True, "config": run, **ask, **planned(inputs, want_plan, want_fit)}
 
 
 def sweep_for(inputs: dict) -> dict:
@@ -155,7 +172,8 @@ def sweep_for(inputs: dict) -> dict:
 def handle(request: str) -> str:
     """{"inputs": {field: value}, "sweep": bool, "plan": bool, "fit": bool, "numbers": bool} -> {"ok": true, ...}
     or {"ok": false, "field", "message"}. With "numbers": false (and "sweep": true) the answer is
-    {"ok": true, "sweep": ...} alone: the page asks for the numbers first, then for their sweep."""
+    {"ok": true, "sweep": ...} alone: the page asks for the numbers first, then for their sweep. With
+    "numbers": false, "sweep": false and "plan" or "fit", it is plan_only's: the planner's rows alone."""
     try:
         payload = json.loads(request)
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
@@ -164,6 +182,8 @@ def handle(request: str) -> str:
         inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
         if payload.get("numbers", True) is False and payload.get("sweep", True):
             return json.dumps({"ok": True, "sweep": sweep_for(inputs)})
+        if payload.get("numbers", True) is False and (payload.get("plan", False) or payload.get("fit", False)):
+            return json.dumps(plan_only(inputs, payload.get("plan", False), payload.get("fit", False)))
         result = compute(inputs, payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False))
         return json.dumps(result)
     except InputError as e:

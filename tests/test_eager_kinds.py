@@ -2,15 +2,17 @@
 event and layer for layer, as replaying every layer, for every shape, recipe, checkpointing and tuning."""
 
 import dataclasses
+import itertools
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_eager import as_family
 
 import calc
 from calc import eager_step, finetune
-from calc.families import FAMILIES, family
-from calc.inputs import eager_tuning_problem
+from calc.families import FAMILIES, family, tuning_lacks
+from calc.inputs import eager_lacks, eager_tuning_problem
 from strategies import recipes, shapes
 
 
@@ -111,3 +113,18 @@ def test_frozen_layers_are_a_kind():
                                                    (13, 79), (80, 80)]  # fmt: skip
     small = shape.replace(hidden=64, heads=8, kv_heads=8, ffn=128, vocab=100)
     same_as_whole(small, (16, 2, "autocast", "full", "eager", "cpu", tune))
+
+
+@pytest.mark.parametrize("name", sorted(calc.PRESETS))
+def test_every_preset_replayed_by_kind_is_its_whole_replay(name):
+    """Every preset the eager walk replays (a family added later included, with its own kinds of layer: sliding
+    windows, dense first layers): the fast replay's segments are the whole replay's, with and without
+    checkpointing, and with frozen layers where the family fine-tunes."""
+    shape = calc.PRESETS[name]
+    if eager_lacks(shape) or FAMILIES[shape.family].layer is None:  # the Decoder: a closed form (calc.eager)
+        pytest.skip(f"the eager walk does not replay {name}'s layers")
+    tunes = [finetune.DEFAULT]
+    if tuning_lacks(shape) is None:
+        tunes.append(finetune.Tuning(mode="freeze", freeze_layers=min(3, shape.layers - 1)))
+    for recompute, tune in itertools.product(("none", "full"), tunes):
+        same_as_whole(shape, (64, 1, "mixed", recompute, "sdpa", "cuda", tune))

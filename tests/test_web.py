@@ -146,3 +146,19 @@ def test_the_plan_is_refused_where_the_cli_refuses_it():
         assert cli.returncode == 2 and cli.stderr.strip() == f"error: --{refused['field']}: {refused['message']}"
         assert out["plan"] == [] and out["fit"]
     assert "plan_refused" not in call(sweep=False, plan=True)
+
+
+def test_the_planner_asks_for_its_rows_alone():
+    """With "numbers": false the planner's question answers its layouts and fit list, the same rows as the
+    whole answer's, and the run they are for, without the step the page drew already (issue 21)."""
+    for inputs in ({"preset": "llama-2-70b", "global-batch": "512"}, {"preset": "gpt2", "finetune": "lora"}):
+        ask = {"inputs": inputs, "sweep": False, "plan": True, "fit": True}
+        whole = json.loads(web.handle(json.dumps(ask)))
+        rows = json.loads(web.handle(json.dumps({**ask, "numbers": False})))
+        assert "step" not in rows and "table" not in rows
+        assert rows["config"] == {"shape": whole["step"]["config"]["shape"], "seq": whole["step"]["config"]["seq"]}
+        for key in ("plan", "plan_refused", "fit", "capacity", "global_batch"):
+            assert rows.get(key) == whole.get(key), key
+    assert "plan_refused" in rows  # LoRA: --plan refuses it, the fit list answers
+    bad = json.loads(web.handle(json.dumps({"inputs": {"seq": "0"}, "plan": True, "numbers": False})))
+    assert bad["ok"] is False and bad["field"] == "seq"
