@@ -4,8 +4,9 @@
   standard library cut to what calc uses and precompiled (hooks/pyodide_site.py);
 - calc's wheel (.pyc) and the site's ``pyodide-lock.json`` holding its sha256, in assets/wheels/,
   which the worker loads with ``pyodide.loadPackage("calc")``;
-- a gzip sibling (``name.gz``) and a Brotli sibling (``name.br``) of each compressible runtime file,
-  for hosts that serve precompressed files (GitHub Pages compresses on its own; Netlify, Cloudflare,
+- a gzip sibling (``name.gz``) and a Brotli sibling (``name.br``) of each compressible runtime file
+  and of the calculator's scripts (calculator.js and its ES modules under calculator/), for hosts
+  that serve precompressed files (GitHub Pages compresses on its own; Netlify, Cloudflare,
   nginx's gzip_static and brotli_static, Caddy's precompressed send these);
 - KaTeX's stylesheet and fonts (the formulas are typeset at build time, hooks/katex.py);
 - static figures of the deck's configuration (hooks/figures.py), drawn from calc.
@@ -33,7 +34,10 @@ NODE_MODULES = deck.ROOT / "node_modules"
 # Pyodide's runtime as the npm package ships it; its python_stdlib.zip is replaced by the cut one.
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm")
 # Compressible files that get .gz and .br siblings (a .zip or .whl is compressed already).
-COMPRESSIBLE_SUFFIXES = (".mjs", ".wasm", ".json")
+COMPRESSIBLE_SUFFIXES = (".mjs", ".js", ".wasm", ".json")
+JAVASCRIPTS = deck.ROOT / "docs" / "javascripts"
+# Pages of docs/ already, which get only their siblings here: the worker, the calculator's start and its modules.
+PAGE_SCRIPTS = ("calc-worker.mjs", "calculator.js", "calculator/**/*.js")
 COMPRESSED_CACHE = deck.ROOT / "build" / "compressed"  # by content hash: Brotli at quality 11 is slow
 BROTLI_QUALITY = 11  # Brotli's maximum (RFC 7932 encoders: 0-11); the same bytes for the same input
 # `mkdocs serve` too must send WebAssembly as application/wasm: Pyodide 314 hangs on anything else.
@@ -86,7 +90,8 @@ def figure_files() -> dict[str, bytes]:
 
 
 def runtime_files() -> dict[str, bytes]:
-    """Everything the calculator's worker loads, by its path in the site, .gz and .br siblings included."""
+    """Everything the calculator's worker loads, by its path in the site, .gz and .br siblings included, and
+    the siblings of the calculator's scripts."""
     pyodide = NODE_MODULES / "pyodide"
     for name in PYODIDE_FILES:
         if not (pyodide / name).is_file():
@@ -99,12 +104,15 @@ def runtime_files() -> dict[str, bytes]:
     out["assets/pyodide/python_stdlib.zip"] = (built / pyodide_site.STDLIB).read_bytes()
     out[f"assets/wheels/{wheel.filename()}"] = (built / wheel.filename()).read_bytes()
     out[f"assets/wheels/{pyodide_site.LOCK}"] = (built / pyodide_site.LOCK).read_bytes()
-    out["javascripts/calc-worker.mjs"] = (deck.ROOT / "docs" / "javascripts" / "calc-worker.mjs").read_bytes()
+    scripts = {f"javascripts/{p.relative_to(JAVASCRIPTS).as_posix()}": p.read_bytes()
+               for pattern in PAGE_SCRIPTS for p in sorted(JAVASCRIPTS.glob(pattern))}  # fmt: skip
+    out.update(scripts)
     for path, data in list(out.items()):
         if path.endswith(COMPRESSIBLE_SUFFIXES):
             for suffix in ENCODERS:
                 out[f"{path}.{suffix}"] = compressed(data, suffix)
-    del out["javascripts/calc-worker.mjs"]  # a page of docs/ already; only its siblings are added here
+    for path in scripts:  # pages of docs/ already: only their siblings are added here
+        del out[path]
     return out
 
 

@@ -6,6 +6,7 @@ code object keeps the file name the source would have had, so tracebacks name th
 Globals set by the caller: USED (the standard library zip's members to keep), STDLIB (its mount).
 """
 
+import ast
 import base64
 import hashlib
 import importlib.util
@@ -14,13 +15,28 @@ from importlib._bootstrap_external import _code_to_hash_pyc
 
 EPOCH = (1980, 1, 1, 0, 0, 0)
 # The standard library is compiled as `python -OO` would (no docstrings, no asserts): 15% fewer bytes to
-# download. calc keeps both, so it runs exactly as under CPython in the tests.
+# download. calc keeps its asserts, so it runs exactly as under CPython in the tests, and its classes'
+# docstrings (dataclasses would make one with inspect.signature at import); its modules' and functions'
+# docstrings go, which nothing in calc reads.
 STDLIB_OPTIMIZE, CALC_OPTIMIZE = 2, 0
 
 
-def pyc(source: bytes, filename: str, optimize: int) -> bytes:
-    code = compile(source, filename, "exec", dont_inherit=True, optimize=optimize)
+def pyc(source: bytes, filename: str, optimize: int, strip: bool = False) -> bytes:
+    tree = ast.parse(source, filename)
+    code = compile(without_docstrings(tree) if strip else tree, filename, "exec", dont_inherit=True, optimize=optimize)
     return _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
+
+
+def without_docstrings(tree: ast.Module) -> ast.Module:
+    """The module less its own docstring and its functions' (a body left empty becomes `pass`); every other
+    statement keeps its line, so tracebacks point where the source does."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        first = node.body[0] if node.body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            node.body = node.body[1:] or [ast.copy_location(ast.Pass(), first)]
+    return tree
 
 
 def write_zip(path: str, entries: list[tuple[str, bytes]]) -> None:
@@ -54,7 +70,7 @@ def compile_wheel(wheel: str, out: str, site_packages: str) -> None:
                 continue
             data = archive.read(name)
             if name.endswith(".py"):
-                entries.append((name + "c", pyc(data, f"{site_packages}/{name}", CALC_OPTIMIZE)))
+                entries.append((name + "c", pyc(data, f"{site_packages}/{name}", CALC_OPTIMIZE, strip=True)))
             else:
                 entries.append((name, data))
     lines = []

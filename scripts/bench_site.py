@@ -20,11 +20,17 @@ With --snapshot, a third page measures Pyodide's memory snapshot (private option
 a snapshot taken in this browser after `import calc.web`, served gzipped, restored by a worker that
 then answers the page's first request; it is measured, not shipped (see CONTRIBUTING.md).
 Then, on one live page, the latency from an input change to the redrawn chart (event "calc:drawn")
-over many changes: median and p95; last the planner's time in the worker (event "calc:planned").
+over many changes: median and p95. Then, on llama-2-70b: the planner's time in the page (event
+"calc:planned": the question sent, the layouts and the fit list answered), and an input change redrawn
+while the planner works (its question in the worker) beside one redrawn while it is idle, pair by pair
+on the same page; and how many Pyodide runtimes the pages started (calc workers, fetches of the
+WebAssembly), which must be one each.
 
-Aims: time to live at most 0.5x bare on localhost and 0.75x at 10 Mbit/s; at most 5.5 MB for the
-calculator page with gzip, at most 5.0 MB with Brotli; update p95 under 50 ms.
+Aims (issue 21): time to live at most 0.5x bare on localhost and 0.7x at 10 Mbit/s; at most 5.0 MB for
+the calculator page with Brotli; input-to-chart p95 under 30 ms; a redraw while the planner works at most
+1.5x an idle one (medians); the planner's median under 50 ms.
 Usage: python scripts/bench_site.py [--runs 7] [--changes 60] [--site site] [--json out.json]
+       python scripts/bench_site.py --quick   # 2 loads of each, 20 changes, 8 plans: a few minutes, rough
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import random
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -196,54 +203,194 @@ def load(browser, url: str, ready_selector: str, throttle: dict | None) -> dict:
     return {**timings, "bytes": sum(received)}
 
 
-def update_latencies(browser, url: str, changes: int) -> list[float]:
+def runtime_counter(page) -> Callable[[], int]:
+    """How many Pyodide runtimes the page has started so far: its calc workers, and its fetches of the
+    WebAssembly (as tests/site_fixtures.py's Recorder counts them)."""
+    workers, wasm = [], []
+    page.on("worker", lambda worker: workers.append(worker.url.split("?")[0].endswith("/calc-worker.mjs")))
+    page.on("request", lambda request: wasm.append(request.url.split("?")[0].endswith("/pyodide.asm.wasm")))
+    return lambda: max(sum(workers), sum(wasm))
+
+
+def update_latencies(browser, url: str, changes: int) -> tuple[list[float], list[float], int]:
+    """(input change to redrawn chart, to the numbers alone, runtimes started) over `changes` on the default page."""
     context = browser.new_context()
     page = context.new_page()
+    runtimes = runtime_counter(page)
     page.goto(url)
     page.wait_for_selector("[data-calc][data-state=ready]", timeout=120_000)
     for value in ("2048", "4096"):  # warm-up: the first calls compile Python code paths
         page.evaluate(CHANGE_JS, ["seq", value])
     fields = [("seq", str(1024 + 128 * i)) if i % 3 else ("micro-batch", str(1 + i % 8)) for i in range(changes)]
     out = [page.evaluate(CHANGE_JS, list(change)) for change in fields]
+    started = runtimes()
     context.close()
-    return [total for total, _ in out], [numbers for _, numbers in out]
+    return [total for total, _ in out], [numbers for _, numbers in out], started
 
 
-PLAN_JS = """async ([name, value]) => {
+# One sample on a live page: optionally a change that sets the planner working (`before`: resolved once its
+# question is in the worker, data-plan-busy), then `change`, timed to the redrawn chart; then the planner's
+# time for the question `change` leaves (event calc:planned, once the reader has paused).
+SAMPLE_JS = """async ([change, before]) => {
   const root = document.querySelector("[data-calc]");
-  const field = root.querySelector(`[name="${name}"]`);
+  const planner = root.querySelector("[data-planner]");
+  const set = ([name, value]) => {
+    const field = root.querySelector(`[name="${name}"]`);
+    field.value = value;
+    field.dispatchEvent(new Event("input", {bubbles: true}));
+  };
+  if (before) {
+    const busy = new Promise(resolve => {
+      const watch = new MutationObserver(() => { if (planner.dataset.planBusy) { watch.disconnect(); resolve(); } });
+      watch.observe(planner, {attributes: true, attributeFilter: ["data-plan-busy"]});
+    });
+    set(before);
+    await busy;
+  }
+  const planning = Boolean(planner.dataset.planBusy);
+  const drawn = new Promise(resolve => root.addEventListener("calc:drawn", resolve, {once: true}));
   const planned = new Promise(resolve =>
     root.addEventListener("calc:planned", e => resolve(e.detail.ms), {once: true}));
-  field.value = value;
-  field.dispatchEvent(new Event("input", {bubbles: true}));
-  return await planned;
+  const start = performance.now();
+  set(change);
+  await drawn;
+  const redraw = performance.now() - start;
+  return [redraw, await planned, planning];
 }"""
-# The planner's questions: (field, value) changes, each answered by calc.plan in the worker.
-PLAN_CHANGES = [("global-batch", "512"), ("global-batch", "2048"), ("preset", "llama-2-13b"),
-                ("preset", "llama-2-70b"), ("global-batch", "1024"), ("capacity-gb", "40"),
-                ("preset", "llama-7b"), ("capacity-gb", "141"), ("seq", "8192"), ("global-batch", "4096")]
+PLANNER_PRESET = "llama-2-70b"  # the issue's planner figure: 80 layers, the layouts of a 70B model
 
 
-def plan_times(browser, url: str) -> list[float]:
-    """The worker's round trip for each planner question (calc.plan in Pyodide plus the JSON), in ms."""
+def planner_session(browser, url: str, samples: int) -> dict:
+    """On PLANNER_PRESET: pairs of input changes, one redrawn with the planner idle, one while its question
+    is in the worker; the planner's answer times; the runtimes the page started."""
     context = browser.new_context()
     page = context.new_page()
+    runtimes = runtime_counter(page)
     page.goto(url)
     page.wait_for_selector("[data-calc][data-state=ready]", timeout=120_000)
-    out = [page.evaluate(PLAN_JS, list(change)) for change in PLAN_CHANGES]
+    page.evaluate(SAMPLE_JS, [["preset", PLANNER_PRESET], None])  # warm-up: the preset, its first plan
+    page.evaluate(SAMPLE_JS, [["seq", "2048"], None])
+    idle, busy, plans = [], [], []
+    for i in range(samples):
+        redraw, ms, _ = page.evaluate(SAMPLE_JS, [["seq", str(1024 + 256 * i)], None])
+        idle.append(redraw)
+        plans.append(ms)
+        before = ["global-batch", "512" if i % 2 else "2048"]
+        redraw, ms, planning = page.evaluate(SAMPLE_JS, [["seq", str(1152 + 256 * i)], before])
+        assert planning, "the planner was not working when the change came"
+        busy.append(redraw)
+        plans.append(ms)
+    started = runtimes()
     context.close()
+    return {"idle": idle, "busy": busy, "plans": plans, "runtimes": started}
+
+
+AIMS = {  # issue 21's targets, as (figure, how it compares, bound)
+    "live_ratio_localhost": ("<=", 0.5),
+    "live_ratio_10mbit": ("<=", 0.7),
+    "brotli_mb": ("<=", 5.0),
+    "update_p95_ms": ("<", 30),
+    "busy_over_idle": ("<=", 1.5),
+    "plan_median_ms": ("<", 50),
+    "runtimes": ("<=", 1),
+}
+
+
+def summary(results: dict, gzip_bytes: int, latencies, numbers, session: dict, runtimes: int) -> dict:
+    """The figures of one run, by name (the JSON report)."""
+    out = {"conditions": {}}
+    for condition in CONDITIONS:
+        ours, bare = results[condition, "site"], results[condition, "bare"]
+        live, bare_live = statistics.median(t["live"] for t in ours), statistics.median(t["live"] for t in bare)
+        alone = statistics.median(t["live"] for t in results[condition, "worker"])
+        out["conditions"][condition] = {
+            "first_contentful_paint_ms": statistics.median(t["fcp"] for t in ours),
+            "time_to_live_ms": live,
+            "time_to_sweep_drawn_ms": statistics.median(t["ready"] for t in ours),
+            "bare_pyodide_start_ms": bare_live,
+            "live_ratio_to_bare": live / bare_live,
+            "worker_alone_ms": alone,
+            "worker_alone_ratio_to_bare": alone / bare_live,
+            "site_bytes": statistics.median(t["bytes"] for t in ours),
+            "bare_bytes": statistics.median(t["bytes"] for t in bare),
+        }
+        if (condition, "snapshot") in results:
+            row = out["conditions"][condition]
+            row["snapshot_ms"] = statistics.median(t["live"] for t in results[condition, "snapshot"])
+            row["snapshot_ratio_to_bare"] = row["snapshot_ms"] / bare_live
+    out["site_bytes_gzip_only"] = gzip_bytes
+    out["update_ms"] = {"changes": len(latencies), "median": statistics.median(latencies),
+                        "p95": percentile(latencies, 0.95), "max": max(latencies),
+                        "numbers_median": statistics.median(numbers), "numbers_p95": percentile(numbers, 0.95)}
+    idle, busy, plans = session["idle"], session["busy"], session["plans"]
+    out["planner"] = {"preset": PLANNER_PRESET, "questions": len(plans), "median_ms": statistics.median(plans),
+                      "p95_ms": percentile(plans, 0.95), "max_ms": max(plans),
+                      "redraw_idle_median_ms": statistics.median(idle),
+                      "redraw_busy_median_ms": statistics.median(busy),
+                      "redraw_busy_p95_ms": percentile(busy, 0.95), "pairs": len(idle)}
+    out["runtimes"] = max(runtimes, session["runtimes"])
     return out
+
+
+def table(report: dict) -> list[str]:
+    """The run as one table: each figure on localhost and at 10 Mbit/s, beside its aim and whether it is met."""
+    local, slow = report["conditions"]["localhost"], report["conditions"]["10 Mbit/s"]
+    u, pl = report["update_ms"], report["planner"]
+    busy_over_idle = pl["redraw_busy_median_ms"] / pl["redraw_idle_median_ms"]
+    checks = {"live_ratio_localhost": local["live_ratio_to_bare"], "live_ratio_10mbit": slow["live_ratio_to_bare"],
+              "brotli_mb": local["site_bytes"] / 1e6, "update_p95_ms": u["p95"], "busy_over_idle": busy_over_idle,
+              "plan_median_ms": pl["median_ms"], "runtimes": report["runtimes"]}  # fmt: skip
+
+    def aim(key: str) -> str:
+        how, bound = AIMS[key]
+        met = checks[key] <= bound if how == "<=" else checks[key] < bound
+        return f"{how} {bound} {'met' if met else 'NOT met'}"
+
+    rows = [
+        ("", "localhost", "10 Mbit/s + 40 ms", "aim"),
+        ("calculator live (ms)", f"{local['time_to_live_ms']:.0f}", f"{slow['time_to_live_ms']:.0f}", ""),
+        ("bare Pyodide start (ms)", f"{local['bare_pyodide_start_ms']:.0f}", f"{slow['bare_pyodide_start_ms']:.0f}",
+         ""),
+        ("live / bare", f"{local['live_ratio_to_bare']:.2f}", f"{slow['live_ratio_to_bare']:.2f}",
+         f"{aim('live_ratio_localhost')} / {aim('live_ratio_10mbit')}"),
+        ("the site's worker alone / bare", f"{local['worker_alone_ratio_to_bare']:.2f}",
+         f"{slow['worker_alone_ratio_to_bare']:.2f}", ""),
+        ("first contentful paint (ms)", f"{local['first_contentful_paint_ms']:.0f}",
+         f"{slow['first_contentful_paint_ms']:.0f}", ""),
+        ("bytes received, Brotli / gzip-only host (MB)",
+         f"{local['site_bytes'] / 1e6:.2f} / {report['site_bytes_gzip_only'] / 1e6:.2f}",
+         f"(bare page {local['bare_bytes'] / 1e6:.2f})", aim("brotli_mb") + " (Brotli)"),
+        (f"input -> chart, {u['changes']} changes, median / p95 (ms)", f"{u['median']:.1f} / {u['p95']:.1f}", "",
+         aim("update_p95_ms") + " (p95)"),
+        ("  the numbers alone, median / p95 (ms)", f"{u['numbers_median']:.1f} / {u['numbers_p95']:.1f}", "", ""),
+        (f"{pl['preset']}: redraw idle / while planning, medians (ms)",
+         f"{pl['redraw_idle_median_ms']:.1f} / {pl['redraw_busy_median_ms']:.1f}", f"ratio {busy_over_idle:.2f}",
+         aim("busy_over_idle")),
+        (f"{pl['preset']}: planner's answer, median / p95 (ms)", f"{pl['median_ms']:.1f} / {pl['p95_ms']:.1f}",
+         f"{pl['questions']} questions", aim("plan_median_ms") + " (median)"),
+        ("Pyodide runtimes a page started", str(report["runtimes"]), "", aim("runtimes")),
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7, help="cold loads of each page in each condition (default 7)")
     parser.add_argument("--changes", type=int, default=60, help="input changes timed (default 60, at least 50)")
+    parser.add_argument("--pairs", type=int, default=12, help="planner pairs: a redraw idle, one while it plans")
+    parser.add_argument("--quick", action="store_true", help="a short, rough run: 2 loads, 20 changes, 4 pairs")
     parser.add_argument("--site", type=Path, default=site_browser.SITE, help="the built site (default site/)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the loads' shuffled order")
     parser.add_argument("--snapshot", action="store_true", help="also measure a memory snapshot (not shipped)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.changes, args.pairs = 2, 20, 4
+    else:
+        args.changes = max(args.changes, 50)
 
     pages = {"site": ("", "[data-calc][data-state=ready]"), "bare": (BARE_PAGE, "body[data-state=ready]"),
              "worker": (WORKER_PAGE, "body[data-state=ready]")}
@@ -261,58 +408,18 @@ def main() -> int:
             print(f"  load {i + 1}/{len(plan)}: {name:8} {condition:9} {results[condition, name][-1]['live']:7.0f} ms",
                   file=sys.stderr, flush=True)
         with site_browser.serve(root, encodings=("gzip",)) as gzip_base:  # the same page from a gzip-only host
-            gzip_bytes = [load(browser, gzip_base, pages["site"][1], None)["bytes"] for _ in range(2)]
-        latencies, numbers = update_latencies(browser, base, max(args.changes, 50))
-        plans = plan_times(browser, base)
+            gzip_bytes = min(load(browser, gzip_base, pages["site"][1], None)["bytes"] for _ in range(2))
+        latencies, numbers, runtimes = update_latencies(browser, base, args.changes)
+        session = planner_session(browser, base, args.pairs)
         version = browser.version
         browser.close()
 
-    report = {"chromium": version, "runs": args.runs, "conditions": {}, "site_bytes_gzip_only": min(gzip_bytes)}
-    print(f"Chromium {version}, medians of {args.runs} cold loads each, shuffled")
-    for condition in CONDITIONS:
-        ours, bare = results[condition, "site"], results[condition, "bare"]
-        live, bare_live = statistics.median(t["live"] for t in ours), statistics.median(t["live"] for t in bare)
-        row = {
-            "first_contentful_paint_ms": statistics.median(t["fcp"] for t in ours),
-            "time_to_live_ms": live,
-            "time_to_sweep_drawn_ms": statistics.median(t["ready"] for t in ours),
-            "bare_pyodide_start_ms": bare_live,
-            "live_ratio_to_bare": live / bare_live,
-            "worker_alone_ms": statistics.median(t["live"] for t in results[condition, "worker"]),
-            "site_bytes": statistics.median(t["bytes"] for t in ours),
-            "bare_bytes": statistics.median(t["bytes"] for t in bare),
-        }
-        if args.snapshot:
-            snap = results[condition, "snapshot"]
-            row["snapshot_ms"] = statistics.median(t["live"] for t in snap)
-            row["snapshot_ratio_to_bare"] = row["snapshot_ms"] / bare_live
-            row["snapshot_bytes"] = statistics.median(t["bytes"] for t in snap)
-        report["conditions"][condition] = row
-        aim = {"localhost": 0.5, "10 Mbit/s": 0.75}[condition]
-        print(f"{condition}:")
-        print(f"  first contentful paint     {row['first_contentful_paint_ms']:8.0f} ms")
-        print(f"  calculator live            {live:8.0f} ms   {row['site_bytes'] / 1e6:5.2f} MB received "
-              f"(Brotli; {report['site_bytes_gzip_only'] / 1e6:.2f} MB from a gzip-only host)")
-        print(f"  ... and its sweep drawn    {row['time_to_sweep_drawn_ms']:8.0f} ms")
-        print(f"  bare Pyodide start         {bare_live:8.0f} ms   {row['bare_bytes'] / 1e6:5.2f} MB received")
-        print(f"  live / bare                {row['live_ratio_to_bare']:8.2f}   (aim: <= {aim})")
-        row["worker_alone_ratio_to_bare"] = row["worker_alone_ms"] / bare_live
-        alone, alone_ratio = row["worker_alone_ms"], row["worker_alone_ratio_to_bare"]
-        print(f"  the site's worker alone    {alone:8.0f} ms   {alone_ratio:.2f} x bare (a blank page)")
-        if args.snapshot:
-            print(f"  memory snapshot, 1st answer{row['snapshot_ms']:8.0f} ms   {row['snapshot_bytes'] / 1e6:5.2f} MB "
-                  f"received, {row['snapshot_ratio_to_bare']:.2f} x bare (snapshot {snapshot_bytes / 1e6:.1f} MB raw)")
-    report["update_ms"] = {"changes": len(latencies), "median": statistics.median(latencies),
-                           "p95": percentile(latencies, 0.95), "max": max(latencies),
-                           "numbers_median": statistics.median(numbers), "numbers_p95": percentile(numbers, 0.95)}
-    report["plan_ms"] = {"questions": len(plans), "median": statistics.median(plans), "max": max(plans)}
-    u, pl = report["update_ms"], report["plan_ms"]
-    print(f"Input change -> redrawn chart over {u['changes']} changes (localhost)")
-    print(f"  median {u['median']:.1f} ms, p95 {u['p95']:.1f} ms (aim: < 50), max {u['max']:.1f} ms")
-    print(f"  (the table, bars and walk alone, before the sweep: median {u['numbers_median']:.1f} ms, "
-          f"p95 {u['numbers_p95']:.1f} ms)")
-    print(f"Planner (calc.plan in the worker, after the chart) over {pl['questions']} questions")
-    print(f"  median {pl['median']:.1f} ms, max {pl['max']:.1f} ms")
+    report = {"chromium": version, "runs": args.runs, **summary(results, gzip_bytes, latencies, numbers, session,
+                                                                runtimes)}
+    if snapshot_bytes:
+        report["snapshot_bytes_raw"] = snapshot_bytes
+    print(f"Chromium {version}, medians of {args.runs} cold loads of each page in each condition, shuffled")
+    print("\n".join(table(report)))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -187,12 +187,15 @@ def test_a_rebuild_gives_the_same_bytes(tmp_path):
 
 
 COMPRESSIBLE = ["assets/pyodide/pyodide.asm.wasm", "assets/pyodide/pyodide.asm.mjs", "assets/pyodide/pyodide.mjs",
-                "assets/wheels/pyodide-lock.json", "javascripts/calc-worker.mjs"]
+                "assets/wheels/pyodide-lock.json", "javascripts/calc-worker.mjs", "javascripts/calculator.js",
+                *(f"javascripts/{p.relative_to(ROOT / 'docs' / 'javascripts').as_posix()}"
+                  for p in sorted((ROOT / "docs" / "javascripts" / "calculator").rglob("*.js")))]  # fmt: skip
 
 
 def test_compressible_runtime_files_have_gzip_and_brotli_siblings():
-    """A host that serves precompressed files finds name.gz and name.br beside the wasm, the modules and
-    the lock file, each decompressing to the file; Brotli's is the smaller (issue 21)."""
+    """A host that serves precompressed files finds name.gz and name.br beside the wasm, the modules (Pyodide's
+    and the calculator's ES modules) and the lock file, each decompressing to the file; Brotli's is the
+    smaller (issue 21)."""
     import gzip
 
     import brotli
@@ -250,6 +253,18 @@ def test_the_test_server_sends_a_sibling_the_client_takes_as_a_static_host_does(
     assert got == coding
     suffix = {"br": ".br", "gzip": ".gz", None: ""}[coding]
     assert body == (site / f"{path}{suffix}").read_bytes()
+
+
+@pytest.mark.parametrize("path", ["javascripts/calculator/main.js", "javascripts/calculator/charts/sweep.js",
+                                  "javascripts/calculator.js"])
+def test_the_calculators_modules_go_as_their_prebuilt_siblings(path):
+    """The calculator's ES modules go as their Brotli siblings to a client that takes Brotli and as their
+    gzip siblings to one that takes gzip only, as the runtime's files do (not compressed on the fly)."""
+    site = built_site()
+    with site_browser.serve(site) as base:
+        for accept, suffix in (("gzip, deflate, br", ".br"), ("gzip", ".gz")):
+            _, body = _fetch(base, path, accept)
+            assert body == (site / f"{path}{suffix}").read_bytes(), (path, accept)
 
 
 @pytest.mark.parametrize("encodings", list(MAX_PAGE_BYTES), ids=["gzip", "brotli"])

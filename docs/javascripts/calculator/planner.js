@@ -65,7 +65,7 @@ export function createPlanner(root, config, f, { ask, update }) {
   }
   function draw(result, ms) {
     const plan = result.plan;
-    const run = result.step.config;
+    const run = result.config;  // the run the rows are for (calc.web.plan_only)
     // Inputs the CLI's --plan refuses (another walk, optimizer or fine-tuning): calc's reason, and no rows.
     const refused = result.plan_refused;
     const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${withLabels(refused.message, f.labelOf)}.`;
@@ -90,7 +90,8 @@ export function createPlanner(root, config, f, { ask, update }) {
     state("pending", "Planning…");
     planner.root.dataset.planBusy = "true";
     const start = performance.now();
-    const result = await ask("plan", { inputs: f.inputs(), sweep: false, plan: true, fit: true });
+    // numbers: false: the rows alone, not the step the change before drew already (calc.web.plan_only)
+    const result = await ask("plan", { inputs: f.inputs(), sweep: false, plan: true, fit: true, numbers: false });
     delete planner.root.dataset.planBusy;
     if (result.superseded || key !== question()) return;  // the form moved on; a newer plan is scheduled
     if (!result.ok) {
