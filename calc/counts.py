@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, wraps
 
 from .families import FAMILIES
 from .inventory import Tensor, block, numel, outer_tensors
@@ -51,3 +51,16 @@ def _counts(shape: Shape, own) -> dict[str, int]:
     counts["experts"] = routed
     counts["active"] = counts["total"] - routed + (routed // shape.experts * shape.experts_per_token if moe else 0)
     return counts
+
+
+def per_shape(fn):
+    """fn(shape, *args) computed once for the same arguments (frozen, hashable ones) and the same family code
+    (a test may swap a family's tensor lister): for sizes the fit list and the planner ask for hundreds of
+    times an answer that depend on neither the sequence nor the batch. fn must return an immutable value."""
+    cached = lru_cache(maxsize=256)(lambda own, shape, *args: fn(shape, *args))
+
+    @wraps(fn)
+    def wrapper(shape: Shape, *args):
+        return cached(FAMILIES[shape.family].tensors, shape, *args)
+
+    return wrapper

@@ -112,6 +112,7 @@ def trainable_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
     return out + (outer["embedding"] if tune.mode == "full" else [])
 
 
+@counts.per_shape
 def trainable_params(shape: Shape, tune: Tuning = DEFAULT) -> int:
     """The parameters that train: e.g. 4,194,304 for LoRA rank 8 on q and v of Llama-2-7B."""
     if tune.mode == "full":
@@ -129,6 +130,12 @@ def weight_bytes(shape: Shape, recipe: str, tune: Tuning) -> dict[str, int]:
     """{"base": the model's weights, "adapters": the adapters'}. QLoRA stores every block linear in NF4
     (transformers' bitsandbytes integration quantizes every nn.Linear but the head) and the rest (embedding,
     norms, biases, head) in the compute dtype, the recipe's weights dtype."""
+    return dict(_weight_bytes(shape, recipe, tune))
+
+
+@counts.per_shape
+def _weight_bytes(shape: Shape, recipe: str, tune: Tuning) -> dict[str, int]:
+    """weight_bytes' dict, computed once (a copy is returned)."""
     w = RECIPES[recipe].weights
     total = param_counts(shape)["total"]
     adapters = shape.layers * numel(adapter_tensors(shape, tune)) if tune.adapters else 0
@@ -141,6 +148,7 @@ def weight_bytes(shape: Shape, recipe: str, tune: Tuning) -> dict[str, int]:
     }
 
 
+@counts.per_shape
 def optimizer_bytes(shape: Shape, recipe: str, tune: Tuning) -> int:
     """The optimizer's state for every trainable tensor; the recipe gives its moments' dtype."""
     return state_bytes(tune.optimizer, trainable_tensors(shape, tune), RECIPES[recipe].optimizer // 2)

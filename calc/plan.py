@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 from . import finetune
@@ -11,12 +12,19 @@ from .counts import param_counts
 from .parallel import Parallel, check, device_params
 from .recipes import RECIPES, RECOMPUTE
 from .shape import Shape
-from .walk import label_at, peak, resident_state, seq_sizes, stage_kept, template
+from .walk import label_at, peak, peak_of, resident_state, seq_sizes, stage_kept, template
 
 TP_DEGREES = (1, 2, 4, 8)  # tensor parallelism stays inside one 8-device node (Narayanan et al. 2021, §3.3)
 # calc.walk.template with a cache of its own: the planner's hundreds of templates would evict a sweep's few, and
 # a template does not depend on the sequence, batch or capacity, so the page's next plan for the model reuses them.
-_template = lru_cache(maxsize=1024)(getattr(template, "__wrapped__", template))
+_template = getattr(template, "__wrapped__", template)
+
+
+@lru_cache(maxsize=1024)
+def _peak_form(shape: Shape, recipe: str, recompute: str, par: Parallel, *walk) -> Callable[[dict[str, int]], int]:
+    """calc.walk.peak_of the walk's template: its peak as a function of the sizes (the same integers as
+    walking the template), made once per model, recipe, recomputation, layout and walk."""
+    return peak_of(_template(shape, recipe, recompute, par, *walk))
 
 
 def recompute_overhead(shape: Shape, seq: int, recompute: str, flash: bool = False) -> float:
@@ -43,12 +51,12 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 class _Layouts:
     """What the planner's layouts share, each computed once per plan: the sizes of the tokens in flight (they
-    depend on the micro-batch, recomputation and tp only), each walk's template, each stage's parameters."""
+    depend on the micro-batch, recomputation and tp only), each stage's parameters (each walk's peak form,
+    _peak_form, is kept across plans)."""
 
     def __init__(self, shape: Shape, seq: int, recipe: str, flash: bool):
         self.shape, self.seq, self.recipe, self.flash = shape, seq, recipe, flash
         self.sizes: dict[tuple, dict[str, int]] = {}
-        self.templates: dict[tuple, tuple] = {}
         self.params: dict[tuple, tuple[int, int]] = {}
         self.kept: dict[tuple, tuple[int, int]] = {}
         self.overheads: dict[str, float] = {}
@@ -95,11 +103,7 @@ class _Layouts:
         sizes = self.sized(par, micro_batch, recompute)
         top = -1
         for walk in sorted(walks(par, grad_accum), key=lambda w: not w[2]):
-            steps = self.templates.get((par, recompute, walk))
-            if steps is None:
-                steps = _template(self.shape, self.recipe, recompute, par, *walk)
-                self.templates[(par, recompute, walk)] = steps
-            top = max(top, peak(steps, sizes)[0])
+            top = max(top, _peak_form(self.shape, self.recipe, recompute, par, *walk)(sizes))
             if top > capacity:
                 break
         return top
