@@ -3,7 +3,7 @@
 #   make serve   build the site and serve it on http://127.0.0.1:$(PORT)/
 #   make test    build the site, then run every test (calc's and the browser's)
 #   make check   ruff, a strict build and results.md up to date
-#   make bench   time the built site in headless Chromium (scripts/bench_site.py)
+#   make bench   time the built site in headless Chromium (scripts/bench_site.py; BENCH_ARGS=--quick: a short run)
 #   make gpu-check  every CUDA measurement on one GPU in at most 8 minutes (DRY_RUN=1: a CPU sample)
 
 PYTHON ?= python3
@@ -69,7 +69,7 @@ check: build
 	$(BIN)/python scripts/make_results.py --check
 
 bench: build setup-browser
-	$(BIN)/python scripts/bench_site.py
+	$(BIN)/python scripts/bench_site.py $(BENCH_ARGS)
 
 # Every CUDA measurement (dense, MoE, LoRA, QLoRA, the loops) on one GPU, writing docs/data/*.json
 # (scripts/training/gpu_check.py); DRY_RUN=1 runs a small sample of each on the CPU and writes nothing.
