@@ -100,6 +100,12 @@ def replay(
         cos = ops.new(seq * d, unit, "rotary cos", "cos(position x inverse frequency)")
         sin = ops.new(seq * d, unit, "rotary sin", "sin(position x inverse frequency)")
         cos.requires_grad = sin.requires_grad = False
+        for i in range(1, family.rope_tables(shape) if family.rope_tables else 1):  # one pair a layer type (OLMo 3)
+            more = [ops.new(seq * d, unit, f"rotary {f} ({i + 1})", f"{f}(position x inverse frequency)")
+                    for f in ("cos", "sin")]  # fmt: skip
+            for t in more:
+                t.requires_grad = False
+            held += more
     mask = None
     if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
         mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
@@ -108,6 +114,9 @@ def replay(
             window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
             window.requires_grad = False
             held.append(window)
+    elif family.sdpa_mask and family.sdpa_mask(shape, seq):  # sdpa_mask: a bool (1, 1, s, s), expanded over b
+        mask = ops.new(seq * seq, 1, "sliding-window mask (bool)", "create_sliding_window_causal_mask: s x s")
+        mask.requires_grad = False
     layer_fn = family.layer
     for layer in range(1, shape.layers + 1):
         rp.layer = layer
@@ -276,7 +285,8 @@ def _replayed(shape: Shape, args: tuple, **how):
     """(replay, step, segments) of one micro-batch, SMALL layers stretched to the model's depth where they can be.
     `how`: replay's accumulate and loss_kind."""
     tune = args[-1]
-    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers else shape
+    uniform = not (shape.no_rope_layers or shape.global_layers)  # every layer runs the same ops
+    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers and uniform else shape
     rp, st = replay(small, *args, **how)
     replayed = _compress(rp.events)
     if small is not shape:

@@ -48,6 +48,10 @@ class Shape:
     dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
     capacity_factor: float = 0.0  # each expert takes at most factor x k x tokens / E tokens, padded to that
     # many (Fedus et al. 2022, Switch Transformer); 0: dropless, each expert takes what it is routed
+    no_rope_layers: tuple[int, ...] = ()  # the layers (1 = the first) whose attention has no rotary positions
+    # (SmolLM3's no_rope_layers: every fourth)
+    global_layers: tuple[int, ...] = ()  # with a sliding window: the layers (1 = the first) that attend to the
+    # whole sequence all the same (layer_types' "full_attention": OLMo 3's every fourth); the others slide
 
     @property
     def head_dim(self) -> int:

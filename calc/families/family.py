@@ -31,6 +31,9 @@ class Family:
     head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss
     tensors: Callable | None = None  # (shape, moe) -> one block's calc.inventory.Tensor list; None: Llama's block
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
+    sdpa_mask: Callable | None = None  # (shape, seq) -> whether its model passes sdpa a sliding-window mask (a
+    # window no longer than the sequence; create_sliding_window_causal_mask), to the layers that slide
+    rope_tables: Callable | None = None  # (shape) -> the rotary (cos, sin) pairs its model makes (None: one)
 
     @property
     def eager(self) -> bool:
