@@ -134,3 +134,6 @@ FAMILIES = (
            rope_tables=rope_tables),
 )  # fmt: skip  # fine-tuning: unmeasured
 ORDER = 120  # where the registry lists it (calc.families)
+# calc/configs/NAME.json -> its group in the list: allenai/OLMo-2-1124-13B's config.json, as copied in
+# github.com/mauer4/Attention-From-Scratch (weights/allenai/OLMo-2-1124-13B/config.json)
+PRESETS = {"olmo-2-13b": "OLMo"}
