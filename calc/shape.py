@@ -76,6 +76,12 @@ class Shape:
         """Layers whose FFN is a mixture of experts."""
         return max(0, self.layers - self.dense_layers) if self.experts else 0
 
+    def as_dict(self) -> dict:
+        """The fields as an answer's config gives them: the per-layer lists (no_rope_layers, global_layers) only
+        where the model has such layers, as most have none."""
+        lists = ("no_rope_layers", "global_layers")
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in lists or getattr(self, f.name)}
+
     def replace(self, **changes) -> Shape:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)

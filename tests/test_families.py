@@ -113,9 +113,7 @@ def test_granite_scales_embeddings_residuals_and_logits():
     assert sum("x residual_multiplier" in label for label in labels) >= 2
 
 
-@pytest.mark.parametrize(
-    ("preset", "family"), [("phi-4", "phi3"), ("olmo-2-13b", "olmo2"), ("smollm3-3b", "smollm3")]
-)
+@pytest.mark.parametrize(("preset", "family"), [("phi-4", "phi3"), ("olmo-2-13b", "olmo2"), ("smollm3-3b", "smollm3")])
 def test_issue_18_dense_presets_walk_eagerly(capsys, preset, family):
     """Phi-4, OLMo 2 and SmolLM3 are replayed in their own family's code; their fine-tuning is refused."""
     assert main(["--preset", preset, "--walk", "eager", "--seq", "256", "--json"]) == 0

@@ -60,6 +60,9 @@ def sdpa_mask(shape: Shape, seq: int) -> bool:
     return bool(shape.sliding_window) and seq >= shape.sliding_window
 
 
-MODEL_TYPES = (ModelType("ministral3", read_ministral3, "ministral3"), ModelType("mistral3", read_mistral3, "ministral3"))
+MODEL_TYPES = (
+    ModelType("ministral3", read_ministral3, "ministral3"),
+    ModelType("mistral3", read_mistral3, "ministral3"),
+)
 FAMILIES = (Family("ministral3", ("Ministral 3",), layer, sdpa_mask=sdpa_mask),)  # fine-tuning: unmeasured
 ORDER = 150  # where the registry lists it (calc.families)

@@ -59,8 +59,9 @@ class Norms:
         out = self.new(normed.nbytes // normed.unit, normed.unit, f"{name} output",
                        "weight * x: mul saves x for the weight's gradient")  # fmt: skip
         trains = rp.needs(f"{name}.weight")
+        weight = (f"{name}.weight", h * self.st.param_bytes, "param")
         rp.node("mul", out, saved=[normed] if trains else [], work=[normed.nbytes] if trains else [],
-                inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * self.st.param_bytes, "param")])  # fmt: skip
+                inputs=[(normed, normed.nbytes, "new"), weight])  # fmt: skip
         rp.drop(normed)
         return out
 
