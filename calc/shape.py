@@ -38,8 +38,9 @@ class Shape:
     norms_per_layer: int = 2  # norms in a block: before attention and the FFN; Gemma 2 adds one after each
     head_bias: bool = True  # an untied head has biases when `bias` is on (GPT-2's lm_head has none)
     sliding_window: int = 0  # tokens a query attends to (Mistral 7B v0.1, Gemma 2); 0: the whole sequence.
-    # Recorded, not counted: eager and SDPA attention still build the full s x s scores with a band mask,
-    # and FlashAttention stores no scores either way, so no walk here changes with it.
+    # The deck walk counts nothing for it: eager and SDPA attention still build the full s x s scores with a
+    # band mask, and FlashAttention stores no scores either way. The eager walk replays the masks of the
+    # families whose model passes sdpa one (calc.families: Family.sdpa_mask).
     experts: int = 0  # E, routed experts in each mixture-of-experts layer; 0: every layer is dense
     experts_per_token: int = 0  # k, experts each token is routed to (top-k)
     expert_ffn: int = 0  # one routed expert's inner width; 0: ffn
