@@ -97,11 +97,12 @@ def replay(
         cos = sin = None
     else:
         d = shape.head_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
-        cos = ops.new(seq * d, unit, "rotary cos", "cos(position x inverse frequency)")
-        sin = ops.new(seq * d, unit, "rotary sin", "sin(position x inverse frequency)")
+        rope = 4 if family.rope_fp32 else unit  # (OLMo 2's and 3's stay fp32)
+        cos = ops.new(seq * d, rope, "rotary cos", "cos(position x inverse frequency)")
+        sin = ops.new(seq * d, rope, "rotary sin", "sin(position x inverse frequency)")
         cos.requires_grad = sin.requires_grad = False
         for i in range(1, family.rope_tables(shape) if family.rope_tables else 1):  # one pair a layer type (OLMo 3)
-            more = [ops.new(seq * d, unit, f"rotary {f} ({i + 1})", f"{f}(position x inverse frequency)")
+            more = [ops.new(seq * d, rope, f"rotary {f} ({i + 1})", f"{f}(position x inverse frequency)")
                     for f in ("cos", "sin")]  # fmt: skip
             for t in more:
                 t.requires_grad = False

@@ -34,6 +34,7 @@ class Family:
     sdpa_mask: Callable | None = None  # (shape, seq) -> whether its model passes sdpa a sliding-window mask (a
     # window no longer than the sequence; create_sliding_window_causal_mask), to the layers that slide
     rope_tables: Callable | None = None  # (shape) -> the rotary (cos, sin) pairs its model makes (None: one)
+    rope_fp32: bool = False  # its rotary embedding returns cos and sin in fp32, not cast to the model's dtype
 
     @property
     def eager(self) -> bool:

@@ -129,9 +129,9 @@ def rope_tables(shape: Shape) -> int:
 
 MODEL_TYPES = (ModelType("olmo2", read_olmo2, "olmo2"), ModelType("olmo3", read_olmo3, "olmo3"))
 FAMILIES = (
-    Family("olmo2", ("OLMo 2",), layer, tensors=tensors),
+    Family("olmo2", ("OLMo 2",), layer, tensors=tensors, rope_fp32=True),
     Family("olmo3", ("OLMo 3",), layer, tensors=tensors, window_mask=window_mask, sdpa_mask=sdpa_mask,
-           rope_tables=rope_tables),
+           rope_tables=rope_tables, rope_fp32=True),
 )  # fmt: skip  # fine-tuning: unmeasured
 ORDER = 120  # where the registry lists it (calc.families)
 # calc/configs/NAME.json -> its group in the list: allenai/OLMo-2-1124-13B's config.json, as copied in
