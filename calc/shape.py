@@ -53,6 +53,8 @@ class Shape:
     # (SmolLM3's no_rope_layers: every fourth)
     global_layers: tuple[int, ...] = ()  # with a sliding window: the layers (1 = the first) that attend to the
     # whole sequence all the same (layer_types' "full_attention": OLMo 3's every fourth); the others slide
+    rotary_dim: int = 0  # the values of each query and key head that rotary positions turn (Phi-3's
+    # partial_rotary_factor x head_dim); 0: all of them
 
     @property
     def head_dim(self) -> int:
@@ -78,10 +80,10 @@ class Shape:
         return max(0, self.layers - self.dense_layers) if self.experts else 0
 
     def as_dict(self) -> dict:
-        """The fields as an answer's config gives them: the per-layer lists (no_rope_layers, global_layers) only
-        where the model has such layers, as most have none."""
-        lists = ("no_rope_layers", "global_layers")
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in lists or getattr(self, f.name)}
+        """The fields as an answer's config gives them: those few models have (the per-layer lists, a partial
+        rotary width) only where the model has them."""
+        rare = ("no_rope_layers", "global_layers", "rotary_dim")
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in rare or getattr(self, f.name)}
 
     def replace(self, **changes) -> Shape:
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -183,3 +183,15 @@ def test_mistral3_reads_its_text_config():
     assert wrapped.family == "ministral3"
     with pytest.raises(ConfigError, match="text_config"):
         shape_from_config({"model_type": "mistral3"})
+
+
+def test_phi3_partial_rotary_is_read_and_refused_by_the_eager_walk(capsys, tmp_path):
+    """Phi-4-mini's partial_rotary_factor 0.75: a quarter of each head unrotated (a second slice, its own
+    gradient), which the eager walk does not replay: it says so; the deck walk and the count still answer."""
+    cfg = json.loads(config_text("phi-4"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "partial_rotary_factor": 0.75}))
+    assert shape_from_text(path.read_text()).rotary_dim == 96
+    assert main(["--hf-config", str(path), "--walk", "eager"]) == 2
+    assert "rotary positions on part of each head (partial_rotary_factor)" in capsys.readouterr().err
+    assert main(["--hf-config", str(path)]) == 0

@@ -4,6 +4,7 @@ each residual branch (resid_pdrop); one mask, sliding where the config has a win
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -26,7 +27,21 @@ def read_phi3(cfg: Mapping) -> dict:
         dropout=c.rate(cfg, "attention_dropout", "resid_pdrop"),
         sliding_window=c.window(cfg),
     )
+    head = out["head_size"] or out["hidden"] // out["heads"]
+    turned = int(head * rotary_factor(cfg))  # Phi3RotaryEmbedding: int(head_dim * partial_rotary_factor)
+    if turned != head:
+        out["rotary_dim"] = turned
     return out
+
+
+def rotary_factor(cfg: Mapping) -> float:
+    """Phi3Config's partial_rotary_factor: in rope_parameters (or the older rope_scaling), else at the top, 1.0."""
+    rope = c.get(cfg, "rope_parameters", None) or c.get(cfg, "rope_scaling", None) or {}
+    top = c.get(cfg, "partial_rotary_factor", 1.0)
+    factor = rope.get("partial_rotary_factor", top) if isinstance(rope, Mapping) else top
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+        raise c.ConfigError(f"partial_rotary_factor must be above 0 and at most 1, got {json.dumps(factor)}")
+    return factor
 
 
 def tensors(shape: Shape, moe: bool) -> list[Tensor]:
@@ -42,9 +57,10 @@ def tensors(shape: Shape, moe: bool) -> list[Tensor]:
 
 
 def rotate(ops: Ops, x: T, cos: T, sin: T, label: str) -> T:
-    """Phi-3's apply_rotary_pos_emb: x[..., :rotary_dim] (all of it: partial_rotary_factor 1) rotated as
-    Llama's, then torch.cat([rotated, x[..., rotary_dim:]]): a copy, whose backward hands each part a view
-    of its gradient; the slice's backward (slice_backward) writes a full-size gradient of x."""
+    """Phi-3's apply_rotary_pos_emb: x[..., :rotary_dim] (all of it: the eager walk refuses a
+    partial_rotary_factor below 1, calc.families.eager_lacks) rotated as Llama's, then torch.cat([rotated,
+    x[..., rotary_dim:]]): a copy, whose backward hands each part a view of its gradient; the slice's
+    backward (slice_backward) writes a full-size gradient of x."""
     rp = ops.rp
     part = rp.view(x, x.nbytes // x.unit, f"{label}[..., :rotary_dim]")
     rp.node("slice", part, inputs=[(x, x.nbytes, "new")])
