@@ -155,7 +155,7 @@ def step(
     if walk == "eager" and not tune.default:  # the parameters the replay writes gradients for
         trainable = eager_step.trainable_params(shape, recipe, recompute, attention, tune)
     config = {
-        "shape": asdict(shape),
+        "shape": shape.as_dict(),
         "seq": seq,
         "micro_batch": micro_batch,
         "recipe": recipe,

@@ -99,9 +99,16 @@ def replay(
         cos = sin = None
     else:
         d = shape.head_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
-        cos = ops.new(seq * d, unit, "rotary cos", "cos(position x inverse frequency)")
-        sin = ops.new(seq * d, unit, "rotary sin", "sin(position x inverse frequency)")
+        rope = 4 if family.rope_fp32 else unit  # (OLMo 2's and 3's stay fp32)
+        cos = ops.new(seq * d, rope, "rotary cos", "cos(position x inverse frequency)")
+        sin = ops.new(seq * d, rope, "rotary sin", "sin(position x inverse frequency)")
         cos.requires_grad = sin.requires_grad = False
+        for i in range(1, family.rope_tables(shape) if family.rope_tables else 1):  # one pair a layer type (OLMo 3)
+            more = [ops.new(seq * d, rope, f"rotary {f} ({i + 1})", f"{f}(position x inverse frequency)")
+                    for f in ("cos", "sin")]  # fmt: skip
+            for t in more:
+                t.requires_grad = False
+            held += more
     mask = None
     if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
         mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
@@ -110,6 +117,9 @@ def replay(
             window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
             window.requires_grad = False
             held.append(window)
+    elif family.sdpa_mask and family.sdpa_mask(shape, seq):  # sdpa_mask: a bool (1, 1, s, s), expanded over b
+        mask = ops.new(seq * seq, 1, "sliding-window mask (bool)", "create_sliding_window_causal_mask: s x s")
+        mask.requires_grad = False
     layer_fn = family.layer
     for layer in range(1, shape.layers + 1) if layers is None else layers:
         rp.layer = layer

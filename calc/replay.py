@@ -31,6 +31,10 @@ class T:
     base: T | None = None  # a view: it allocates nothing and keeps its base alive
     refs: int = 1  # the variable that made it
     grad_of: T | None = None  # for a gradient: the tensor it is the gradient of
+    heads_first: bool = False  # a (b, heads, s, d) tensor laid out in that order (torch.cat's output), where
+    # the attention states are otherwise head-split views of (b, s, heads, d)
+    sum_in_place: bool = False  # its gradients each come new and owned (slice_backward's): InputBuffer adds a
+    # later one into the first in place
 
 
 @dataclass(eq=False)
@@ -141,6 +145,9 @@ class Replay:
         held = self.grads.get(id(t))
         if held is None:
             self.grads[id(t)] = g
+            return
+        if t.sum_in_place:  # InputBuffer::accumulate: old_var.add_(var) where it holds the only reference
+            self.drop(g, why="added in place into the gradient already there")
             return
         total = self.new(held.nbytes, f"sum of the gradients of {t.label}", "autograd InputBuffer::accumulate")
         self.drop(held, g, why="summed")

@@ -38,8 +38,9 @@ class Shape:
     norms_per_layer: int = 2  # norms in a block: before attention and the FFN; Gemma 2 adds one after each
     head_bias: bool = True  # an untied head has biases when `bias` is on (GPT-2's lm_head has none)
     sliding_window: int = 0  # tokens a query attends to (Mistral 7B v0.1, Gemma 2); 0: the whole sequence.
-    # Recorded, not counted: eager and SDPA attention still build the full s x s scores with a band mask,
-    # and FlashAttention stores no scores either way, so no walk here changes with it.
+    # The deck walk counts nothing for it: eager and SDPA attention still build the full s x s scores with a
+    # band mask, and FlashAttention stores no scores either way. The eager walk replays the masks of the
+    # families whose model passes sdpa one (calc.families: Family.sdpa_mask).
     experts: int = 0  # E, routed experts in each mixture-of-experts layer; 0: every layer is dense
     experts_per_token: int = 0  # k, experts each token is routed to (top-k)
     expert_ffn: int = 0  # one routed expert's inner width; 0: ffn
@@ -48,6 +49,12 @@ class Shape:
     dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
     capacity_factor: float = 0.0  # each expert takes at most factor x k x tokens / E tokens, padded to that
     # many (Fedus et al. 2022, Switch Transformer); 0: dropless, each expert takes what it is routed
+    no_rope_layers: tuple[int, ...] = ()  # the layers (1 = the first) whose attention has no rotary positions
+    # (SmolLM3's no_rope_layers: every fourth)
+    global_layers: tuple[int, ...] = ()  # with a sliding window: the layers (1 = the first) that attend to the
+    # whole sequence all the same (layer_types' "full_attention": OLMo 3's every fourth); the others slide
+    rotary_dim: int = 0  # the values of each query and key head that rotary positions turn (Phi-3's
+    # partial_rotary_factor x head_dim); 0: all of them
 
     @property
     def head_dim(self) -> int:
@@ -71,6 +78,12 @@ class Shape:
     def moe_layers(self) -> int:
         """Layers whose FFN is a mixture of experts."""
         return max(0, self.layers - self.dense_layers) if self.experts else 0
+
+    def as_dict(self) -> dict:
+        """The fields as an answer's config gives them: those few models have (the per-layer lists, a partial
+        rotary width) only where the model has them."""
+        rare = ("no_rope_layers", "global_layers", "rotary_dim")
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in rare or getattr(self, f.name)}
 
     def replace(self, **changes) -> Shape:
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -131,7 +131,7 @@ def presets() -> dict[str, dict]:
     """Each preset's shape, keyed by the form's field names (CLI flags)."""
     out = {}
     for name, shape in calc.PRESETS.items():
-        d = shape.__dict__
+        d = shape.as_dict()  # the per-layer lists only where the model has some
         out[name] = {field.replace("_", "-"): d[field] for field in d if field != "name"}
     return out
 

@@ -9,7 +9,7 @@ import calc
 from calc import counts, families, inventory
 from calc.cli import main
 from calc.finetune import linears
-from calc.hf import READERS, shape_from_config, shape_from_text
+from calc.hf import READERS, ConfigError, shape_from_config, shape_from_text
 from calc.parallel import SINGLE, Parallel, layer_split
 from calc.presets import CONFIG_PRESETS, PRESET_GROUPS, config_text
 
@@ -111,3 +111,87 @@ def test_granite_scales_embeddings_residuals_and_logits():
     labels = [e["label"] for e in step["events"]]
     assert "token embeddings x embedding_multiplier" in labels and "logits / logits_scaling" in labels
     assert sum("x residual_multiplier" in label for label in labels) >= 2
+
+
+@pytest.mark.parametrize(("preset", "family"), [("phi-4", "phi3"), ("olmo-2-13b", "olmo2"), ("smollm3-3b", "smollm3")])
+def test_issue_18_dense_presets_walk_eagerly(capsys, preset, family):
+    """Phi-4, OLMo 2 and SmolLM3 are replayed in their own family's code; their fine-tuning is refused."""
+    assert main(["--preset", preset, "--walk", "eager", "--seq", "256", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["shape"]["family"] == family
+    assert main(["--preset", preset, "--walk", "eager", "--finetune", "lora"]) == 2
+    assert "fine-tunes dense Llama, Mistral and Qwen2 only" in capsys.readouterr().err
+
+
+def _labels(shape, attention="sdpa", seq=64):
+    step = calc.step(shape, seq, 2, "fp32-full", "none", walk="eager", device="cpu", attention=attention)
+    return [e["label"] for e in step["events"]]
+
+
+def test_phi3_slices_one_qkv_buffer_and_one_gate_up():
+    """Phi-3's block stores 6 tensors (qkv_proj, o_proj, gate_up_proj, down_proj, two norms) where Llama's
+    stores 9; its step makes one Q, K and V buffer and one gate-and-up buffer a layer, no q_proj."""
+    phi = shape_from_text(config_text("phi-4")).replace(layers=2, vocab=1000, hidden=256, heads=4, kv_heads=2, ffn=512)
+    assert len(inventory.stored(counts.layer_tensors(phi))) == 6
+    assert len(inventory.stored(counts.layer_tensors(phi.replace(family="llama")))) == 9
+    labels = _labels(phi)
+    assert "layer 1: Q, K and V" in labels and "layer 1: gate and up" in labels
+    assert not any("q_proj" in label for label in labels)
+
+
+def test_olmo2_norms_after_attention_and_the_mlp():
+    """OLMo 2: no input_layernorm; q_norm over the whole query width (heads x d, not d), k_norm over the key's."""
+    olmo = calc.PRESETS["olmo-2-13b"]
+    names = {t.name: t.rows for t in counts.layer_tensors(olmo)}
+    assert "input_layernorm.weight" not in names and "post_feedforward_layernorm.weight" in names
+    assert names["self_attn.q_norm.weight"] == 40 * 128 and names["self_attn.k_norm.weight"] == 40 * 128
+    labels = _labels(olmo.replace(layers=2, vocab=1000, hidden=128, heads=4, kv_heads=4, ffn=256))
+    assert any("post_feedforward_layernorm" in label for label in labels)
+    assert not any("input_layernorm" in label for label in labels)
+
+
+def test_smollm3_layers_without_rope_rotate_nothing():
+    """SmolLM3-3B's no_rope_layers: every fourth layer of 36 has no rotary positions; those layers' step makes
+    no rotated query or key, and the whole model is replayed (its layers differ)."""
+    smol = calc.PRESETS["smollm3-3b"]
+    assert smol.no_rope_layers == (4, 8, 12, 16, 20, 24, 28, 32, 36) and not smol.sliding_window
+    small = smol.replace(layers=4, vocab=1000, hidden=128, heads=4, kv_heads=2, ffn=256, head_size=0)
+    step = calc.step(small, 64, 1, "fp32-full", "none", walk="eager", device="cpu")
+    rotated = {e["label"].split(":")[0] for e in step["events"] if e["label"].startswith("rotated layer")}
+    assert rotated == {"rotated layer 1", "rotated layer 2", "rotated layer 3"}
+
+
+def test_olmo3_sliding_layers_get_the_mask_under_sdpa():
+    """OLMo 3: layer_types' sliding layers take the sliding-window mask under sdpa where the window is no
+    longer than the sequence (a float copy saved each), every fourth layer none; no mask with a longer window."""
+    cfg = {"model_type": "olmo3", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 512, "sliding_window": 32}  # fmt: skip
+    shape = shape_from_config(cfg)
+    assert (shape.sliding_window, shape.global_layers) == (32, (4,))
+    step = calc.step(shape, 64, 1, "fp32-full", "none", walk="eager", device="cpu", attention="sdpa")
+    masked = {e["label"] for e in step["events"] if e["label"].endswith(": the mask as floats") and e["bytes"] > 0}
+    assert masked == {f"layer {i}: the mask as floats" for i in (1, 2, 3)}
+    step = calc.step(shape, 16, 1, "fp32-full", "none", walk="eager", device="cpu", attention="sdpa")
+    assert not any(e["label"].endswith("the mask as floats") for e in step["events"])
+
+
+def test_mistral3_reads_its_text_config():
+    """A Mistral 3 config (mistral3) is read as its text_config's model (ministral3), refused without one."""
+    text = {"model_type": "ministral3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512}  # fmt: skip
+    wrapped = shape_from_config({"model_type": "mistral3", "text_config": text})
+    assert wrapped.replace(name="x") == shape_from_config(text).replace(name="x")
+    assert wrapped.family == "ministral3"
+    with pytest.raises(ConfigError, match="text_config"):
+        shape_from_config({"model_type": "mistral3"})
+
+
+def test_phi3_partial_rotary_is_read_and_refused_by_the_eager_walk(capsys, tmp_path):
+    """Phi-4-mini's partial_rotary_factor 0.75: a quarter of each head unrotated (a second slice, its own
+    gradient), which the eager walk does not replay: it says so; the deck walk and the count still answer."""
+    cfg = json.loads(config_text("phi-4"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "partial_rotary_factor": 0.75}))
+    assert shape_from_text(path.read_text()).rotary_dim == 96
+    assert main(["--hf-config", str(path), "--walk", "eager"]) == 2
+    assert "rotary positions on part of each head (partial_rotary_factor)" in capsys.readouterr().err
+    assert main(["--hf-config", str(path)]) == 0

@@ -176,7 +176,8 @@ def test_web_takes_the_config_text():
     [
         ("mixtral-8x7b --capacity-factor 1.25", "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no "
          "tokens)"),
-        ("gemma-2-9b", "transformers' gemma2 code (it replays Llama, Mistral, Qwen2, GPT-2, Qwen3 and Granite)"),
+        ("gemma-2-9b", "transformers' gemma2 code (it replays Llama, Mistral, Qwen2, Phi-3, GPT-2, Qwen3, Granite, "
+         "OLMo 2, OLMo 3, SmolLM3, Ministral and Ministral 3)"),
     ],
 )
 def test_eager_walk_refuses_what_it_does_not_follow(capsys, preset, missing):
@@ -185,6 +186,53 @@ def test_eager_walk_refuses_what_it_does_not_follow(capsys, preset, missing):
     err = capsys.readouterr().err
     assert err == f"error: --walk: the eager walk does not follow {missing} yet: use the deck walk\n"
     assert calc.inputs.eager_lacks(calc.PRESETS["llama-3.2-3b"]) is None
+
+
+def test_gpt2_config_reads_gelu_new_as_its_python_ops():
+    """GPT-2's own config.json names gelu_new: transformers' NewGELUActivation, Python ops whose intermediates
+    autograd saves. Read from the config, the eager step is the gpt2 preset's (which types it out), not the
+    fused tanh GELU's (22% lower: gelu_pytorch_tanh saves only its input)."""
+    shape = shape_from_text((Path(__file__).parent / "hf_configs" / "gpt2.json").read_text())
+    assert shape.activation == "gelu_new"
+
+    def peak(s):  # a small vocabulary, so that the layers take the peak
+        return calc.step(s.replace(vocab=1000), 256, 1, "fp32-full", "none", walk="eager", device="cpu")["peak"]
+
+    assert peak(shape) == peak(calc.PRESETS["gpt2"])
+    assert peak(shape.replace(activation="gelu_tanh")) < peak(shape)
+
+
+@pytest.mark.parametrize(("name", "replayed"), [("gelu_accurate", "gelu_new"), ("gelu_python_tanh", "gelu_new"),
+                                                 ("swish", "silu"), ("gelu_pytorch_tanh", "gelu_tanh")])  # fmt: skip
+def test_activation_names_read_as_transformers_runs_them(name, replayed):
+    """An ACT2FN name is read as the activation whose ops transformers' class for it runs."""
+    cfg = json.loads(config_text("llama-3.2-1b"))
+    assert shape_from_config({**cfg, "hidden_act": name}).activation == replayed
+
+
+@pytest.mark.parametrize(("name", "runs"), [("gelu_fast", "FastGELUActivation"), ("quick_gelu", "QuickGELUActivation"),
+                                            ("relu2", "ReLUSquaredActivation")])  # fmt: skip
+def test_activation_names_calc_does_not_replay_are_refused(capsys, tmp_path, name, runs):
+    """gelu_fast (once read as the fused tanh GELU) and the other ACT2FN names whose ops calc does not replay are
+    refused in one line naming the key, the value and the class transformers would run."""
+    cfg = json.loads(config_text("llama-3.2-1b"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "hidden_act": name}))
+    assert main(["--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f'error: --hf-config: hidden_act "{name}" is not supported: transformers runs {runs}')
+    assert err.count("\n") == 1
+
+
+@pytest.mark.torch
+def test_every_act2fn_name_is_read_or_refused():
+    """Every name transformers' ACT2FN knows is either read as a replayed activation or refused by name."""
+    from transformers.activations import ACT2CLS
+
+    from calc.families.config import ACTIVATIONS, NOT_REPLAYED
+
+    assert set(ACT2CLS) == set(ACTIVATIONS) | set(NOT_REPLAYED)
+    assert not set(ACTIVATIONS) & set(NOT_REPLAYED)
 
 
 def test_sliding_window_is_read_as_transformers_reads_it():

@@ -31,6 +31,8 @@ PUBLISHED = {
     "qwen3-32b": 32_762_123_264,  # Qwen3-32B's model card: "32.8B"
     "gemma-2-27b": 27_227_128_320,  # Gemma 2 27B: "27.2B"
     "phi-4": 14_659_507_200,  # Abdin et al. 2024 (Phi-4): "14B"
+    "olmo-2-13b": 13_716_198_400,  # OLMo-2-1124-13B's fp32 safetensors: 54,864,793,600 bytes / 4 ("13B")
+    "smollm3-3b": 3_075_098_624,  # SmolLM3-3B: "3B"
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 

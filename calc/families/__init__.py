@@ -51,6 +51,8 @@ def eager_lacks(shape: Shape) -> str | None:
         return "a head size apart from width / heads"
     if shape.norms_per_layer != 2:
         return f"{shape.norms_per_layer} norms a block"
+    if shape.rotary_dim and shape.rotary_dim != shape.head_dim:
+        return "rotary positions on part of each head (partial_rotary_factor)"
     return None
 
 

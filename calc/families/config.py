@@ -22,16 +22,38 @@ MAX_SIZE = {
     "num_experts_per_tok": 1 << 16,
 }
 MAX_CHARS = 1_000_000  # a real config.json is a few kB; refuse a paste that is not one
-# transformers' activation names (ACT2FN) -> calc's; gelu_new, gelu_pytorch_tanh and gelu_fast are all
-# GELU's tanh approximation (Hendrycks & Gimpel 2016).
+# transformers' activation names (transformers/activations.py, ACT2FN) -> the activation calc replays for the
+# class each builds: one fused op that saves one tensor (silu, gelu, gelu_tanh, relu), or GELU's tanh
+# approximation written as Python ops (gelu_new, calc.parts.mlp: the same ops and saved tensors for all three).
 ACTIVATIONS = {
-    "silu": "silu",
-    "swish": "silu",
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "relu": "relu",
+    "silu": "silu",  # SiLUActivation: F.silu
+    "swish": "silu",  # nn.SiLU
+    "gelu": "gelu",  # GELUActivation: F.gelu
+    "gelu_pytorch_tanh": "gelu_tanh",  # GELUTanh: F.gelu(approximate="tanh")
+    "relu": "relu",  # nn.ReLU
+    "gelu_new": "gelu_new",  # NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+    "gelu_accurate": "gelu_new",  # AccurateGELUActivation: the same ops, its constant precomputed
+    "gelu_python_tanh": "gelu_new",  # GELUTanh(use_gelu_tanh_python=True): x * 0.5 * (1 + tanh(...))
+}
+# The other ACT2FN names, by the class transformers builds for each: ops whose saved tensors calc does not
+# replay (FastGELUActivation's eight Python ops, a clip after GELU, ...); a config naming one is refused.
+NOT_REPLAYED = {
+    "gelu_10": "ClippedGELUActivation",
+    "gelu_fast": "FastGELUActivation",
+    "gelu_python": "GELUActivation(use_gelu_python=True)",
+    "hardswish": "nn.Hardswish",
+    "laplace": "LaplaceActivation",
+    "leaky_relu": "nn.LeakyReLU",
+    "linear": "LinearActivation",
+    "mish": "MishActivation",
+    "quick_gelu": "QuickGELUActivation",
+    "relu2": "ReLUSquaredActivation",
+    "relu6": "nn.ReLU6",
+    "sigmoid": "nn.Sigmoid",
+    "sqrtsoftplus": "SqrtSoftplusActivation",
+    "tanh": "nn.Tanh",
+    "prelu": "nn.PReLU",
+    "xielu": "XIELUActivation",
 }
 
 
@@ -81,10 +103,13 @@ def rate(cfg: Mapping, *keys: str) -> bool:
 
 
 def activation_of(cfg: Mapping, key: str, default: str) -> str:
+    """The activation calc replays for the ACT2FN name at `key`: what transformers' class for it runs."""
     value = get(cfg, key, default)
-    if not isinstance(value, str) or value not in ACTIVATIONS:
-        raise ConfigError(f"{key} {json.dumps(value)} is not supported; supported: {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[value]
+    if isinstance(value, str) and value in ACTIVATIONS:
+        return ACTIVATIONS[value]
+    runs = NOT_REPLAYED.get(value) if isinstance(value, str) else None
+    why = f": transformers runs {runs}, which calc does not replay" if runs else ""
+    raise ConfigError(f"{key} {json.dumps(value)} is not supported{why}; supported: {', '.join(ACTIVATIONS)}")
 
 
 def attention(cfg: Mapping, kv_default: int | None = None, head_default: int = 0, gpt2: bool = False) -> dict:

@@ -21,8 +21,11 @@ from dataclasses import dataclass
 
 def dense_or_moe(shape, index: int) -> Hashable:
     """The default kind of layer `index` (from 1): a mixture of experts after the first `dense_layers`, or
-    a dense layer (every layer of a model without experts)."""
-    return "moe" if shape.experts and index > shape.dense_layers else "dense"
+    a dense layer (every layer of a model without experts); and, where it is one, a layer without rotary
+    positions (Shape.no_rope_layers) or a full-attention layer among sliding ones (Shape.global_layers)."""
+    kind = "moe" if shape.experts and index > shape.dense_layers else "dense"
+    marks = (index in shape.no_rope_layers, index in shape.global_layers)
+    return (kind, *marks) if any(marks) else kind
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ class Family:
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
     layer_kind: Callable = dense_or_moe  # (shape, index from 1) -> a key, the same for layers whose replay is the
     # same (the module's docstring: what the eager walk replays once for each kind)
+    sdpa_mask: Callable | None = None  # (shape, seq) -> whether its model passes sdpa a sliding-window mask (a
+    # window no longer than the sequence; create_sliding_window_causal_mask), to the layers that slide
+    rope_tables: Callable | None = None  # (shape) -> the rotary (cos, sin) pairs its model makes (None: one)
+    rope_fp32: bool = False  # its rotary embedding returns cos and sin in fp32, not cast to the model's dtype
 
     @property
     def eager(self) -> bool:

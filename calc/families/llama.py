@@ -44,20 +44,33 @@ def add(ops: Ops, residual: T, x: T, label: str) -> T:
     return ops.add(residual, x, label)
 
 
+def attend(ops: Ops, q: T, k: T, v: T, mask: T | None, layer: str) -> tuple[T, T | None]:
+    """The attention function the config's attn_implementation picks: eager_attention_forward, or sdpa
+    (given a mask where the model passes one to sdpa: a sliding window shorter than the sequence)."""
+    if ops.st.attention != "sdpa":
+        return ops.eager_attention(q, k, v, mask, layer)
+    if mask is not None:
+        return ops.sdpa_masked(q, k, v, mask, layer)
+    return ops.sdpa(q, k, v, layer)
+
+
+def feed_forward(ops: Ops, normed: T, layer: str) -> T:
+    """LlamaMLP: down(act(gate(x)) * up(x)) (a plain feed-forward layer where the shape has no gate)."""
+    sh = ops.st.shape
+    return mlp(ops, normed, sh.ffn, f"{layer} ", f"{layer}: ", sh.bias, sh.gated_ffn)
+
+
 def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, states: Callable = qkv,
-                  residual: Callable = add) -> T:  # fmt: skip
+                  residual: Callable = add, ffn: Callable = feed_forward) -> T:  # fmt: skip
     """LlamaDecoderLayer: norm, attention (its query, key and value `states`), the `residual`; norm, the MLP
-    (or a mixture of experts), the residual. A shape's other choices (LayerNorm, a plain feed-forward layer,
-    learned positions) swap in the op transformers uses for them."""
+    (`ffn`, or a mixture of experts), the residual. A shape's other choices (LayerNorm, a plain feed-forward
+    layer, learned positions) swap in the op transformers uses for them."""
     rp, sh = ops.rp, ops.st.shape
     norm = ops.rms_norm if sh.norm == "rms" else ops.layer_norm
     layer = "layer {layer}"
     normed = norm(x, f"{layer} input_layernorm")
     q, k, v = states(ops, normed, cos, sin, layer)
-    if ops.st.attention == "sdpa":
-        attn, weights = ops.sdpa(q, k, v, layer)
-    else:
-        attn, weights = ops.eager_attention(q, k, v, mask, layer)
+    attn, weights = attend(ops, q, k, v, mask, layer)
     o = ops.linear(attn, sh.q_width, sh.hidden, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")
     # LlamaAttention.forward's query_states, key_states, value_states and the layer's hidden_states (the
     # norm's output) live until the attention returns, after o_proj
@@ -67,7 +80,7 @@ def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, 
     normed = norm(mid, f"{layer} post_attention_layernorm")
     if sh.experts:
         return moe_tail(ops, mid, normed, weights, layer)
-    down = mlp(ops, normed, sh.ffn, f"{layer} ", f"{layer}: ", sh.bias, sh.gated_ffn)
+    down = ffn(ops, normed, layer)
     rp.drop(normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
     out = residual(ops, mid, down, f"{layer}: residual after the feed-forward layer")
     rp.drop(mid, down, weights)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..replay import T
+from .linear import AUTOCAST
 
 
 class Attention:
@@ -115,6 +116,40 @@ class Attention:
                 inputs=[(q, q.nbytes, "new"), (k, k.nbytes, "new"), (v, v.nbytes, "new")],
                 work=[out.nbytes, *unused])  # fmt: skip
         rp.drop(lse, q, k, v)
-        return out, None
+        return self.sdpa_output(out, q, layer), None
 
+    def sdpa_output(self, out: T, q: T, layer: str) -> T:
+        """sdpa_attention_forward's attn_output.transpose(1, 2).contiguous(): the kernel's output follows the
+        query's layout, so a query laid out heads first (Phi-3's concatenated one) makes it copy."""
+        if not q.heads_first:
+            return out
+        y = self.unary(f"{layer}: attention output, contiguous", out, [])
+        self.rp.drop(out)
+        return y
+
+    def sdpa_masked(self, q: T, k: T, v: T, mask: T, layer: str) -> T:
+        """transformers' sdpa_attention_forward given a mask (a sliding window shorter than the sequence):
+        with a mask it repeats the key/value heads itself (repeat_kv; use_gqa_in_sdpa is false), and passes
+        is_causal=False. PyTorch's CPU flash kernel then takes the boolean mask as a float one,
+        convert_boolean_attn_mask: zeros_like(mask) in the query's dtype, b x s x s (the expanded batch made
+        whole), masked_fill_ with -inf where logical_not(mask) (a b x s x s bool, freed); the kernel's node
+        saves that float mask beside q, k, v, its output and the log-sum-exp, each layer its own."""
+        rp, st = self.rp, self.st
+        (kr, _), (vr, _) = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
+        unit = AUTOCAST if self.autocast else q.unit  # the query's dtype inside the kernel
+        n = st.micro_batch * st.seq * st.seq
+        # the kernel's inputs as it sees them: autocast's 16-bit casts, else the tensors themselves
+        qs, ks, vs = (self.operand(t, what, True) for t, what in ((q, "Q"), (kr, "K"), (vr, "V")))
+        float_mask = self.new(n, unit, f"{layer}: the mask as floats", "convert_boolean_attn_mask: zeros_like")
+        float_mask.requires_grad = False
+        rp.drop(self.new(n, 1, f"{layer}: logical_not(mask)", "convert_boolean_attn_mask: masked_fill_'s mask"))
+        out = self.new(st.tokens * st.shape.heads * st.shape.head_dim, self.mm, f"{layer}: attention output",
+                       "sdpa output")  # fmt: skip
+        lse = self.new(st.shape.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
+        unused = [t.nbytes for t in (qs, ks, vs) if not t.requires_grad]
+        rp.node("sdpa", out, saved=[qs, ks, vs, out, lse, float_mask],
+                inputs=[(qs, qs.nbytes, "new"), (ks, ks.nbytes, "new"), (vs, vs.nbytes, "new")],
+                work=[out.nbytes, *unused])  # fmt: skip
+        rp.drop(lse, qs, ks, vs, float_mask, kr, vr)
+        return self.sdpa_output(out, q, layer), None
 

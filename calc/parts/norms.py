@@ -8,15 +8,33 @@ from ..replay import T
 class Norms:
     """Ops mixin (calc.parts.ops.Ops): norms."""
 
-    def rms_norm(self, x: T, name: str, width: int = 0) -> T:
+    def rms_norm(self, x: T, name: str, width: int = 0, weight_first: bool = False) -> T:
         """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype). Over the
-        last `width` values (0: the model's width; Qwen3's q_norm and k_norm: each head's)."""
-        rp, st = self.rp, self.st
-        h = width or st.shape.hidden
+        last `width` values (0: the model's width; Qwen3's q_norm and k_norm: each head's). `weight_first`:
+        Olmo2RMSNorm's (weight * x).to(input dtype), the weight's product in fp32, then the cast."""
+        h = width or self.st.shape.hidden
+        normed = self._normalised(x, name, h)
+        if weight_first:
+            out = self._times_weight(normed, name, h)
+            if x.unit == 4:
+                return out
+            cast = self.unary(f"{name} output in the input's dtype", out, [], x.unit)  # .to(input_dtype)
+            self.rp.drop(out)
+            return cast
+        if x.unit != 4:  # .to(input_dtype) back to 16 bits, then the 16-bit weight
+            cast = self.unary(f"{name}: back to 16 bits", normed, [], x.unit)
+            self.rp.drop(normed)
+            normed = cast
+        return self._times_weight(normed, name, h)
+
+    def _normalised(self, x: T, name: str, h: int) -> T:
+        """x.to(fp32) * rsqrt(x.pow(2).mean(-1) + eps): fp32, over the last h values."""
+        rp = self.rp
         n = x.nbytes // x.unit // h  # rows normalised, each with its own 1/std
         x32 = x if x.unit == 4 else self.unary(f"{name}: input in fp32", x, [], 4)
         sq = self.new(n * h, 4, f"{name}: x^2", "pow(2) saves its input")
-        rp.node("pow", sq, saved=[x32], inputs=[(x32, x32.nbytes, "new")])
+        # pow_backward: grad * (x.pow(1) * 2), its two temporaries alive with the gradient it makes
+        rp.node("pow", sq, saved=[x32], inputs=[(x32, x32.nbytes, "new")], work=[x32.nbytes, x32.nbytes])
         mean = self.new(n, 4, f"{name}: mean of x^2", "mean(-1)")
         rp.node("mean", mean, inputs=[(sq, sq.nbytes, "new")])
         rp.drop(sq)
@@ -32,14 +50,18 @@ class Norms:
         rp.drop(mean, rstd)
         if x32 is not x:
             rp.drop(x32)
-        if x.unit != 4:  # .to(input_dtype) back to 16 bits, then the 16-bit weight
-            cast = self.unary(f"{name}: back to 16 bits", normed, [], x.unit)
-            rp.drop(normed)
-            normed = cast
-        out = self.new(n * h, normed.unit, f"{name} output", "weight * x: mul saves x for the weight's gradient")
-        trains = rp.needs(f"{name}.weight")  # weight * x saves x, and works, only for the weight's gradient
+        return normed
+
+    def _times_weight(self, normed: T, name: str, h: int) -> T:
+        """weight * x (type promotion keeps x's dtype here); it saves x, and works, only for the weight's
+        gradient."""
+        rp = self.rp
+        out = self.new(normed.nbytes // normed.unit, normed.unit, f"{name} output",
+                       "weight * x: mul saves x for the weight's gradient")  # fmt: skip
+        trains = rp.needs(f"{name}.weight")
+        weight = (f"{name}.weight", h * self.st.param_bytes, "param")
         rp.node("mul", out, saved=[normed] if trains else [], work=[normed.nbytes] if trains else [],
-                inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
+                inputs=[(normed, normed.nbytes, "new"), weight])  # fmt: skip
         rp.drop(normed)
         return out
 

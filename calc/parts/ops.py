@@ -68,6 +68,7 @@ class Base:
     def cast16(self, x: T, what: str) -> T:
         """autocast's 16-bit copy of a wider input (ToCopyBackward0 saves nothing)."""
         y = self.new(x.nbytes // x.unit, AUTOCAST, f"16-bit copy of {what}", "torch.autocast casts each input")
+        y.heads_first = x.heads_first  # a copy keeps its input's layout (preserve_format)
         self.rp.node("to(bfloat16)", y, inputs=[(x, x.nbytes, "new")])
         return y
 
@@ -83,6 +84,7 @@ class Base:
     def unary(self, label: str, x: T, saved: list[T], unit: int | None = None, category: str = "activations") -> T:
         """An elementwise op of one input whose gradient is as large as the input."""
         y = self.new(x.nbytes // x.unit, unit or x.unit, label, "elementwise", category)
+        y.heads_first = x.heads_first  # an elementwise op's output is laid out as its input
         self.rp.node(label, y, saved=saved, inputs=[(x, x.nbytes, "new")])
         return y
 
@@ -131,7 +133,7 @@ class Base:
         rp = self.rp
         cast = self.cast16(x, what) if self.autocast and x.unit != AUTOCAST else None
         src = cast or x
-        if contiguous or self.st.micro_batch == 1:
+        if contiguous or self.st.micro_batch == 1 or x.heads_first:
             return src if cast else rp.keep(x)
         n = self.st.tokens * self.st.shape.heads * self.st.shape.head_dim
         out = self.new(n, src.unit, f"contiguous copy of {what}", "matmul's reshape copies a head-split view")
