@@ -117,7 +117,8 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
     tune = inputs["tune"]
     if want_fit:
         capacity, recipe = inputs["capacity"], inputs["recipe"]
-        result["fit"] = fit_card(shape, seq, capacity, recipe, tune.optimizer, tune.paged, par.flash)
+        result["fit"] = fit_card(shape, seq, capacity, recipe, tune.optimizer, tune.paged, par.flash,
+                                 adapter_dtype=tune.adapter_dtype)
         for row in result["fit"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     if want_sweep:
