@@ -138,7 +138,8 @@ def step(
         expanded = events(segs)
         full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, par.flash)
         frozen = tune if tune.adapters else None
-        per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, par.flash)[0]
+        per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, par.flash,
+                                         finetune.widened(recipe, tune))[0]
     elif walk == "deck":
         (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
             shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum

@@ -7,7 +7,7 @@ import json
 import sys
 
 from .api import step, table
-from .finetune import MODES, TARGETS
+from .finetune import ADAPTER_DTYPES, MODES, TARGETS
 from .hf import MAX_CHARS, READERS
 from .inputs import BOOL_FIELDS, CARDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
 from .loops import ADAMW_IMPLS, LOOPS, LOSSES
@@ -80,6 +80,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     tune.add_argument("--lora-alpha", metavar="A", help="LoRA's alpha (default 16; scales the update, no memory)")
     tune.add_argument(
         "--lora-targets", metavar="LIST", help=f"comma list of {','.join(TARGETS)}, or all-linear (default q,v)"
+    )
+    tune.add_argument(
+        "--adapter-dtype",
+        metavar="|".join(ADAPTER_DTYPES),
+        help="lora, qlora: the adapters' dtype; fp32 (default, peft's get_peft_model upcasts 16-bit adapters), "
+        "model: the model's dtype (autocast_adapter_dtype=False)",
     )
     tune.add_argument("--freeze-layers", metavar="N", help="--finetune freeze: the first N blocks (default 0)")
     tune.add_argument(
@@ -164,7 +170,8 @@ def format_summary(result: dict) -> str:
         t = cfg["finetune"]
         lines.append(
             f"fine-tuning: {t['mode']}"
-            + (f" rank {t['rank']} on {','.join(t['targets'])}" if t["mode"] in ("lora", "qlora") else "")
+            + (f" rank {t['rank']} on {','.join(t['targets'])}, {ADAPTER_WORDS[t['adapter_dtype']]}"
+               if t["mode"] in ("lora", "qlora") else "")
             + (f", first {t['freeze_layers']} layers frozen" if t["mode"] == "freeze" else "")
             + f", {OPTIMIZERS[t['optimizer']].label}" + (" (paged: state off the device)" if t["paged"] else "")
             + f"; {result['trainable_params']:,} trainable parameters"
@@ -212,6 +219,9 @@ def format_fit(rows: list[dict], capacity: int) -> str:
     return "\n".join(lines)
 
 
+ADAPTER_WORDS = {"fp32": "fp32 adapters", "model": "adapters in the model's dtype"}
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         return _main(argv, prog)
@@ -252,7 +262,8 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         if shape.moe_layers:
             print("error: --fit-card: fine-tuning a mixture of experts is not modelled yet", file=sys.stderr)
             return 2
-        rows = fit_card(shape, seq, inputs["capacity"], inputs["recipe"], tune.optimizer, tune.paged, par.flash)
+        rows = fit_card(shape, seq, inputs["capacity"], inputs["recipe"], tune.optimizer, tune.paged, par.flash,
+                        adapter_dtype=tune.adapter_dtype)
         print(json.dumps(rows, indent=1) if args.json else format_fit(rows, inputs["capacity"]))
         return 0
     if args.plan:

@@ -62,10 +62,10 @@ def replay(
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
     micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
     `layers`: the layers replayed, in order, as numbered in the model (None: every one)."""
-    r = RECIPES[recipe]
+    r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
     act = r.activations if not r.autocast else 4
     lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
-    st = Step(shape, seq, micro_batch, act, r.autocast, attention, r.gradients, device, *lora, r.weights,
+    st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora, tr.weights,
               tune.mode == "qlora")  # fmt: skip
     rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
     rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
@@ -183,11 +183,9 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
     """A layer under non-reentrant checkpoint: its forward keeps nothing but its input (and the RNG state);
     its backward re-runs the forward, then runs the re-created nodes' backward."""
     rp = ops.rp
-    outer, rp.nodes = rp.nodes, []
+    outer, rp.nodes, rp.discard_saved = rp.nodes, [], True  # the pack hook keeps no saved tensor
     y = layer_fn(ops, x, cos, sin, mask)
-    for node in rp.nodes:  # nothing is saved: release what the nodes held
-        rp.drop(*node.saved, why="checkpoint: not saved")
-    rp.nodes = outer
+    region, rp.nodes, rp.discard_saved = rp.nodes, outer, False
     rng = rp.new(RNG_STATE if device == "cpu" else 0, "RNG state", "checkpoint(preserve_rng_state=True)")
     if not y.requires_grad:  # a frozen layer below every trainable one: nothing packed, nothing kept
         rp.drop(rng, x, why="checkpoint: nothing in the layer needs a gradient")
@@ -200,11 +198,12 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
     rp.drop(rng)
 
     def rerun(x0: T) -> T:  # under the autocast state of the forward, whose weight cache it clears
-        out = layer_fn(ops, x0, cos, sin, mask)
-        ops.end_autocast()
-        return out
+        try:
+            return layer_fn(ops, x0, cos, sin, mask)
+        finally:  # also where the re-run stops early (calc.replay: Replay._rerun)
+            ops.end_autocast()
 
-    rp.nodes[-1].recompute = rerun
+    rp.nodes[-1].recompute, rp.nodes[-1].region = rerun, region
     rp.drop(x)
     return y
 
@@ -229,7 +228,7 @@ def segments(
     One layer of each kind is replayed (layer_spans: the layers of a run of one kind, but the first and the
     last, run the same ops on the same sizes), and their segments are stretched to the real depth (checked:
     where a run's middle layers' events differ, the whole model is replayed)."""
-    r = RECIPES[recipe]
+    r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind)
     if tune.default:
@@ -246,14 +245,14 @@ def segments(
             start.append(Event("start", "bitsandbytes' code books (NF4 and the absmax's 8-bit code, fp32)", "weights",
                                books, "QuantState.code and state2.code: 1,088 bytes a 4-bit linear"))  # fmt: skip
         if state and tune.optimizer == "adamw":
-            start.append(Event("start", "AdamW moments of the trainable parameters", "optimizer", state, r.source))
-        if r.master:
+            start.append(Event("start", "AdamW moments of the trainable parameters", "optimizer", state, tr.source))
+        if tr.master:
             start.append(Event("start", "fp32 master weights of the trainable parameters", "master",
-                               r.master * finetune.numel(trained), r.source))  # fmt: skip
+                               tr.master * finetune.numel(trained), tr.source))  # fmt: skip
         tensors = sum(count for count, _, _ in trained)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
     # issue 19: the loop's own tensors and the optimizer's state and step (calc.loops, calc.optim_step)
-    opt, impl, unit = tune.optimizer, loop.impl(device), r.optimizer // 2  # unit: bytes of one moment value
+    opt, impl, unit = tune.optimizer, loop.impl(device), tr.optimizer // 2  # unit: bytes of one moment value
     params = optim_step.trainable(shape, tune)
     if opt != "adamw":
         start += optim_step.state_events(opt, params, loop.name, unit, OPTIMIZERS[opt].source)
@@ -348,7 +347,7 @@ def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, 
     segs = segments(shape, 1, 1, recipe, recompute, attention, "cpu", tune)
     grads = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients"
                 and e.phase == "backward")  # fmt: skip
-    return grads // RECIPES[recipe].gradients
+    return grads // finetune.trained_recipe(recipe, tune).gradients
 
 
 def _stretch(segs: list[Segment], spans: list[tuple[int, int]]) -> list[Segment] | None:

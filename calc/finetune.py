@@ -14,7 +14,7 @@ optimizer state (8-bit, Adafactor) is counted with Llama's separate projections.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import activations as act
@@ -24,13 +24,17 @@ from .families import FAMILIES
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
 from .parallel import SINGLE, Parallel
 from .parts.linear import NF4_BLOCK, NF4_DQ_BLOCK  # bitsandbytes' NF4 format, with its 4-bit layer
-from .recipes import RECIPES
+from .recipes import RECIPES, Recipe
 from .shape import Shape
 from .walk import Event, Reps, Segment
 
 MODES = ("full", "lora", "qlora", "freeze")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_proj in transformers' Llama
 ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head)
+# The adapters' dtype. fp32: peft's default, get_peft_model(..., autocast_adapter_dtype=True) upcasts adapters
+# made in a 16-bit dtype to fp32 (peft/tuners/tuners_utils.py, _cast_adapter_dtype); model: the model's own
+# dtype (autocast_adapter_dtype=False). On an fp32 model the two are the same.
+ADAPTER_DTYPES = ("fp32", "model")
 
 FP32 = 4
 
@@ -46,6 +50,7 @@ class Tuning:
     targets: tuple[str, ...] = ("q", "v")  # the linears of each block that get an adapter (TARGETS)
     freeze_layers: int = 0  # freeze: the first N blocks (and the embedding) are frozen
     paged: bool = False  # the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers)
+    adapter_dtype: str = "fp32"  # lora / qlora: the adapters' dtype (ADAPTER_DTYPES); fp32 is peft's default
 
     @property
     def default(self) -> bool:
@@ -58,6 +63,17 @@ class Tuning:
 
 
 DEFAULT = Tuning()
+
+
+def trained_recipe(recipe: str, tune: Tuning) -> Recipe:
+    """What a trainable parameter costs under this recipe. peft's default adapters on a 16-bit model are fp32
+    parameters: torch writes their gradients in fp32 and AdamW keeps its moments in the parameters' dtype,
+    with no master copy to keep (fp32 Adam's 4 + 4 + 8). Otherwise the recipe's own."""
+    r = RECIPES[recipe]
+    if tune.adapters and tune.adapter_dtype == "fp32" and r.weights < FP32:
+        return replace(r, weights=FP32, gradients=FP32, optimizer=2 * FP32, master=0,
+                       source="peft's fp32 adapters: fp32 Adam (4 + 4 + 8)")  # fmt: skip
+    return r
 
 
 def linears(shape: Shape) -> dict[str, tuple[int, int]]:
@@ -136,22 +152,22 @@ def weight_bytes(shape: Shape, recipe: str, tune: Tuning) -> dict[str, int]:
 @counts.per_shape
 def _weight_bytes(shape: Shape, recipe: str, tune: Tuning) -> dict[str, int]:
     """weight_bytes' dict, computed once (a copy is returned)."""
-    w = RECIPES[recipe].weights
+    w, wa = RECIPES[recipe].weights, trained_recipe(recipe, tune).weights
     total = param_counts(shape)["total"]
     adapters = shape.layers * numel(adapter_tensors(shape, tune)) if tune.adapters else 0
     if tune.mode != "qlora":
-        return {"base": w * total, "adapters": w * adapters}
+        return {"base": w * total, "adapters": wa * adapters}
     quantized = [d_in * d_out for d_in, d_out in linears(shape).values()]
     return {
         "base": shape.layers * sum(map(nf4_bytes, quantized)) + w * (total - shape.layers * sum(quantized)),
-        "adapters": w * adapters,
+        "adapters": wa * adapters,
     }
 
 
 @counts.per_shape
 def optimizer_bytes(shape: Shape, recipe: str, tune: Tuning) -> int:
-    """The optimizer's state for every trainable tensor; the recipe gives its moments' dtype."""
-    return state_bytes(tune.optimizer, trainable_tensors(shape, tune), RECIPES[recipe].optimizer // 2)
+    """The optimizer's state for every trainable tensor; the recipe gives its moments' dtype (trained_recipe)."""
+    return state_bytes(tune.optimizer, trainable_tensors(shape, tune), trained_recipe(recipe, tune).optimizer // 2)
 
 
 def dropped_inputs(shape: Shape, sb: int, targets: tuple[str, ...]) -> int:
@@ -172,10 +188,17 @@ def dropped_inputs(shape: Shape, sb: int, targets: tuple[str, ...]) -> int:
     return dropped
 
 
-def adapter_activation_bytes(shape: Shape, sb: int, tune: Tuning) -> int:
-    """16-bit bytes each adapter keeps: x A, the rank-r intermediate, is B's input (2 sb r a target). Its
-    own input x is the frozen linear's, already counted (lora_dropout = 0, peft's and torchtune's default)."""
-    return 2 * sb * tune.rank * len(tune.targets)
+def adapter_activation_bytes(shape: Shape, sb: int, tune: Tuning, activation_bytes: int, widened: int = 0) -> int:
+    """Bytes each block's adapters keep (lora_dropout = 0, peft's and torchtune's default: nn.Identity). x A,
+    the rank-r intermediate, is B's input: sb r values a target. Its own input x is the frozen linear's,
+    already counted. Adapters `widened` to more bytes than the model's weights (peft's fp32 adapters on a
+    16-bit model: trained_recipe) get x cast to their dtype first (peft's _cast_input_dtype, in each LoRA
+    layer's forward), a copy that lora_A keeps for its weight's gradient: sb d_in more values a target, and
+    the intermediate is in the adapters' dtype too."""
+    if not widened:
+        return act.at_width(2 * sb * tune.rank * len(tune.targets), activation_bytes)
+    d_in = {t: d for t, (d, _) in linears(shape).items()}
+    return widened * sb * sum(tune.rank + d_in[t] for t in tune.targets)
 
 
 def layer_bytes(
@@ -186,9 +209,11 @@ def layer_bytes(
     activation_bytes: int,
     frozen: Tuning | None,
     flash: bool = False,
+    widened: int = 0,
 ) -> tuple[int, int]:
     """(kept through the forward pass, all the layer holds for backward) of one block: a trainable one when
-    `frozen` is None (Korthikanti et al., as the deck), else a frozen one carrying `frozen`'s adapters.
+    `frozen` is None (Korthikanti et al., as the deck), else a frozen one carrying `frozen`'s adapters,
+    `widened` to that many bytes a value where they are wider than the model (adapter_activation_bytes).
     `flash`: attention stores no s x s scores (FlashAttention, or SDPA's fused kernels)."""
     par = _par(flash)
     if frozen is None:
@@ -198,10 +223,18 @@ def layer_bytes(
     sb = seq * micro_batch
     outside, inside, scores = act.layer_parts(shape, seq, micro_batch, par)
     targets = frozen.targets if frozen.adapters else ()
-    change = adapter_activation_bytes(shape, sb, frozen) - dropped_inputs(shape, sb, targets)
-    full = outside + inside + scores + change
-    kept = {"none": full, "selective": outside + inside + change, "full": 2 * sb * shape.hidden}[recompute]
-    return act.at_width(kept, activation_bytes), act.at_width(full, activation_bytes)
+    dropped = dropped_inputs(shape, sb, targets)
+    adapters = adapter_activation_bytes(shape, sb, frozen, activation_bytes, widened) if frozen.adapters else 0
+    full = act.at_width(outside + inside + scores - dropped, activation_bytes) + adapters
+    selective = act.at_width(outside + inside - dropped, activation_bytes) + adapters
+    kept = {"none": full, "selective": selective, "full": act.at_width(2 * sb * shape.hidden, activation_bytes)}
+    return kept[recompute], full
+
+
+def widened(recipe: str, tune: Tuning) -> int:
+    """The adapters' bytes a value where they are wider than the model's weights (trained_recipe), else 0."""
+    wa = trained_recipe(recipe, tune).weights
+    return wa if tune.adapters and wa > RECIPES[recipe].weights else 0
 
 
 def _par(flash: bool) -> Parallel:
@@ -237,12 +270,12 @@ def segments(
     state resident; each block's forward keeps its activations; head and loss; backward from the top, down to
     the lowest block that trains or carries an adapter (autograd goes no lower: nothing below needs a
     gradient); the optimizer; zero_grad."""
-    r, opt = RECIPES[recipe], OPTIMIZERS[tune.optimizer]
-    n, g = param_counts(shape), r.gradients
+    r, t, opt = RECIPES[recipe], trained_recipe(recipe, tune), OPTIMIZERS[tune.optimizer]
+    n, g = param_counts(shape), t.gradients
     weights = weight_bytes(shape, recipe, tune)
     trainable = trainable_params(shape, tune)
     frozen_below = tune.freeze_layers if tune.mode == "freeze" else 0  # blocks 1..N keep nothing
-    grads_of = f"trainable parameters x {g} bytes ({r.source})"
+    grads_of = f"trainable parameters x {g} bytes ({t.source})"
 
     base_label = "NF4 base weights resident" if tune.mode == "qlora" else "weights resident"
     base_source = (
@@ -254,22 +287,22 @@ def segments(
                    base_source)]
     if weights["adapters"]:
         start.append(Event("start", "LoRA adapters resident", "weights", weights["adapters"],
-                           f"r (d_in + d_out) per target, {r.weights} bytes each (Hu et al. 2021)"))
+                           f"r (d_in + d_out) per target, {t.weights} bytes each (Hu et al. 2021)"))
     state = optimizer_bytes(shape, recipe, tune)
     if tune.paged:
         start.append(Event("start", f"{opt.label} state paged to CPU memory (not on the device)", "optimizer", 0,
                            "bitsandbytes paged optimizer: unified memory, evicted to the host under pressure"))
     elif state:
         start.append(Event("start", f"{opt.label} state resident", "optimizer", state, opt.source))
-    if r.master:
+    if t.master:
         start.append(Event("start", "fp32 master weights of the trainable parameters resident", "master",
-                           r.master * trainable, r.source))
-    if r.grad_buffer:
-        start.append(Event("start", "fp32 main-gradient buffer resident", "gradients", g * trainable, r.source))
+                           t.master * trainable, t.source))
+    if t.grad_buffer:
+        start.append(Event("start", "fp32 main-gradient buffer resident", "gradients", g * trainable, t.source))
     segs = [Segment(tuple(start))]
 
     def grads(label: str, params: int) -> list[Event]:
-        if r.grad_buffer or not params:
+        if t.grad_buffer or not params:
             return []
         return [Event("backward", f"{label}: write its weight gradients", "gradients", g * params, grads_of)]
 
@@ -277,9 +310,8 @@ def segments(
     adapters_per_layer = numel(adapter_tensors(shape, tune)) if tune.adapters else 0
     layer_grads = adapters_per_layer if tune.adapters else per_layer
     layer = "layer {layer}"
-    kept, full = layer_bytes(
-        shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None, flash
-    )
+    frozen = tune if tune.adapters else None
+    kept, full = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash, widened(recipe, tune))
     dequant = []
     if tune.mode == "qlora":
         largest = max(d_in * d_out for d_in, d_out in linears(shape).values())
@@ -341,8 +373,8 @@ def segments(
         Event("optimizer", f"{opt.label} step (in place)", "optimizer", 0, "state and weights updated in place"),
     ]
     held = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients")
-    if r.grad_buffer:
-        end.append(Event("optimizer", "zero the main-gradient buffer in place", "gradients", 0, r.source))
+    if t.grad_buffer:
+        end.append(Event("optimizer", "zero the main-gradient buffer in place", "gradients", 0, t.source))
     else:
         end.append(Event("optimizer", "zero_grad: free gradients", "gradients", -held,
                          "optimizer.zero_grad(set_to_none=True)"))
@@ -362,16 +394,17 @@ def sizes(
 ) -> dict[str, int]:
     """The full size of each category, as calc.api.sizes gives the deck's: the state, the activations all
     blocks keep through the forward pass, the logits."""
-    r = RECIPES[recipe]
+    t = trained_recipe(recipe, tune)
     weights = weight_bytes(shape, recipe, tune)
     trainable = trainable_params(shape, tune)
-    kept, _ = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, tune if tune.adapters else None, flash)
+    frozen = tune if tune.adapters else None
+    kept, _ = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash, widened(recipe, tune))
     frozen_below = tune.freeze_layers if tune.mode == "freeze" else 0
     return {
         "weights": weights["base"] + weights["adapters"],
-        "gradients": r.gradients * trainable,
+        "gradients": t.gradients * trainable,
         "optimizer": 0 if tune.paged else optimizer_bytes(shape, recipe, tune),
-        "master": r.master * trainable,
+        "master": t.master * trainable,
         "activations": (shape.layers - frozen_below) * kept,
         "logits": act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch), activation_bytes)
         + act.logits_fp32_bytes(shape, seq, micro_batch),

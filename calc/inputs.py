@@ -80,7 +80,7 @@ ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default
 DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks foreach AdamW on CUDA
 # Fine-tuning (calc.finetune): which parameters train, and the optimizer (calc.optimizers).
 TUNE_LIMITS = {"lora-rank": 1 << 16, "lora-alpha": 1 << 16}
-LORA_FIELDS = ("lora-rank", "lora-alpha", "lora-targets")
+LORA_FIELDS = ("lora-rank", "lora-alpha", "lora-targets", "adapter-dtype")
 # issue 19: the loop around the eager walk's step and AdamW's implementation (calc.loops)
 LOOP_FIELDS = ("loop", "adamw-impl", "loss")
 # Common cards by their memory in GB (10^9 bytes), for --card: the planner's capacity.
@@ -347,6 +347,7 @@ def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
         targets=_targets(given["lora-targets"], shape) if "lora-targets" in given else default.targets,
         freeze_layers=_int("freeze-layers", given.get("freeze-layers", 0), 10_000, smallest=0),
         paged=_bool("paged-optimizer", given.get("paged-optimizer", False)),
+        adapter_dtype=_choice("adapter-dtype", given.get("adapter-dtype", "fp32"), finetune.ADAPTER_DTYPES),
     )
     problem = finetune.check(shape, tune)
     if problem:

@@ -212,8 +212,10 @@ FIT_TARGETS = (("q", "v"), "all-linear")
 FIT_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
-def fit_variants(shape: Shape, optimizer: str = "adamw", paged: bool = False) -> list[finetune.Tuning]:
-    """The fine-tunings fit_card tries: full, then LoRA and QLoRA on q and v and on every linear at each rank."""
+def fit_variants(shape: Shape, optimizer: str = "adamw", paged: bool = False, adapter_dtype: str = "fp32"
+                 ) -> list[finetune.Tuning]:  # fmt: skip
+    """The fine-tunings fit_card tries: full, then LoRA and QLoRA on q and v and on every linear at each rank,
+    their adapters in `adapter_dtype` (calc.finetune.ADAPTER_DTYPES)."""
     out = []
     for mode in FIT_MODES:
         if mode == "full":
@@ -221,7 +223,8 @@ def fit_variants(shape: Shape, optimizer: str = "adamw", paged: bool = False) ->
             continue
         for targets in FIT_TARGETS:
             chosen = tuple(finetune.linears(shape)) if targets == "all-linear" else targets
-            out += [finetune.Tuning(mode, optimizer, rank, targets=chosen, paged=paged) for rank in FIT_RANKS]
+            out += [finetune.Tuning(mode, optimizer, rank, targets=chosen, paged=paged, adapter_dtype=adapter_dtype)
+                    for rank in FIT_RANKS]  # fmt: skip
     return out
 
 
@@ -234,17 +237,18 @@ def fit_card(
     paged: bool = False,
     flash: bool = False,
     limit: int = 60,
+    adapter_dtype: str = "fp32",
 ) -> list[dict]:
     """Fine-tunings that fit one card of `capacity` bytes: for each mode, rank, targets and recomputation,
-    the largest micro-batch whose peak fits. Cheapest first: least extra compute (recomputation), then the
-    largest micro-batch, then the lowest peak. `flash`: attention keeps no s x s scores. A mixture of experts
-    is not modelled (returns [])."""
+    the largest micro-batch whose peak fits, LoRA's adapters in `adapter_dtype`. Cheapest first: least extra
+    compute (recomputation), then the largest micro-batch, then the lowest peak. `flash`: attention keeps no
+    s x s scores. A mixture of experts is not modelled (returns [])."""
     if shape.moe_layers:
         return []
     activation_bytes = RECIPES[recipe].activations
     overheads = {recompute: recompute_overhead(shape, seq, recompute, flash) for recompute in RECOMPUTE}
     found = []
-    for tune in fit_variants(shape, optimizer, paged):
+    for tune in fit_variants(shape, optimizer, paged, adapter_dtype):
         if finetune.check(shape, tune):
             continue
         trainable = None

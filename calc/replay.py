@@ -14,6 +14,8 @@ Only tensors whose size grows with the tokens or the parameters are replayed; sc
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .events import Event
@@ -49,6 +51,7 @@ class Node:
     work: list[int] = field(default_factory=list)  # backward temporaries, alive together, freed at the end
     layer: int = 0
     recompute: object = None  # a checkpointed region: a function that re-runs its forward on the input
+    region: list = field(default_factory=list)  # a checkpointed region: the nodes its forward recorded
     outs: tuple[T, ...] = ()  # a node of several outputs (a split): it waits for all their gradients
 
 
@@ -69,6 +72,10 @@ class Replay:
         # .grad (AccumulateGrad: variable.grad += new_grad) and frees it once its node has run
         self.accumulating = False
         self.accumulated: list[tuple[str, int]] = []
+        self.discard_saved = False  # a checkpointed forward: its nodes keep nothing (the pack hook drops it)
+        self.stop_at: int | None = None  # a checkpoint's re-run stops once it has made this many nodes
+        self.touched: dict[int, tuple[T, int]] | None = None  # in a re-run: each tensor it made or kept, and
+        # the references it had before
 
     # --- the allocator -------------------------------------------------------------------------------
     def blocks(self, nbytes: int) -> int:
@@ -84,16 +91,24 @@ class Replay:
     def new(self, nbytes: int, label: str, source: str, category: str = "activations", unit: int = 0) -> T:
         t = T(nbytes, label, category, unit=unit)
         self._emit(label, category, nbytes, source)
+        self._touch(t, 0)
         return t
 
     def view(self, base: T, values: int, label: str) -> T:
         """A view of part of `base` (a slice, a reshape): no allocation; the base lives while it does."""
         self.keep(base)
-        return T(values * base.unit, label, base.category, unit=base.unit, base=base)
+        t = T(values * base.unit, label, base.category, unit=base.unit, base=base)
+        self._touch(t, 0)
+        return t
 
     def keep(self, t: T) -> T:
+        self._touch(t, t.refs)
         t.refs += 1
         return t
+
+    def _touch(self, t: T, refs: int) -> None:
+        if self.touched is not None and id(t) not in self.touched:
+            self.touched[id(t)] = (t, refs)
 
     def drop(self, *tensors: T | None, why: str = "no longer referenced") -> None:
         for t in tensors:
@@ -134,10 +149,25 @@ class Replay:
                 if t is not None:
                     t.requires_grad = False
             return False
-        for t in saved:
+        for t in () if self.discard_saved else saved:
             self.keep(t)
         self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs))
+        if self.stop_at is not None and len(self.nodes) == self.stop_at:
+            # the pack hook of the last saved tensor stops the re-run; an op's inputs are saved before its
+            # kernel runs (VariableType), so an output it does not save is never made
+            for t in (out, *outs):
+                if t is not None and t not in saved:
+                    self._unmake(t)
+            raise _StopRecomputation
         return True
+
+    def _unmake(self, t: T) -> None:
+        """Take back the allocation of `t`, the last one made: the op that made it did not run."""
+        _, last = self.events[-1]
+        if last.label != t.label or last.bytes != self.blocks(t.nbytes):
+            raise AssertionError(f"{t.label} is not the last allocation")
+        self.events.pop()
+        t.nbytes = 0
 
     def grad(self, t: T, g: T) -> None:
         """Deliver gradient g to tensor t, summing it into one already there (out of place, as autograd's
@@ -199,12 +229,41 @@ class Replay:
                 self.grad(t, grad)
 
     def _recompute(self, node: Node, g: T | None) -> None:
-        """Non-reentrant checkpoint: re-run the region's forward from its saved input, then its backward."""
-        outer, self.nodes = self.nodes, []
-        y = node.recompute(node.saved[0])
-        inner, self.nodes = self.nodes, outer
+        """Non-reentrant checkpoint (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator):
+        backward runs the region's graph as its forward made it. Its last nodes, which saved nothing, run
+        first; the first node that unpacks a saved tensor re-runs the forward from the saved input, which
+        stops once it has packed the last saved tensor (_StopRecomputationError); backward goes on through
+        the re-made nodes, each releasing what it saved once it has run."""
+        region = node.region
+        last = max((i for i, n in enumerate(region) if n.saved), default=-1)
         if g is not None:
-            self.grads[id(y)] = g
-        self.drop(y, why="checkpoint: the re-created output is not needed")
-        self._run(inner)
+            self.grads[id(node.out)] = g
+        self._run(region[last + 1 :])
+        if last >= 0:
+            outer, self.nodes = self.nodes, []
+            self._rerun(node, last + 1)
+            inner, self.nodes = self.nodes, outer
+            for old, new in zip(region[: last + 1], inner, strict=True):  # re-made: the gradients go to them
+                for a, b in zip((old.out, *old.outs), (new.out, *new.outs), strict=True):
+                    if a is not None and id(a) in self.grads:
+                        self.grads[id(b)] = self.grads.pop(id(a))
+            self._run(inner)
         self.drop(*node.saved, why="checkpoint: its input released after its backward")
+
+    def _rerun(self, node: Node, count: int) -> None:
+        """The region's forward again, up to its `count`-th node; then what its code held goes, as Python
+        unwinds the stopped forward: every tensor it made or kept keeps only the references it had before,
+        those of the re-made nodes' saved tensors, and those of its live views."""
+        self.stop_at, self.touched = count, {}
+        with contextlib.suppress(_StopRecomputation):
+            node.recompute(node.saved[0])
+        touched, self.stop_at, self.touched = self.touched, None, None
+        saved = Counter(id(t) for n in self.nodes for t in n.saved)
+        for t, refs in reversed(touched.values()):  # a view before its base
+            views = sum(1 for v, _ in touched.values() if v.base is t and v.refs > 0)
+            for _ in range(t.refs - refs - saved[id(t)] - views):
+                self.drop(t, why="checkpoint: the re-run stops at the last saved tensor")
+
+
+class _StopRecomputation(Exception):
+    """torch.utils.checkpoint's _StopRecomputationError: the re-run has made every saved tensor."""

@@ -128,7 +128,8 @@ def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
     tune = inputs["tune"]
     if want_fit:
         capacity, recipe = inputs["capacity"], inputs["recipe"]
-        result["fit"] = fit_card(shape, seq, capacity, recipe, tune.optimizer, tune.paged, par.flash)
+        result["fit"] = fit_card(shape, seq, capacity, recipe, tune.optimizer, tune.paged, par.flash,
+                                 adapter_dtype=tune.adapter_dtype)
         for row in result["fit"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     return result

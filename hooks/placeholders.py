@@ -175,6 +175,7 @@ FINETUNE_LABELS = {"full": "full (every parameter)", "lora": "LoRA", "qlora": "Q
                    "freeze": "freeze the first layers"}
 
 
+ADAPTER_LABELS = {"fp32": "fp32 (peft's default)", "model": "the model's dtype"}
 LOOP_LABELS = {"bare": "a bare PyTorch loop", "trainer": "transformers' Trainer", "sft": "TRL's SFTTrainer"}
 LOSS_LABELS = {"transformers": "transformers' cross-entropy", "trl-chunked": "TRL's chunked log-probs"}
 
@@ -192,7 +193,7 @@ def _tuning_defaults() -> dict[str, str]:
     tune = deck.calc.finetune.Tuning()
     return {"finetune": tune.mode, "optimizer": tune.optimizer, "lora-rank": str(tune.rank),
             "lora-targets": ",".join(tune.targets), "freeze-layers": str(tune.freeze_layers),
-            "paged-optimizer": str(tune.paged).lower()}
+            "paged-optimizer": str(tune.paged).lower(), "adapter-dtype": tune.adapter_dtype}
 
 
 def preset_groups() -> list[tuple[str, list[dict]]]:
@@ -267,6 +268,7 @@ def widget_html(page_url: str) -> str:
     choices = {
         "finetune": [(m, FINETUNE_LABELS[m]) for m in deck.calc.finetune.MODES],
         "optimizer": [(name, name) for name in deck.calc.optimizers.OPTIMIZERS],
+        "adapter-dtype": _labelled(deck.calc.finetune.ADAPTER_DTYPES, ADAPTER_LABELS),
         "recipe": [(name, r["label"]) for name, r in deck.recipes().items()],
         "recompute": [(name, name) for name in deck.calc.RECOMPUTE],
         "norm": [("layer", "LayerNorm"), ("rms", "RMSNorm")],

@@ -348,7 +348,7 @@ def _torchtune_runs(llama) -> dict:
     par, out = calc.Parallel(flash=True), {}
     for label, mode, rank, targets, theirs in TORCHTUNE:
         chosen = tuple(finetune.linears(llama)) if targets == "all" else targets
-        tune = finetune.Tuning(mode, rank=rank, targets=chosen)
+        tune = finetune.Tuning(mode, rank=rank, targets=chosen, adapter_dtype="model")  # torchtune's bf16 adapters
         how = {"micro_batch": TORCHTUNE_BATCH, "recipe": TORCHTUNE_RECIPE, "recompute": TORCHTUNE_RECOMPUTE}
         deck = [calc.step(llama, s, **how, par=par, tune=tune) for s in TORCHTUNE_SEQS]
         eager = None
@@ -489,10 +489,9 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
         "caching allocator's rounding and the blocks it keeps reserved are in torchtune's figure and in "
         "neither walk: at model init it reserved 0.02 GB more than it allocated (13.98 against 13.96 GB). "
         "The eager walk replays peft's LoRA layer, whose ops torchtune's `LoRALinear` matches (the frozen "
-        "linear, then B(A(x)) scaled and added), with one difference in torchtune's favour: peft keeps its "
-        "adapters in fp32 over a 16-bit model and casts each adapted layer's input to fp32 for them, a copy "
-        "torchtune's bf16 adapters do not make; with checkpointing only the recomputed block holds such "
-        "copies, so the eager walk's LoRA rows are a little high on this account.",
+        "linear, then B(A(x)) scaled and added). torchtune keeps its adapters in bf16, so these rows are "
+        "walked with `--adapter-dtype model`; peft's default fp32 adapters would add the fp32 copy of each "
+        "adapted layer's input that peft casts for them (with checkpointing, in the recomputed block only).",
         "",
         f"*The QLoRA row.* Its training figure ({q['theirs'] / calc.GB:.2f} GB) is only "
         f"{gb(q['theirs'] - init)} above what torchtune reserved while building the model "
@@ -529,9 +528,11 @@ QLORA_PROSE = """\
 transformers' Llama with random weights, saved and loaded back the way a QLoRA user loads a checkpoint:
 `from_pretrained(dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(load_in_4bit=True,
 bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16))`, so every block
-linear is bitsandbytes' `Linear4bit`; peft's LoRA with `autocast_adapter_dtype=False` (bf16 adapters);
-`torch.optim.AdamW` over the adapters; the second step's CPU allocator peak (§10.8's profiler replay). bitsandbytes
-runs its 4-bit layers on the CPU (from 0.48; without the optional `kernels` package it falls back to PyTorch code
+linear is bitsandbytes' `Linear4bit`; peft's LoRA, once with its default `autocast_adapter_dtype=True` (fp32
+adapters: calc's `--adapter-dtype fp32`, its default too) and once with `autocast_adapter_dtype=False` (bf16
+adapters: `--adapter-dtype model`); `torch.optim.AdamW` over the adapters; the second step's CPU allocator peak
+(§10.8's profiler replay). bitsandbytes runs its 4-bit layers on the CPU (from 0.48; without the optional `kernels`
+package it falls back to PyTorch code
 that dequantizes the weight for each matmul). Each run is made again from the same file without the quantization
 config (a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from what the deck walk misses for any
 step of so small a model. `{command}` remakes the table; with `--device cuda` it measures
@@ -593,16 +594,18 @@ def qlora_section() -> list[str]:
     out += ["", *workspace_note([x for r in runs for x in (r, r["lora"])], "docs/data/qlora.json", _qlora_where)]
     out += [
         "",
-        "| L, h, a, k, f, V | Tokens | Fine-tuning | Attention | Checkpointing | Model held (bytes) | NF4 base, calc "
+        "| L, h, a, k, f, V | Tokens | Fine-tuning | Adapters | Attention | Checkpointing | Model held (bytes) "
+        "| NF4 base, calc "
         "(bytes) | QLoRA measured | its tensors | QLoRA eager walk | Eager / tensors | QLoRA deck walk "
         "| Deck / measured | bf16 base measured | its tensors | bf16 eager walk | Eager / tensors | bf16 deck walk "
         "| Deck / measured | Saved, measured | Saved, deck walk |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r, (m_saved, p_saved) in zip(runs, saved, strict=True):
         lo, shape = r["lora"], _short_shape(r["model"])
         out.append(
-            f"| {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} | {r['attention']} | {r['checkpointing']} "
+            f"| {shape} | {r['micro_batch']} x {r['seq']} | {r['tune']} | {ADAPTER_CELLS[r['adapter_dtype']]} "
+            f"| {r['attention']} | {r['checkpointing']} "
             f"| {r['model_bytes']:,} | {r['predicted_weights']:,} | {r['measured_peak']:,} "
             f"| {r['measured_peak_tensors']:,} | {r['eager_predicted_peak']:,} | {_qlora_eager(r):.4f} "
             f"| {r['predicted_peak']:,} | {r['ratio']:.4f} | {lo['measured_peak']:,} | {lo['measured_peak_tensors']:,} "
@@ -622,6 +625,9 @@ def qlora_section() -> list[str]:
     return [*out, ""]
 
 
+ADAPTER_CELLS = {"fp32": "fp32 (peft's default)", "model": "bf16"}  # §12.5's adapters' dtype (--adapter-dtype)
+
+
 def _qlora_eager(row: dict) -> float:
     """A QLoRA (or bf16 base) row's eager walk / the step's tensors (the measured peak less the workspace)."""
     return _against_tensors(row, "eager_predicted_peak")
@@ -634,7 +640,8 @@ def _against_tensors(row: dict, predicted: str) -> float:
 
 
 def _qlora_where(row: dict) -> str:
-    return (f"{row['tune']}, {_short_shape(row['model'])}, {row['micro_batch']} x {row['seq']} tokens, "
+    return (f"{row['tune']}, {ADAPTER_CELLS[row['adapter_dtype']]} adapters, {_short_shape(row['model'])}, "
+            f"{row['micro_batch']} x {row['seq']} tokens, "
             f"{row['attention']} attention, checkpointing {row['checkpointing']}")  # fmt: skip
 
 
@@ -663,9 +670,10 @@ requires grad made it; an op records a node, and saves what the needed gradients
 then; backward stops where nothing below needs a gradient; frozen parameters get no gradient and no AdamW
 state, and AdamW's temporaries and step counters cover the trainable tensors only; autocast caches the 16-bit
 casts of trainable weights only, so a frozen weight's cast is made at each call and, where the input needs a
-gradient, saved; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters; with `--recipe
-bf16` they are bf16, as §12.5's are). Not modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused
-`c_attn` adapter. bitsandbytes' 4-bit layers (`--finetune qlora`) are §12.5's.
+gradient, saved; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters, peft's default
+and calc's; with `--adapter-dtype model` they keep a 16-bit model's dtype, as half of §12.5's runs do). Not
+modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter. bitsandbytes' 4-bit layers
+(`--finetune qlora`) are §12.5's.
 """
 
 

@@ -106,6 +106,7 @@ def test_cuda_allocations_come_in_512_byte_blocks(shape, seq, b, recipe, family)
     shape = as_family(shape, family)
     cuda = eager_step.replay(shape, seq, b, recipe, "none", "sdpa", "cuda")[0].events
     cpu = eager_step.replay(shape, seq, b, recipe, "none", "sdpa", "cpu")[0].events
+    cpu = [(n, e) for n, e in cpu if "in the common dtype" not in e.label]  # CPU only: TensorIterator's casts
     assert [e.label for _, e in cuda] == [e.label for _, e in cpu]
     for (_, c), (_, p) in zip(cuda, cpu, strict=True):
         assert c.bytes % 512 == 0 and abs(c.bytes) >= abs(p.bytes) and abs(c.bytes) - abs(p.bytes) < 512

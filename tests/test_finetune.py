@@ -1,6 +1,7 @@
 """Fine-tuning: trainable parameters, frozen state, LoRA's activations, QLoRA's NF4, the one-card planner."""
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -108,7 +109,7 @@ def test_frozen_parameters_have_neither_gradients_nor_optimizer_state(shape, seq
     tune = Tuning(mode, rank=r, targets=targets, freeze_layers=layers)
     assume(finetune.check(shape, tune) is None)
     out = calc.step(shape, seq, b, recipe, recompute, tune=tune)
-    rec, trainable = calc.RECIPES[recipe], finetune.trainable_params(shape, tune)
+    rec, trainable = finetune.trained_recipe(recipe, tune), finetune.trainable_params(shape, tune)
     if not rec.grad_buffer:
         assert _written_gradients(out) == rec.gradients * trainable
     assert out["bytes"]["optimizer"] == finetune.optimizer_bytes(shape, recipe, tune)
@@ -159,14 +160,14 @@ def test_nf4_is_4_127_bits_a_weight():
 
 
 def test_qlora_walk_dequantizes_one_linear_at_a_time():
-    """QLoRA: the block linears are NF4, the rest 16-bit; each layer dequantizes its largest weight to the
-    compute dtype for a moment, in forward and in backward."""
+    """QLoRA: the block linears are NF4, the rest 16-bit, the adapters fp32 (peft's default); each layer
+    dequantizes its largest weight to the compute dtype for a moment, in forward and in backward."""
     out = calc.step(LLAMA, 2048, recipe="bf16", tune=Tuning("qlora", targets=ALL))
     linear = sum(i * o for i, o in finetune.linears(LLAMA).values())
     outer = calc.param_counts(LLAMA)["total"] - 32 * linear
     adapters = finetune.trainable_params(LLAMA, Tuning("qlora", targets=ALL))
     nf4 = 32 * sum(finetune.nf4_bytes(i * o) for i, o in finetune.linears(LLAMA).values())
-    assert out["bytes"]["weights"] == nf4 + 2 * outer + 2 * adapters
+    assert out["bytes"]["weights"] == nf4 + 2 * outer + 4 * adapters
     deq = [e["bytes"] for e in out["events"] if "dequantize" in e["label"]]
     assert len(deq) == 4 * 32 and set(deq) == {2 * 4096 * 11008, -2 * 4096 * 11008} and sum(deq) == 0
 
@@ -267,3 +268,31 @@ def test_pytorch_saves_no_input_for_a_frozen_linear():
     assert activations(base) == []
     assert activations(lambda x: base(x) + b(a(x)) * 2.0) == [(tokens, r), (tokens, d_in)]
     assert saved(base, torch.randn(tokens, d_in)) == []  # below every trainable parameter: nothing
+
+
+@pytest.mark.parametrize("recipe", ["mixed", "bf16", "megatron", "fp32", "autocast"])
+def test_adapters_are_fp32_by_default_as_peft_makes_them(recipe):
+    """peft's get_peft_model upcasts 16-bit adapters to fp32 (autocast_adapter_dtype=True, its default): their
+    weights, gradients and AdamW moments are fp32 (4 + 4 + 8 bytes, no master copy), and each adapted
+    layer keeps an fp32 copy of its input for lora_A; `adapter_dtype="model"` keeps the recipe's bytes. On an
+    fp32 model the two are the same step."""
+    tune = Tuning("lora", rank=8, targets=("q", "v"))
+    fp32 = calc.step(LLAMA, 2048, 1, recipe, "none", tune=tune)
+    model = calc.step(LLAMA, 2048, 1, recipe, "none", tune=replace(tune, adapter_dtype="model"))
+    n, rec = finetune.trainable_params(LLAMA, tune), calc.RECIPES[recipe]
+    if rec.weights == 4:
+        assert fp32 == {**model, "config": fp32["config"]}
+        return
+    assert fp32["bytes"]["optimizer"] == 8 * n and fp32["bytes"]["master"] == 0
+    assert model["bytes"]["optimizer"] == rec.optimizer * n and model["bytes"]["master"] == rec.master * n
+    assert fp32["bytes"]["weights"] - model["bytes"]["weights"] == (4 - rec.weights) * n
+    sb, h = 2048, LLAMA.hidden  # per layer, per target (q and v both read the block's normed input, width h)
+    per_layer = 2 * (4 * sb * (8 + h) - 2 * sb * 8)
+    assert fp32["bytes"]["activations"] - model["bytes"]["activations"] == LLAMA.layers * per_layer
+
+
+def test_adapter_dtype_is_refused_without_adapters(capsys):
+    assert main(["--preset", "llama-7b", "--adapter-dtype", "model"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --adapter-dtype: applies to --finetune lora or qlora"
+    assert main(["--preset", "llama-7b", "--finetune", "lora", "--adapter-dtype", "bf16"]) == 2
+    assert "--adapter-dtype: must be one of fp32, model" in capsys.readouterr().err

@@ -89,11 +89,21 @@ class Base:
         return y
 
     def add(self, a: T, b: T, label: str) -> T:
-        """a + b: AddBackward0 saves nothing and passes the gradient to both inputs (promoting dtypes)."""
+        """a + b: AddBackward0 saves nothing and passes the gradient to both inputs (promoting dtypes). Of
+        inputs of two dtypes, the CPU's TensorIterator first copies the narrower one to the common dtype, a
+        temporary freed as the op returns (TensorIteratorBase::compute_types, promote_inputs_to_common_dtype;
+        CUDA kernels cast as they read)."""
         unit = max(a.unit, b.unit)
+        narrow = next((t for t in (a, b) if t.unit != unit), None)
+        cast = None
+        if narrow is not None and self.st.device == "cpu":
+            cast = self.new(narrow.nbytes // narrow.unit, unit, f"{label}: {narrow.label} in the common dtype",
+                            "TensorIterator promotes a CPU op's inputs to the common dtype")  # fmt: skip
         y = self.new(max(a.nbytes // a.unit, b.nbytes // b.unit), unit, label, "add saves nothing")
         self.rp.node("add", y, inputs=[(a, a.nbytes, "pass" if a.unit == unit else "new"),
                                         (b, b.nbytes, "pass" if b.unit == unit else "new")])  # fmt: skip
+        if cast is not None:
+            self.rp.drop(cast, why="the op returns")
         return y
 
     def mul(self, a: T, b: T, label: str) -> T:

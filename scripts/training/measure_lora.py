@@ -16,6 +16,7 @@ types (`cli_args`), run in-process. Results go to docs/data/lora.json, rendered 
 
     python scripts/training/measure_lora.py             # measure on the CPU, print a table
     python scripts/training/measure_lora.py --write     # and write docs/data/lora.json
+    python scripts/training/measure_lora.py --repredict --write   # predict the recorded runs again (calc changed)
     python scripts/training/measure_lora.py --device cuda --write   # on a GPU: docs/data/lora-cuda.json
 """
 
@@ -54,12 +55,14 @@ class Tune:
     alpha: int = 16
     targets: tuple[str, ...] = ("q", "v")  # calc's names (MODULES gives peft's)
     freeze_layers: int = 0
+    adapter_dtype: str = ""  # calc's --adapter-dtype where the run sets peft's autocast_adapter_dtype; "": not said
 
     def flags(self) -> list[str]:
         if self.mode == "freeze":
             return ["--finetune", "freeze", "--freeze-layers", str(self.freeze_layers)]
-        return ["--finetune", "lora", "--lora-rank", str(self.rank), "--lora-alpha", str(self.alpha),
-                "--lora-targets", ",".join(self.targets)]  # fmt: skip
+        adapter = ["--adapter-dtype", self.adapter_dtype] if self.adapter_dtype else []
+        return ["--finetune", self.mode, "--lora-rank", str(self.rank), "--lora-alpha", str(self.alpha),
+                "--lora-targets", ",".join(self.targets), *adapter]  # fmt: skip
 
     def label(self) -> str:
         if self.mode == "freeze":
@@ -144,12 +147,28 @@ def measure(m, seq, b, tune, precision, attention, checkpointing, device: str = 
     }
 
 
+def repredict() -> dict:
+    """docs/data/lora.json with every run predicted again from its recorded command, its measurements kept."""
+    data = json.loads(RESULTS.read_text())
+    for row in data["runs"]:
+        pred = measure_transformers.predict(row["command"].split()[3:])
+        row.update(trainable_params=pred["trainable_params"], predicted_peak=pred["peak"],
+                   predicted_peak_event=pred["peak_event"], ratio=round(pred["peak"] / row["measured_peak"], 4))
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="measure_lora.py", description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)} (on cuda: -cuda.json)")
     p.add_argument("--only", type=int, action="append", help="only these runs (indices into RUNS)")
+    p.add_argument("--repredict", action="store_true", help="predict the recorded runs again, measuring nothing")
     args = p.parse_args(argv)
+    if args.repredict:
+        data = repredict()
+        if args.write:
+            RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+        return 0
     import peft
 
     rows = []

@@ -8,18 +8,20 @@ temporary folder and loads it back the way a QLoRA user does (nothing is downloa
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16))
     model = peft.get_peft_model(model, LoraConfig(r, lora_alpha, target_modules, lora_dropout=0.0),
-                                autocast_adapter_dtype=False)
+                                autocast_adapter_dtype=...)
 
-so every block linear is bitsandbytes' Linear4bit (NF4, double-quantized absmax) and everything else,
-the adapters included, is bf16: calc's `--recipe bf16 --finetune qlora`. Each run is made a second time
+so every block linear is bitsandbytes' Linear4bit (NF4, double-quantized absmax) and everything else is bf16:
+calc's `--recipe bf16 --finetune qlora`. Each run is made with both adapter dtypes: peft's default
+(autocast_adapter_dtype=True upcasts the adapters to fp32: calc's `--adapter-dtype fp32`, its default too) and
+bf16 adapters (autocast_adapter_dtype=False: `--adapter-dtype model`). Each run is made a second time
 without the quantization config (a bf16 base, `--finetune lora`), so what QLoRA changes shows apart from
 what the deck walk misses for any LoRA step. AdamW over the adapters; two
 steps, the second measured: on the CPU the profiler's allocator peak (profile_step.py), on CUDA
 torch.cuda.max_memory_allocated (max_memory_reserved beside it). Two predictions, each the CLI's from the flags
 a user types: the deck walk's (`cli_args`) and the eager walk's (`eager_args`: `--walk eager`, which replays
 bitsandbytes' Linear4bit and peft's wrapper of it op by op). `--recipe bf16` says what was run: a bf16 model,
-bf16 adapters (peft's default, autocast_adapter_dtype=True, would upcast them to fp32), bf16 gradients and
-AdamW moments (torch's AdamW keeps its state in the parameters' dtype). Results go to docs/data/qlora.json,
+the adapters' gradients and AdamW moments in the adapters' dtype (torch's AdamW keeps its state in the
+parameters' dtype). Results go to docs/data/qlora.json,
 rendered by scripts/make_results.py §12.5.
 
     python scripts/training/measure_qlora.py                        # on the CPU, print a table
@@ -60,6 +62,7 @@ RUNS = [  # (model, seq, micro-batch, tuning); bitsandbytes needs widths that ar
     (hf_models.Model("llama", 4, 256, 4, 2, 704, 1024), 256, 1, measure_lora.Tune("qlora", 8, 16, ALL)),
 ]
 ATTENTIONS, CHECKPOINTING = ("eager", "sdpa"), ("none", "full")
+ADAPTER_DTYPES = ("model", "fp32")  # calc's --adapter-dtype: autocast_adapter_dtype=False, then peft's default
 
 
 def saved(m: hf_models.Model) -> str:
@@ -93,7 +96,8 @@ def tuned(folder: str, attention: str, checkpointing: str, tune, device: str, pr
                         target_modules=[measure_lora.MODULES[t] for t in tune.targets])  # fmt: skip
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-        return get_peft_model(net, config, autocast_adapter_dtype=precision != "bf16")
+        upcast = precision != "bf16" or tune.adapter_dtype != "model"  # peft's default: True
+        return get_peft_model(net, config, autocast_adapter_dtype=upcast)
 
 
 def resident(net: torch.nn.Module) -> int:
@@ -136,18 +140,14 @@ def cli_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention
     shape = ["--layers", m.layers, "--hidden", m.hidden, "--heads", m.heads, "--kv-heads", m.kv_heads]
     shape += ["--ffn", m.ffn, "--vocab", m.vocab, "--seq", seq, "--micro-batch", b, "--recipe", "bf16"]
     shape += ["--recompute", checkpointing, "--flash" if attention == "sdpa" else "--no-flash"]
-    flags = ["--finetune", tune.mode, "--lora-rank", tune.rank, "--lora-alpha", tune.alpha,
-             "--lora-targets", ",".join(tune.targets)]  # fmt: skip
-    return [str(a) for a in shape + flags]
+    return [str(a) for a in shape] + tune.flags()
 
 
 def eager_args(m: hf_models.Model, seq: int, b: int, checkpointing: str, attention: str, tune, device: str,
                precision: str = "bf16"):  # fmt: skip
     """The command a user types for the eager walk of this step."""
-    flags = ["--finetune", tune.mode, "--lora-rank", tune.rank, "--lora-alpha", tune.alpha,
-             "--lora-targets", ",".join(tune.targets)]  # fmt: skip
     run = measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, device)
-    return run + [str(a) for a in flags]
+    return run + tune.flags()
 
 
 def predictions(row: dict) -> dict:
@@ -155,7 +155,8 @@ def predictions(row: dict) -> dict:
     flags = row["command"].split()[3:]  # the deck walk's command, as recorded
     given = dict(itertools.pairwise(flags))  # each flag and the value after it
     tune = measure_lora.Tune(given["--finetune"], int(given["--lora-rank"]), int(given["--lora-alpha"]),
-                             tuple(given["--lora-targets"].split(",")))  # fmt: skip
+                             tuple(given["--lora-targets"].split(",")),
+                             adapter_dtype=given.get("--adapter-dtype", "model"))  # fmt: skip
     m = hf_models.Model(**row["model"])
     return _predict(m, row["seq"], row["micro_batch"], tune, row["attention"], row["checkpointing"], row["device"],
                     row["measured_peak"])  # fmt: skip
@@ -189,6 +190,7 @@ def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
         "model_type": m.model_type,
         "model": asdict(m),
         "tune": f"{tune.mode} r{tune.rank} {','.join(tune.targets)}",
+        "adapter_dtype": tune.adapter_dtype,
         "seq": seq,
         "micro_batch": b,
         "precision": "bf16",
@@ -232,20 +234,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and i not in args.only:
             continue
         folder = saved(m)
-        for attention in ATTENTIONS:
-            for checkpointing in CHECKPOINTING:
-                row = measure(folder, m, seq, b, tune, attention, checkpointing, args.device)
-                lora = measure(folder, m, seq, b, replace(tune, mode="lora"), attention, checkpointing, args.device)
-                rows.append({**row, "lora": lora})
-                print(
-                    f"{i} {row['tune']:28} lora {lora['measured_peak']:>11,} {lora['predicted_peak']:>11,} "
-                    f"{lora['ratio']:.4f}\n{'':30} {attention:5} {checkpointing:4} start {row['measured_start']:>11,} "
-                    f"model {row['model_bytes']:>11,} / {row['predicted_weights']:>11,} peak "
-                    f"{row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f} eager "
-                    f"{row['eager_predicted_peak']:>11,} {row['eager_ratio']:.4f} trainable "
-                    f"{row['measured_trainable']} / {row['trainable_params']}",
-                    flush=True,
-                )
+        for adapter, attention, checkpointing in itertools.product(ADAPTER_DTYPES, ATTENTIONS, CHECKPOINTING):
+            run = replace(tune, adapter_dtype=adapter)
+            row = measure(folder, m, seq, b, run, attention, checkpointing, args.device)
+            lora = measure(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing, args.device)
+            rows.append({**row, "lora": lora})
+            print(
+                f"{i} {row['tune']:28} lora {lora['measured_peak']:>11,} {lora['predicted_peak']:>11,} "
+                f"{lora['ratio']:.4f}\n{'':30} {attention:5} {checkpointing:4} start {row['measured_start']:>11,} "
+                f"model {row['model_bytes']:>11,} / {row['predicted_weights']:>11,} peak "
+                f"{row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f} eager "
+                f"{row['eager_predicted_peak']:>11,} {row['eager_ratio']:.4f} trainable "
+                f"{row['measured_trainable']} / {row['trainable_params']}",
+                flush=True,
+            )
     if args.write:
         env = f"{measure_transformers.environment(args.device)}, peft {peft.__version__}, "
         env += f"bitsandbytes {bitsandbytes.__version__}"
