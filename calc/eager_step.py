@@ -10,6 +10,8 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
+from functools import partial
+
 from . import counts, finetune, inventory, loops, optim_step, trl_head
 from .counts import param_counts
 from .families import FAMILIES
@@ -108,17 +110,24 @@ def replay(
             window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
             window.requires_grad = False
             held.append(window)
+    per_layer = None
+    if family.layer_inputs:  # layers of different masks or rotary tables (Gemma 2, Gemma 3)
+        per_layer, made = family.layer_inputs(ops, cos, sin, mask)
+        held += made
     layer_fn = family.layer
     for layer in range(1, shape.layers + 1):
         rp.layer = layer
+        c, s, m = per_layer[layer - 1] if per_layer else (cos, sin, mask)
         if recompute == "full":
-            x = _checkpointed(ops, layer_fn, x, cos, sin, mask, device)
+            x = _checkpointed(ops, layer_fn, x, c, s, m, device)
         else:
-            y = layer_fn(ops, x, cos, sin, mask)
+            y = layer_fn(ops, x, c, s, m)
             rp.drop(x)
             x = y
     rp.layer = 0
     norm = ops.rms_norm if shape.norm == "rms" else ops.layer_norm
+    if family.norm:
+        norm = partial(family.norm, ops)
     final = norm(x, "final norm") if shape.final_norm else rp.keep(x)
     rp.drop(x)
     # the base model's forward returns (LlamaModel, GPT2Model), letting go of what it held; its output
@@ -133,10 +142,8 @@ def replay(
         return _backward(rp, loss, leaf), st
     head_bias = shape.bias and shape.head_bias and not shape.tied
     logits = ops.linear(final, h, v, head, head_bias, "logits", "logits")
-    if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them
-        scaled = family.head(ops, logits)
-        rp.drop(logits)
-        logits = scaled
+    if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them (the hook
+        logits = family.head(ops, logits)  # lets go of the logits it rebinds, as the code's rebinding does)
     # ForCausalLMLoss: logits.float(), labels padded and shifted (a copy), cross_entropy = log_softmax +
     # nll_loss. The model's outputs still hold the final hidden states (last_hidden_state).
     logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
@@ -276,7 +283,8 @@ def _replayed(shape: Shape, args: tuple, **how):
     """(replay, step, segments) of one micro-batch, SMALL layers stretched to the model's depth where they can be.
     `how`: replay's accumulate and loss_kind."""
     tune = args[-1]
-    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers else shape
+    alike = len(set(shape.layer_types)) < 2  # layers of two attention types (Gemma's) are replayed whole
+    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers and alike else shape
     rp, st = replay(small, *args, **how)
     replayed = _compress(rp.events)
     if small is not shape:

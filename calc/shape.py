@@ -38,8 +38,11 @@ class Shape:
     norms_per_layer: int = 2  # norms in a block: before attention and the FFN; Gemma 2 adds one after each
     head_bias: bool = True  # an untied head has biases when `bias` is on (GPT-2's lm_head has none)
     sliding_window: int = 0  # tokens a query attends to (Mistral 7B v0.1, Gemma 2); 0: the whole sequence.
-    # Recorded, not counted: eager and SDPA attention still build the full s x s scores with a band mask,
-    # and FlashAttention stores no scores either way, so no walk here changes with it.
+    # The deck walk counts no change: eager and SDPA attention still build the full s x s scores with a band
+    # mask, and FlashAttention stores no scores either way. The eager walk counts the masks transformers builds
+    # for it where its family's code does (Gemma 2 and 3: a second s x s mask under eager attention; under sdpa,
+    # once the window is no longer than the sequence, a boolean mask and, in each sliding layer, the repeated
+    # keys and values and the float mask PyTorch's CPU kernel makes of it and saves)
     experts: int = 0  # E, routed experts in each mixture-of-experts layer; 0: every layer is dense
     experts_per_token: int = 0  # k, experts each token is routed to (top-k)
     expert_ffn: int = 0  # one routed expert's inner width; 0: ffn
@@ -48,6 +51,10 @@ class Shape:
     dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
     capacity_factor: float = 0.0  # each expert takes at most factor x k x tokens / E tokens, padded to that
     # many (Fedus et al. 2022, Switch Transformer); 0: dropless, each expert takes what it is routed
+    attn_softcap: bool = False  # Gemma 2's attn_logit_softcapping: scores = tanh(scores / cap) * cap (eager only)
+    logit_softcap: bool = False  # Gemma 2's final_logit_softcapping: logits = tanh(logits / cap) * cap
+    layer_types: str = ""  # each layer's attention as transformers' config.layer_types has it, one letter a
+    # layer: "s" sliding_attention (the window), "f" full_attention (Gemma 2, Gemma 3); "": every layer alike
 
     @property
     def head_dim(self) -> int:

@@ -28,9 +28,17 @@ class Family:
     window_mask: Callable | None = None  # (shape) -> whether its model also makes a sliding-window mask, used or
     # not, under eager attention
     embed: Callable | None = None  # (ops, x) -> x: what its model does to the token embeddings first
-    head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss
+    head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss (it
+    # drops the logits it rebinds)
     tensors: Callable | None = None  # (shape, moe) -> one block's calc.inventory.Tensor list; None: Llama's block
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
+    norms: tuple[int, ...] = (2,)  # the norms a block its layer replays (norms_per_layer; Gemma 2's: 4)
+    norm: Callable | None = None  # (ops, x, name) -> x: its model's norm op where it is not Llama's or LayerNorm
+    layer_inputs: Callable | None = None  # (ops, cos, sin, mask) -> ((cos, sin, mask) for each layer, what the
+    # model's forward makes beside them and holds until it returns): a model whose layers differ in their masks
+    # or rotary tables (Gemma 2's and Gemma 3's sliding and full layers)
+    attentions: tuple[str, ...] = ("sdpa", "eager")  # the attn_implementation values its model accepts
+    qk_norms: bool = False  # its attention normalises each head of the queries and keys (the deck counts them)
 
     @property
     def eager(self) -> bool:

@@ -13,10 +13,49 @@ class Norms:
         last `width` values (0: the model's width; Qwen3's q_norm and k_norm: each head's)."""
         rp, st = self.rp, self.st
         h = width or st.shape.hidden
+        normed = self._normalized(x, name, h)
+        n = normed.nbytes // 4 // h
+        if x.unit != 4:  # .to(input_dtype) back to 16 bits, then the 16-bit weight
+            cast = self.unary(f"{name}: back to 16 bits", normed, [], x.unit)
+            rp.drop(normed)
+            normed = cast
+        out = self.new(n * h, normed.unit, f"{name} output", "weight * x: mul saves x for the weight's gradient")
+        trains = rp.needs(f"{name}.weight")  # weight * x saves x, and works, only for the weight's gradient
+        rp.node("mul", out, saved=[normed] if trains else [], work=[normed.nbytes] if trains else [],
+                inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
+        rp.drop(normed)
+        return out
+
+    def gemma_rms_norm(self, x: T, name: str, width: int = 0) -> T:
+        """GemmaRMSNorm (Gemma2RMSNorm, Gemma3RMSNorm): x.float() normalised as LlamaRMSNorm does, then
+        output * (1.0 + weight.float()) in fp32, and output.type_as(x) last (Llama casts before the weight).
+        1 + weight is a new fp32 tensor of the norm's width that the product saves for x's gradient; the product
+        saves the normalised x for the weight's gradient, whose backward works at the full size before summing."""
+        rp, st = self.rp, self.st
+        h = width or st.shape.hidden
+        normed = self._normalized(x, name, h)
+        trains = rp.needs(f"{name}.weight")
+        gain = self.new(h, 4, f"{name}: 1 + weight", "1.0 + self.weight.float()")
+        gain.requires_grad = trains
+        out = self.new(normed.nbytes // 4, 4, f"{name}: x * (1 + weight)", "mul saves both operands")
+        rp.node("mul", out, saved=([normed] if trains else []) + [gain], work=[normed.nbytes] if trains else [],
+                inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
+        rp.drop(normed, gain)
+        if x.unit != 4:  # output.type_as(x)
+            cast = self.unary(f"{name} output", out, [], x.unit)
+            rp.drop(out)
+            out = cast
+        return out
+
+    def _normalized(self, x: T, name: str, h: int) -> T:
+        """x.to(fp32) * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) over the last h values: the fp32 product
+        (LlamaRMSNorm's and GemmaRMSNorm's _norm); x's fp32 copy lives on only as what the ops save."""
+        rp = self.rp
         n = x.nbytes // x.unit // h  # rows normalised, each with its own 1/std
         x32 = x if x.unit == 4 else self.unary(f"{name}: input in fp32", x, [], 4)
         sq = self.new(n * h, 4, f"{name}: x^2", "pow(2) saves its input")
-        rp.node("pow", sq, saved=[x32], inputs=[(x32, x32.nbytes, "new")])
+        # pow_backward: grad * (exponent * self.pow(exponent - 1)), two temporaries of x's size alive together
+        rp.node("pow", sq, saved=[x32], inputs=[(x32, x32.nbytes, "new")], work=[x32.nbytes, x32.nbytes])
         mean = self.new(n, 4, f"{name}: mean of x^2", "mean(-1)")
         rp.node("mean", mean, inputs=[(sq, sq.nbytes, "new")])
         rp.drop(sq)
@@ -32,16 +71,7 @@ class Norms:
         rp.drop(mean, rstd)
         if x32 is not x:
             rp.drop(x32)
-        if x.unit != 4:  # .to(input_dtype) back to 16 bits, then the 16-bit weight
-            cast = self.unary(f"{name}: back to 16 bits", normed, [], x.unit)
-            rp.drop(normed)
-            normed = cast
-        out = self.new(n * h, normed.unit, f"{name} output", "weight * x: mul saves x for the weight's gradient")
-        trains = rp.needs(f"{name}.weight")  # weight * x saves x, and works, only for the weight's gradient
-        rp.node("mul", out, saved=[normed] if trains else [], work=[normed.nbytes] if trains else [],
-                inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
-        rp.drop(normed)
-        return out
+        return normed
 
     def layer_norm(self, x: T, name: str) -> T:
         """nn.LayerNorm: native_layer_norm saves its input, mean and 1/std (fp32 under autocast too)."""
