@@ -88,6 +88,10 @@ def replay(
         rp.drop(x)
         x = scaled
     held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
+    # position_ids = torch.arange(s) + past_seen_tokens, unsqueeze(0): (1, s) int64, passed to every layer
+    ids = ops.new(seq, 8, "position ids", "LlamaModel.forward (and every family's): torch.arange(s), int64")
+    ids.requires_grad = False
+    held.append(ids)
     if shape.positions == "learned":
         pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
         rp.node("embedding", pos, inputs=[("positions", shape.context * h * st.param_bytes, "param")])
@@ -119,7 +123,7 @@ def replay(
         rp.layer = layer
         c, s, m = per_layer[layer - 1] if per_layer else (cos, sin, mask)
         if recompute == "full":
-            x = _checkpointed(ops, layer_fn, x, c, s, m, device)
+            x = _checkpointed(ops, layer_fn, x, c, s, m, device, ids)
         else:
             y = layer_fn(ops, x, c, s, m)
             rp.drop(x)
@@ -174,9 +178,11 @@ def _backward(rp: Replay, loss: T, leaf: T | None) -> Replay:
     return rp
 
 
-def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
+def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str, ids: T | None = None) -> T:
     """A layer under non-reentrant checkpoint: its forward keeps nothing but its input (and the RNG state);
-    its backward re-runs the forward, then runs the re-created nodes' backward."""
+    its backward re-runs the forward, then runs the re-created nodes' backward. GradientCheckpointingLayer
+    checkpoints partial(layer, **kwargs): the re-run keeps the layer's keyword tensors too (the rotary tables,
+    the mask and `ids`, the position ids), until its backward has run."""
     rp = ops.rp
     outer, rp.nodes = rp.nodes, []
     y = layer_fn(ops, x, cos, sin, mask)
@@ -188,7 +194,7 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
         rp.drop(rng, x, why="checkpoint: nothing in the layer needs a gradient")
         return y
     # the checkpoint keeps every tensor argument for the re-run: the input, and the rotary tables and mask
-    saved = [x, rng, *(t for t in (cos, sin, mask) if t is not None)]
+    saved = [x, rng, *(t for t in (cos, sin, mask, ids) if t is not None)]
     for t in saved:
         rp.keep(t)
     rp.nodes.append(Node("checkpoint", saved, y, [], [], rp.layer))
