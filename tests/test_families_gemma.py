@@ -37,7 +37,8 @@ def test_the_eager_walk_is_within_the_band_of_each_recorded_step(row):
     """The CLI's eager peak over the measured peak: 0.999 to 1.001, checkpointing on and off, fp32 and autocast
     (the recorded answer is today's: test_families_loops_measure.test_recorded_cli_answers_are_todays)."""
     assert BAND[0] <= row["eager"]["ratio"] <= BAND[1], row["eager"]["command"]
-    assert abs(row["eager"]["peak"] - row["measured_peak"]) <= 2048, "the bytes the walk leaves out"
+    # what the walk leaves out: the step's scalars (the loss, autograd's 0-dim tensors), under 256 bytes
+    assert 0 <= row["measured_peak"] - row["eager"]["peak"] < 256
 
 
 def test_the_counts_recorded_beside_the_steps_are_transformers():
