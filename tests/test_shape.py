@@ -30,6 +30,9 @@ PUBLISHED = {
     # transformers' own count of the published config.json on the meta device (docs/data/families.json)
     "qwen3-32b": 32_762_123_264,  # Qwen3-32B's model card: "32.8B"
     "gemma-2-27b": 27_227_128_320,  # Gemma 2 27B: "27.2B"
+    # Gemma 3's language model (text_config, Gemma3ForCausalLM); the model cards' 12B and 27B add the vision tower
+    "gemma-3-12b": 11_765_788_416,
+    "gemma-3-27b": 27_009_002_240,
     "phi-4": 14_659_507_200,  # Abdin et al. 2024 (Phi-4): "14B"
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
