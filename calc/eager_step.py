@@ -289,8 +289,8 @@ def _replayed(shape: Shape, args: tuple, **how):
     """(replay, step, segments) of one micro-batch, SMALL layers stretched to the model's depth where they can be.
     `how`: replay's accumulate and loss_kind."""
     tune = args[-1]
-    alike = len(set(shape.layer_types)) < 2  # layers of two attention types (Gemma's) are replayed whole
-    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers and alike else shape
+    stretch = shape.layers > SMALL and not tune.freeze_layers and _alike(shape, args)
+    small = shape.replace(layers=SMALL, layer_types=_small_types(shape)) if stretch else shape
     rp, st = replay(small, *args, **how)
     replayed = _compress(rp.events)
     if small is not shape:
@@ -298,6 +298,25 @@ def _replayed(shape: Shape, args: tuple, **how):
         if replayed is None:
             replayed = _compress(replay(shape, *args, **how)[0].events)
     return rp, st, replayed
+
+
+def _alike(shape: Shape, args: tuple) -> bool:
+    """Whether every middle layer runs the same events. Sliding and full layers (config.layer_types: Gemma 2, 3)
+    differ only under sdpa once the window is no longer than the sequence (the sliding ones get a mask, repeat K
+    and V and save a float mask); under eager attention each adds an s x s mask of one size, whichever it is."""
+    seq, attention = args[0], args[4]
+    mixed = len(set(shape.layer_types)) > 1
+    return not (mixed and attention == "sdpa" and 0 < shape.sliding_window <= seq)
+
+
+def _small_types(shape: Shape) -> str:
+    """The SMALL-layer replay's layer types: the model's first and last, and between them each type the model has
+    (a rotary table that no replayed layer used would be let go as the forward returns, not kept for backward)."""
+    types = shape.layer_types
+    if not types:
+        return ""
+    middle = ("sf" * SMALL)[: SMALL - 2] if len(set(types)) > 1 else types[0] * (SMALL - 2)
+    return types[0] + middle + types[-1]
 
 
 def _later_micro_batches(shape: Shape, args: tuple, first: Replay, loop: loops.Loop) -> list[Segment]:

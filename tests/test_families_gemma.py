@@ -145,3 +145,21 @@ def test_preset_counts_are_transformers_on_the_meta_device(name):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     assert calc.param_counts(calc.PRESETS[name])["total"] == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    ("preset", "attention", "seq", "recompute"),
+    [("gemma-3-27b", "eager", 512, "none"), ("gemma-3-27b", "eager", 512, "full"), ("gemma-2-27b", "eager", 512, "none"),
+     ("gemma-3-12b", "sdpa", 512, "none"), ("gemma-3-12b", "sdpa", 2048, "none")],
+)  # fmt: skip
+def test_a_deep_gemma_is_stretched_from_few_layers_exactly(monkeypatch, preset, attention, seq, recompute):
+    """Sliding and full layers replayed as a few layers and stretched (or whole, where sdpa masks the sliding
+    ones): every event as the whole model's replay gives it, the rotary tables each layer type keeps included."""
+    from calc import eager_step
+
+    shape = calc.PRESETS[preset].replace(layers=14, layer_types=calc.PRESETS[preset].layer_types[:14], **TINY)
+    shape = shape.replace(vocab=1024)
+    stretched = calc.step(shape, seq, 1, "autocast", recompute, walk="eager", attention=attention, device="cpu")
+    monkeypatch.setattr(eager_step, "_alike", lambda *_: False)
+    whole = calc.step(shape, seq, 1, "autocast", recompute, walk="eager", attention=attention, device="cpu")
+    assert stretched["events"] == whole["events"]
