@@ -216,13 +216,27 @@ def layer_inputs(ops: Ops, cos: T | None, sin: T | None, mask: T | None):
     return per_layer, made
 
 
+def problem(shape: Shape) -> tuple[str, str] | None:
+    """(field, message) where a shape cannot be written with Gemma's code: GemmaRMSNorm, rotary positions, a
+    gated feed-forward layer and a final norm in each of its three models."""
+    if shape.norm != "rms":
+        return "norm", "Gemma's code normalises with GemmaRMSNorm"
+    if shape.positions != "rope":
+        return "positions", "Gemma's code uses rotary positions"
+    if not shape.gated_ffn:
+        return "gated-ffn", "Gemma's feed-forward layer is gated"
+    if not shape.final_norm:
+        return "final-norm", "Gemma's code norms the last layer's output"
+    return None
+
+
 MODEL_TYPES = (
     ModelType("gemma", read_gemma, "gemma"),
     ModelType("gemma2", read_gemma2, "gemma2"),
     ModelType("gemma3_text", read_gemma3_text, "gemma3_text"),
     ModelType("gemma3", read_gemma3, "gemma3_text"),
 )
-SHARED = {"embed": embed, "head": head, "norm": norm, "tensors": tensors}
+SHARED = {"embed": embed, "head": head, "norm": norm, "tensors": tensors, "problem": problem}
 FAMILIES = (
     Family("gemma", ("Gemma",), layer, **SHARED),
     Family("gemma2", ("Gemma 2",), layer, norms=(4,), layer_inputs=layer_inputs, attentions=("eager",), **SHARED),
