@@ -149,9 +149,14 @@ def test_preset_counts_are_transformers_on_the_meta_device(name):
 
 @pytest.mark.parametrize(
     ("preset", "attention", "seq", "recompute"),
-    [("gemma-3-27b", "eager", 512, "none"), ("gemma-3-27b", "eager", 512, "full"), ("gemma-2-27b", "eager", 512, "none"),
-     ("gemma-3-12b", "sdpa", 512, "none"), ("gemma-3-12b", "sdpa", 2048, "none")],
-)  # fmt: skip
+    [
+        ("gemma-3-27b", "eager", 512, "none"),
+        ("gemma-3-27b", "eager", 512, "full"),
+        ("gemma-2-27b", "eager", 512, "none"),
+        ("gemma-3-12b", "sdpa", 512, "none"),
+        ("gemma-3-12b", "sdpa", 2048, "none"),
+    ],
+)
 def test_a_deep_gemma_is_stretched_from_few_layers_exactly(monkeypatch, preset, attention, seq, recompute):
     """Sliding and full layers replayed as a few layers and stretched (or whole, where sdpa masks the sliding
     ones): every event as the whole model's replay gives it, the rotary tables each layer type keeps included."""
