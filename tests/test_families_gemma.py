@@ -124,9 +124,10 @@ def test_the_attention_soft_cap_saves_the_scores_tanh():
 def test_gemma3_counts_its_head_norms_in_the_deck():
     """The deck counts each q/k norm's 16-bit input where the family has them (Gemma 3), not elsewhere."""
     gemma3 = calc.PRESETS["gemma-3-12b"]
-    inside = activations.layer_parts(gemma3, 1024, 1)[1] - activations.layer_parts(
-        gemma3.replace(family="gemma2"), 1024, 1
-    )[1]
+    inside = (
+        activations.layer_parts(gemma3, 1024, 1)[1]
+        - activations.layer_parts(gemma3.replace(family="gemma2"), 1024, 1)[1]
+    )
     assert inside == 2 * 1024 * (gemma3.q_width + gemma3.kv_width)
     assert families.FAMILIES["gemma3_text"].qk_norms and not families.FAMILIES["gemma2"].qk_norms
 
