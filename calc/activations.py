@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from .families import FAMILIES
 from .parallel import SINGLE, Parallel, split
 from .shape import Shape
 
@@ -17,23 +18,34 @@ def layer_parts(
     """One layer's saved bytes in Korthikanti et al.'s three groups, per device:
 
     outside  10 sbh: the two norms' inputs, the inputs of QKV and of the FFN, two dropout masks (a further
-             2 sbh for each norm past two, as in Gemma 2); replicated over tensor-parallel ranks unless
-             sequence parallelism splits them (§4.2.2)
+             2 sbh for each norm past two: Gemma 2's and Gemma 3's norm after attention and after the
+             FFN, norms_per_layer 4); replicated over tensor-parallel ranks unless sequence parallelism
+             splits them (§4.2.2)
     inside   24 sbh / t: Q, K, V, the attention output, and the FFN's two inner activations; with
              grouped-query attention K and V are kv_heads/heads as large (Ainslie et al. 2023), and
-             attention's four are heads x head_dim wide, which need not be h (Gemma)
-    scores   5 a s^2 b / t: attention's scores, softmax output and its dropout mask (§4.1);
+             attention's four are heads x head_dim wide, which need not be h (Gemma); where the family
+             normalises each head of Q and K (Gemma 3's q_norm and k_norm), each norm's input too, as
+             the deck counts a norm's (qk_norm_bytes)
+    scores   5 a s^2 b / t: attention's scores, softmax output and its dropout mask (§4.1), and 2 a s^2 b
+             more where the scores are soft-capped (Gemma 2: tanh saves its 16-bit output);
              FlashAttention stores none of them (Dao et al. 2022). A sliding window changes nothing
-             here: eager and SDPA attention build the full s x s scores and mask them
+             here: eager and SDPA attention build the full s x s scores and mask them (the masks
+             themselves are no term of the deck's; the eager walk counts them)
 
     With `moe`, the FFN is a mixture of experts (moe_parts) in place of the dense FFN's 16 sbh."""
     t, sb = par.tp, seq * micro_batch
     ffn_outside, ffn_inside = moe_parts(shape, sb) if moe else (0, ffn_bytes(shape, sb))
     outside_values = (2 * shape.norms_per_layer + 6) * sb * shape.hidden + ffn_outside
     outside = outside_values // t if par.sequence_parallel else outside_values
-    inside = (attention_bytes(shape, sb) + ffn_inside) // t
-    scores = 0 if par.flash else 5 * shape.heads * seq * sb // t
+    inside = (attention_bytes(shape, sb) + qk_norm_bytes(shape, sb) + ffn_inside) // t
+    scores = 0 if par.flash else (5 + (2 if shape.attn_softcap else 0)) * shape.heads * seq * sb // t
     return outside, inside, scores
+
+
+def qk_norm_bytes(shape: Shape, sb: int) -> int:
+    """The inputs of the per-head query and key norms, 2 bytes a value (heads x head_dim and kv_heads x
+    head_dim wide), where the family's attention has them (calc.families: Family.qk_norms); else 0."""
+    return 2 * sb * (shape.q_width + shape.kv_width) if FAMILIES[shape.family].qk_norms else 0
 
 
 def attention_bytes(shape: Shape, sb: int) -> int:

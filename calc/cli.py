@@ -26,6 +26,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+COUNT_HELP = {
+    "head-size": "0: width / heads",
+    # calc.shape.Shape.sliding_window: the deck's terms do not change with it; the eager walk counts the masks
+    "sliding-window": "0: none; the eager walk counts the masks Gemma 2's and 3's code builds for it",
+}
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="Memory needed to train a transformer on one device.")
     p.add_argument("--preset", help=f"start from a published shape: {', '.join(PRESETS)} (default llama-7b)")
@@ -37,7 +43,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     for field in INT_FIELDS:
         p.add_argument(f"--{field}", metavar="N")
     for field in COUNT_FIELDS:
-        p.add_argument(f"--{field}", metavar="N", help="0: none" if field != "head-size" else "0: width / heads")
+        p.add_argument(f"--{field}", metavar="N", help=COUNT_HELP.get(field, "0: none"))
     for field in BOOL_FIELDS:
         p.add_argument(f"--{field}", action=argparse.BooleanOptionalAction, default=None)
     for field, (_, choices) in CHOICE_FIELDS.items():

@@ -10,6 +10,8 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
+from functools import partial
+
 from . import counts, finetune, inventory, loops, optim_step, trl_head
 from .counts import param_counts
 from .families import FAMILIES
@@ -88,6 +90,10 @@ def replay(
         rp.drop(x)
         x = scaled
     held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
+    # position_ids = torch.arange(s) + past_seen_tokens, unsqueeze(0): (1, s) int64, passed to every layer
+    ids = ops.new(seq, 8, "position ids", "LlamaModel.forward (and every family's): torch.arange(s), int64")
+    ids.requires_grad = False
+    held.append(ids)
     if shape.positions == "learned":
         pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
         rp.node("embedding", pos, inputs=[("positions", shape.context * h * st.param_bytes, "param")])
@@ -120,17 +126,24 @@ def replay(
     elif family.sdpa_mask and family.sdpa_mask(shape, seq):  # sdpa_mask: a bool (1, 1, s, s), expanded over b
         mask = ops.new(seq * seq, 1, "sliding-window mask (bool)", "create_sliding_window_causal_mask: s x s")
         mask.requires_grad = False
+    per_layer = None
+    if family.layer_inputs:  # layers of different masks or rotary tables (Gemma 2, Gemma 3)
+        per_layer, made = family.layer_inputs(ops, cos, sin, mask)
+        held += made
     layer_fn = family.layer
     for layer in range(1, shape.layers + 1) if layers is None else layers:
         rp.layer = layer
+        c, s, m = per_layer[layer - 1] if per_layer else (cos, sin, mask)
         if recompute == "full":
-            x = _checkpointed(ops, layer_fn, x, cos, sin, mask, device)
+            x = _checkpointed(ops, layer_fn, x, c, s, m, device, ids)
         else:
-            y = layer_fn(ops, x, cos, sin, mask)
+            y = layer_fn(ops, x, c, s, m)
             rp.drop(x)
             x = y
     rp.layer = 0
     norm = ops.rms_norm if shape.norm == "rms" else ops.layer_norm
+    if family.norm:
+        norm = partial(family.norm, ops)
     final = norm(x, "final norm") if shape.final_norm else rp.keep(x)
     rp.drop(x)
     # the base model's forward returns (LlamaModel, GPT2Model), letting go of what it held; its output
@@ -145,10 +158,8 @@ def replay(
         return _backward(rp, loss, leaf), st
     head_bias = shape.bias and shape.head_bias and not shape.tied
     logits = ops.linear(final, h, v, head, head_bias, "logits", "logits")
-    if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them
-        scaled = family.head(ops, logits)
-        rp.drop(logits)
-        logits = scaled
+    if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them (the hook
+        logits = family.head(ops, logits)  # lets go of the logits it rebinds, as the code's rebinding does)
     # ForCausalLMLoss: logits.float(), labels padded and shifted (a copy), cross_entropy = log_softmax +
     # nll_loss. The model's outputs still hold the final hidden states (last_hidden_state).
     logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
@@ -179,9 +190,11 @@ def _backward(rp: Replay, loss: T, leaf: T | None) -> Replay:
     return rp
 
 
-def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
+def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str, ids: T | None = None) -> T:
     """A layer under non-reentrant checkpoint: its forward keeps nothing but its input (and the RNG state);
-    its backward re-runs the forward, then runs the re-created nodes' backward."""
+    its backward re-runs the forward, then runs the re-created nodes' backward. GradientCheckpointingLayer
+    checkpoints partial(layer, **kwargs): the re-run keeps the layer's keyword tensors too (the rotary tables,
+    the mask and `ids`, the position ids), until its backward has run."""
     rp = ops.rp
     outer, rp.nodes, rp.discard_saved = rp.nodes, [], True  # the pack hook keeps no saved tensor
     y = layer_fn(ops, x, cos, sin, mask)
@@ -191,7 +204,7 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str) -> T:
         rp.drop(rng, x, why="checkpoint: nothing in the layer needs a gradient")
         return y
     # the checkpoint keeps every tensor argument for the re-run: the input, and the rotary tables and mask
-    saved = [x, rng, *(t for t in (cos, sin, mask) if t is not None)]
+    saved = [x, rng, *(t for t in (cos, sin, mask, ids) if t is not None)]
     for t in saved:
         rp.keep(t)
     rp.nodes.append(Node("checkpoint", saved, y, [], [], rp.layer))

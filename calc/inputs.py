@@ -278,7 +278,7 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
         raise InputError(*problem)
     check_size(shape, seq, micro_batch, par)
     grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
-    problem = walk == "eager" and eager_problem(shape, recompute, par, grad_accum)
+    problem = walk == "eager" and eager_problem(shape, recompute, par, grad_accum, attention)
     if problem:
         raise InputError(*problem)
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
@@ -395,8 +395,10 @@ def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[st
     return ("finetune", problem) if problem else None
 
 
-def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int | None) -> tuple[str, str] | None:
-    """(field, message) where the eager walk cannot answer for this step, or None."""
+def eager_problem(
+    shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = ""
+) -> tuple[str, str] | None:
+    """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
     if par != Parallel():
         return "walk", "the eager walk is one device: leave --dp, --tp, --pp, --ep, --zero unset"
     if shape.family == "decoder" and (grad_accum or 1) > 1:
@@ -406,6 +408,10 @@ def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int |
         return "walk", f"the eager walk does not follow {missing} yet: use the deck walk"
     if shape.family != "decoder" and recompute == "selective":
         return "recompute", "transformers checkpoints whole layers: none or full with the eager walk"
+    accepted = families.FAMILIES[shape.family].attentions
+    if attention and attention not in accepted:  # Gemma2PreTrainedModel: _supports_sdpa = False (its soft-cap)
+        given = families.listing(list(accepted))
+        return "attention", f"transformers' {shape.family} code does not run {attention} attention: use {given}"
     return None
 
 

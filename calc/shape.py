@@ -38,9 +38,12 @@ class Shape:
     norms_per_layer: int = 2  # norms in a block: before attention and the FFN; Gemma 2 adds one after each
     head_bias: bool = True  # an untied head has biases when `bias` is on (GPT-2's lm_head has none)
     sliding_window: int = 0  # tokens a query attends to (Mistral 7B v0.1, Gemma 2); 0: the whole sequence.
-    # The deck walk counts nothing for it: eager and SDPA attention still build the full s x s scores with a
-    # band mask, and FlashAttention stores no scores either way. The eager walk replays the masks of the
-    # families whose model passes sdpa one (calc.families: Family.sdpa_mask).
+    # The deck walk counts no change: eager and SDPA attention still build the full s x s scores with a band
+    # mask, and FlashAttention stores no scores either way. The eager walk counts the masks transformers builds
+    # for it where its family's code does (Gemma 2 and 3: a second s x s mask under eager attention; under sdpa,
+    # once the window is no longer than the sequence, a boolean mask and, in each sliding layer, the repeated
+    # keys and values and the float mask PyTorch's CPU kernel makes of it and saves; OLMo 3, SmolLM3 and
+    # Ministral too: calc.families, Family.sdpa_mask)
     experts: int = 0  # E, routed experts in each mixture-of-experts layer; 0: every layer is dense
     experts_per_token: int = 0  # k, experts each token is routed to (top-k)
     expert_ffn: int = 0  # one routed expert's inner width; 0: ffn
@@ -55,6 +58,10 @@ class Shape:
     # whole sequence all the same (layer_types' "full_attention": OLMo 3's every fourth); the others slide
     rotary_dim: int = 0  # the values of each query and key head that rotary positions turn (Phi-3's
     # partial_rotary_factor x head_dim); 0: all of them
+    attn_softcap: bool = False  # Gemma 2's attn_logit_softcapping: scores = tanh(scores / cap) * cap (eager only)
+    logit_softcap: bool = False  # Gemma 2's final_logit_softcapping: logits = tanh(logits / cap) * cap
+    layer_types: str = ""  # each layer's attention as transformers' config.layer_types has it, one letter a
+    # layer: "s" sliding_attention (the window), "f" full_attention (Gemma 2, Gemma 3); "": every layer alike
 
     @property
     def head_dim(self) -> int:

@@ -18,13 +18,23 @@ PERSISTENT = ("weights", "optimizer", "master")
 
 
 # the code the eager walk replays (Mixtral and Qwen2-MoE: Llama's with a sparse block)
-families = st.sampled_from(["llama", "gpt2", "decoder", "mixtral", "qwen2_moe"])
+families = st.sampled_from(["llama", "gpt2", "decoder", "mixtral", "qwen2_moe", "gemma", "gemma2", "gemma3_text"])
+DENSE = {"experts": 0, "experts_per_token": 0, "expert_ffn": 0, "shared_expert_ffn": 0, "shared_expert_gate": False,
+         "dense_layers": 0, "capacity_factor": 0.0}  # fmt: skip
+# Gemma's code: GemmaRMSNorm, rotary positions, a gated bias-free MLP; Gemma 2's soft-caps and alternating
+# sliding layers, Gemma 3's five sliding layers of six (and its q/k norms), windows shorter than most sequences
+GEMMA = {
+    "gemma": {},
+    "gemma2": {"norms_per_layer": 4, "attn_softcap": True, "logit_softcap": True, "pattern": 2},
+    "gemma3_text": {"norms_per_layer": 4, "pattern": 6},
+}
 
 
 def as_family(shape: calc.Shape, family: str) -> calc.Shape:
     """The shape as that family's code writes it (GPT-2: every head's keys and values, LayerNorm, a plain
     feed-forward layer, learned positions; Mixtral: bias-free SwiGLU experts, top-2 of 4 of the drawn width;
-    Qwen2-MoE: top-4 of 8 narrower ones and a gated shared expert), so that no draw is thrown away."""
+    Qwen2-MoE: top-4 of 8 narrower ones and a gated shared expert; Gemma: GEMMA), so that no draw is thrown
+    away."""
     if family == "gpt2":
         shape = shape.replace(kv_heads=shape.heads, gated_ffn=False, norm="layer", positions="learned")
     if family == "mixtral":
@@ -34,6 +44,13 @@ def as_family(shape: calc.Shape, family: str) -> calc.Shape:
         shared = {"shared_expert_ffn": shape.ffn, "shared_expert_gate": True}
         shape = shape.replace(gated_ffn=True, bias=False, qkv_bias=True, **moe, **shared)
         family = "llama"
+    if family in GEMMA:
+        own = dict(GEMMA[family])
+        pattern = own.pop("pattern", 0)
+        types = "".join("f" if (i + 1) % pattern == 0 else "s" for i in range(shape.layers)) if pattern else ""
+        shape = shape.replace(norm="rms", positions="rope", gated_ffn=True, bias=False, qkv_bias=False,
+                              final_norm=True, **DENSE, **own, layer_types=types,
+                              sliding_window=16 if pattern else 0)  # fmt: skip
     shape = shape.replace(family=family)
     assert family_problem(shape) is None and eager_lacks(shape) is None
     return shape

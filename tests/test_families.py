@@ -87,11 +87,13 @@ def test_gpt2_stores_q_k_v_as_one_tensor():
 def test_eager_support_comes_from_the_registry():
     """The families with a layer are replayed; the others are refused naming those that are."""
     for name, fam in families.FAMILIES.items():
-        shape = calc.PRESETS["llama-7b"].replace(family=name)
+        shape = calc.PRESETS["llama-7b"].replace(family=name, norms_per_layer=fam.norms[0])
         lacks = families.eager_lacks(shape)
         assert (lacks is None) == (fam.layer is not None or (fam.closed_form and shape.q_width == shape.hidden))
-    message = families.eager_lacks(calc.PRESETS["gemma-2-9b"])
-    assert "Qwen3" in message and "Granite" in message and "GPT-2" in message
+    message = families.eager_lacks(calc.PRESETS["phi-4"])
+    assert "Qwen3" in message and "Granite" in message and "GPT-2" in message and "Gemma 3" in message
+    two = families.eager_lacks(calc.PRESETS["gemma-2-9b"].replace(norms_per_layer=2))
+    assert two == "2 norms a block in gemma2's code"
 
 
 @pytest.mark.parametrize("preset", ["qwen3-8b", "granite-3.3-8b"])

@@ -19,7 +19,9 @@ CONFIGS = Path(__file__).parent / "hf_configs"  # published config.json files of
 
 
 def transformers_count(cfg: dict) -> int:
-    """Parameters of transformers' own model for this config, built on the meta device (no weights)."""
+    """Parameters of transformers' own model for this config, built on the meta device (no weights); of a
+    multimodal config (Gemma 3), its language model's: text_config, as Gemma3ForCausalLM builds it."""
+    cfg = cfg.get("text_config") or cfg
     config = transformers.AutoConfig.for_model(**cfg)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
@@ -44,9 +46,13 @@ UNPUBLISHED = {"olmo3", "ministral", "ministral3", "mistral3"}
 
 
 def test_every_model_type_is_checked():
-    """The presets and the test configs cover every model type calc reads but the UNPUBLISHED ones."""
-    files = [config_text(n) for n in CONFIG_PRESETS] + [p.read_text() for p in CONFIGS.glob("*.json")]
-    assert {json.loads(t)["model_type"] for t in files} == set(READERS) - UNPUBLISHED
+    """The presets and the test configs cover every model type calc reads (a multimodal config's text model
+    among them: Gemma 3's gemma3_text) but the UNPUBLISHED ones."""
+    texts = [config_text(n) for n in CONFIG_PRESETS] + [p.read_text() for p in CONFIGS.glob("*.json")]
+    files = [json.loads(t) for t in texts]
+    types = {cfg["model_type"] for cfg in files}
+    types |= {cfg["text_config"]["model_type"] for cfg in files if "text_config" in cfg}
+    assert types == set(READERS) - UNPUBLISHED
 
 
 # The classes' default token ids lie outside a tiny vocabulary (Phi-3's padding row would not exist).
@@ -111,6 +117,10 @@ def small_configs(draw) -> dict:
         cfg["decoder_sparse_step"] = draw(st.integers(1, 3))
         cfg["mlp_only_layers"] = draw(st.lists(st.integers(0, layers - 1), unique=True))
         cfg["qkv_bias"] = draw(st.booleans())
+    if model_type in ("gemma2", "gemma3_text", "gemma3"):  # layer types: which layers slide
+        cfg["sliding_window_pattern" if model_type != "gemma2" else "sliding_window"] = draw(st.integers(1, 4))
+    if model_type == "gemma3":  # the multimodal config: its language model is text_config
+        return {"model_type": "gemma3", "text_config": {**cfg, "model_type": "gemma3_text"}}
     return cfg
 
 

@@ -30,6 +30,9 @@ PUBLISHED = {
     # transformers' own count of the published config.json on the meta device (docs/data/families.json)
     "qwen3-32b": 32_762_123_264,  # Qwen3-32B's model card: "32.8B"
     "gemma-2-27b": 27_227_128_320,  # Gemma 2 27B: "27.2B"
+    # Gemma 3's language model (text_config, Gemma3ForCausalLM); the model cards' 12B and 27B add the vision tower
+    "gemma-3-12b": 11_765_788_416,
+    "gemma-3-27b": 27_009_002_240,
     "phi-4": 14_659_507_200,  # Abdin et al. 2024 (Phi-4): "14B"
     "olmo-2-13b": 13_716_198_400,  # OLMo-2-1124-13B's fp32 safetensors: 54,864,793,600 bytes / 4 ("13B")
     "smollm3-3b": 3_075_098_624,  # SmolLM3-3B: "3B"

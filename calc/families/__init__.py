@@ -49,8 +49,8 @@ def eager_lacks(shape: Shape) -> str | None:
         return f"transformers' {shape.family} code (it replays {replayed})"
     if fam.closed_form and shape.q_width != shape.hidden:  # the Decoder's closed form sizes attention by the width
         return "a head size apart from width / heads"
-    if shape.norms_per_layer != 2:
-        return f"{shape.norms_per_layer} norms a block"
+    if shape.norms_per_layer not in fam.norms:
+        return f"{shape.norms_per_layer} norms a block in {shape.family}'s code"
     if shape.rotary_dim and shape.rotary_dim != shape.head_dim:
         return "rotary positions on part of each head (partial_rotary_factor)"
     return None

@@ -22,9 +22,12 @@ from dataclasses import dataclass
 def dense_or_moe(shape, index: int) -> Hashable:
     """The default kind of layer `index` (from 1): a mixture of experts after the first `dense_layers`, or
     a dense layer (every layer of a model without experts); and, where it is one, a layer without rotary
-    positions (Shape.no_rope_layers) or a full-attention layer among sliding ones (Shape.global_layers)."""
+    positions (Shape.no_rope_layers) or a full-attention layer among sliding ones (Shape.global_layers,
+    Shape.layer_types)."""
     kind = "moe" if shape.experts and index > shape.dense_layers else "dense"
     marks = (index in shape.no_rope_layers, index in shape.global_layers)
+    if shape.layer_types:  # config.layer_types (Gemma 2, Gemma 3): "s" a sliding layer, "f" a full one
+        marks += (shape.layer_types[index - 1] == "f",)
     return (kind, *marks) if any(marks) else kind
 
 
@@ -50,7 +53,8 @@ class Family:
     window_mask: Callable | None = None  # (shape) -> whether its model also makes a sliding-window mask, used or
     # not, under eager attention
     embed: Callable | None = None  # (ops, x) -> x: what its model does to the token embeddings first
-    head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss
+    head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss (it
+    # drops the logits it rebinds)
     tensors: Callable | None = None  # (shape, moe) -> one block's calc.inventory.Tensor list; None: Llama's block
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
     layer_kind: Callable = dense_or_moe  # (shape, index from 1) -> a key, the same for layers whose replay is the
@@ -59,6 +63,13 @@ class Family:
     # window no longer than the sequence; create_sliding_window_causal_mask), to the layers that slide
     rope_tables: Callable | None = None  # (shape) -> the rotary (cos, sin) pairs its model makes (None: one)
     rope_fp32: bool = False  # its rotary embedding returns cos and sin in fp32, not cast to the model's dtype
+    norms: tuple[int, ...] = (2,)  # the norms a block its layer replays (norms_per_layer; Gemma 2's: 4)
+    norm: Callable | None = None  # (ops, x, name) -> x: its model's norm op where it is not Llama's or LayerNorm
+    layer_inputs: Callable | None = None  # (ops, cos, sin, mask) -> ((cos, sin, mask) for each layer, what the
+    # model's forward makes beside them and holds until it returns): a model whose layers differ in their masks
+    # or rotary tables (Gemma 2's and Gemma 3's sliding and full layers)
+    attentions: tuple[str, ...] = ("sdpa", "eager")  # the attn_implementation values its model accepts
+    qk_norms: bool = False  # its attention normalises each head of the queries and keys (the deck counts them)
 
     @property
     def eager(self) -> bool:

@@ -41,8 +41,10 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
 
 
 def head(ops: Ops, logits: T) -> T:
-    """GraniteForCausalLM.forward: logits = logits / self.config.logits_scaling."""
-    return ops.unary("logits / logits_scaling", logits, [], category="logits")
+    """GraniteForCausalLM.forward: logits = logits / self.config.logits_scaling (rebound: the head's output goes)."""
+    scaled = ops.unary("logits / logits_scaling", logits, [], category="logits")
+    ops.rp.drop(logits)
+    return scaled
 
 
 MODEL_TYPES = (ModelType("granite", read_granite, "granite"),)

@@ -45,9 +45,10 @@ class Attention:
         self.rp.node("repeat_kv", y, inputs=[(x, x.nbytes, "new")], work=[n * x.unit])  # expand's sum
         return y, sh.kv_heads > 1
 
-    def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str) -> T:
+    def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str, softcap: bool = False) -> T:
         """transformers' eager_attention_forward (modeling_llama.py): repeat_kv, Q K^T, scale, add the mask,
-        softmax in fp32, dropout, times V, transpose(1, 2).contiguous()."""
+        softmax in fp32, dropout, times V, transpose(1, 2).contiguous(). With `softcap` (modeling_gemma2.py)
+        the scaled scores are soft-capped before the mask (Base.softcap: one more s x s tensor saved)."""
         rp, st = self.rp, self.st
         sh = st.shape
         scores = sh.heads * st.seq * st.tokens
@@ -58,6 +59,8 @@ class Attention:
         rp.drop(qc, kc)
         x = self.unary(f"{layer}: scaled scores", raw, [])  # times a Python float saves nothing
         rp.drop(raw)
+        if softcap:
+            x = self.softcap(x, f"{layer}: scores")
         if mask is not None:
             masked = self.add(x, mask, f"{layer}: masked scores")
             rp.drop(x)
@@ -100,22 +103,39 @@ class Attention:
             out = back
         return out, None
 
-    def sdpa(self, q: T, k: T, v: T, layer: str) -> T:
+    def sdpa(self, q: T, k: T, v: T, layer: str, mask: T | None = None) -> T:
         """F.scaled_dot_product_attention(is_causal=True, enable_gqa for grouped heads), PyTorch's flash
         kernel for the CPU: it saves q, k, v (16-bit casts under autocast), its output, laid out so that
         transpose(1, 2) is contiguous, and the log-sum-exp (fp32, heads x s a sequence); no s x s scores.
-        Its backward makes the three gradients and a working buffer the size of the output."""
+        Its backward makes the three gradients and a working buffer the size of the output.
+
+        With a boolean `mask` (a sliding window no longer than the sequence) transformers' sdpa_attention_forward
+        repeats K and V itself (use_gqa_in_sdpa: no enable_gqa with a mask) and passes attn_mask, is_causal
+        False; the CPU kernel takes it as a float mask of the query's dtype (convert_boolean_attn_mask_cpu:
+        zeros_like, contiguous b x 1 x s x s, masked_fill_ where logical_not(mask), a boolean temporary) and
+        saves it for backward."""
         rp, st = self.rp, self.st
         sh = st.shape
+        repeated = []
+        if mask is not None:
+            repeated = [self.repeat_kv(k, "K")[0], self.repeat_kv(v, "V")[0]]
+            k, v = repeated
         q, k, v = (self.operand(t, what, True) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
+        bias = []
+        if mask is not None:
+            values = st.micro_batch * st.seq * st.seq
+            bias = [self.new(values, q.unit, f"{layer}: float attention mask", "zeros_like(attn_mask), query's dtype")]
+            bias[0].requires_grad = False
+            inverse = self.new(values, 1, f"{layer}: logical_not(attn_mask)", "masked_fill_'s condition")
+            rp.drop(inverse)
         out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "sdpa output")
         lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
         # the CPU kernel's backward writes all three gradients; autograd frees those nothing needs at once
         unused = [t.nbytes for t in (q, k, v) if not t.requires_grad]
-        rp.node("sdpa", out, saved=[q, k, v, out, lse],
+        rp.node("sdpa", out, saved=[*bias, q, k, v, out, lse],
                 inputs=[(q, q.nbytes, "new"), (k, k.nbytes, "new"), (v, v.nbytes, "new")],
                 work=[out.nbytes, *unused])  # fmt: skip
-        rp.drop(lse, q, k, v)
+        rp.drop(lse, q, k, v, *bias, *repeated)
         return self.sdpa_output(out, q, layer), None
 
     def sdpa_output(self, out: T, q: T, layer: str) -> T:

@@ -13,7 +13,7 @@ class Norms:
         last `width` values (0: the model's width; Qwen3's q_norm and k_norm: each head's). `weight_first`:
         Olmo2RMSNorm's (weight * x).to(input dtype), the weight's product in fp32, then the cast."""
         h = width or self.st.shape.hidden
-        normed = self._normalised(x, name, h)
+        normed = self._normalized(x, name, h)
         if weight_first:
             out = self._times_weight(normed, name, h)
             if x.unit == 4:
@@ -27,13 +27,35 @@ class Norms:
             normed = cast
         return self._times_weight(normed, name, h)
 
-    def _normalised(self, x: T, name: str, h: int) -> T:
-        """x.to(fp32) * rsqrt(x.pow(2).mean(-1) + eps): fp32, over the last h values."""
+    def gemma_rms_norm(self, x: T, name: str, width: int = 0) -> T:
+        """GemmaRMSNorm (Gemma2RMSNorm, Gemma3RMSNorm): x.float() normalised as LlamaRMSNorm does, then
+        output * (1.0 + weight.float()) in fp32, and output.type_as(x) last (Llama casts before the weight).
+        1 + weight is a new fp32 tensor of the norm's width that the product saves for x's gradient; the product
+        saves the normalised x for the weight's gradient, whose backward works at the full size before summing."""
+        rp, st = self.rp, self.st
+        h = width or st.shape.hidden
+        normed = self._normalized(x, name, h)
+        trains = rp.needs(f"{name}.weight")
+        gain = self.new(h, 4, f"{name}: 1 + weight", "1.0 + self.weight.float()")
+        gain.requires_grad = trains
+        out = self.new(normed.nbytes // 4, 4, f"{name}: x * (1 + weight)", "mul saves both operands")
+        rp.node("mul", out, saved=([normed] if trains else []) + [gain], work=[normed.nbytes] if trains else [],
+                inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
+        rp.drop(normed, gain)
+        if x.unit != 4:  # output.type_as(x)
+            cast = self.unary(f"{name} output", out, [], x.unit)
+            rp.drop(out)
+            out = cast
+        return out
+
+    def _normalized(self, x: T, name: str, h: int) -> T:
+        """x.to(fp32) * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) over the last h values: the fp32 product
+        (LlamaRMSNorm's and GemmaRMSNorm's _norm); x's fp32 copy lives on only as what the ops save."""
         rp = self.rp
         n = x.nbytes // x.unit // h  # rows normalised, each with its own 1/std
         x32 = x if x.unit == 4 else self.unary(f"{name}: input in fp32", x, [], 4)
         sq = self.new(n * h, 4, f"{name}: x^2", "pow(2) saves its input")
-        # pow_backward: grad * (x.pow(1) * 2), its two temporaries alive with the gradient it makes
+        # pow_backward: grad * (exponent * self.pow(exponent - 1)), two temporaries of x's size alive together
         rp.node("pow", sq, saved=[x32], inputs=[(x32, x32.nbytes, "new")], work=[x32.nbytes, x32.nbytes])
         mean = self.new(n, 4, f"{name}: mean of x^2", "mean(-1)")
         rp.node("mean", mean, inputs=[(sq, sq.nbytes, "new")])

@@ -88,6 +88,19 @@ class Base:
         self.rp.node(label, y, saved=saved, inputs=[(x, x.nbytes, "new")])
         return y
 
+    def softcap(self, x: T, label: str, category: str = "activations") -> T:
+        """Gemma 2's soft-cap, x = x / cap; x = tanh(x); x = x * cap, each a new tensor that rebinds x (so the
+        input goes once the first is made); tanh saves its result, the products with a Python float nothing."""
+        rp = self.rp
+        div = self.unary(f"{label} / cap", x, [], category=category)
+        rp.drop(x)
+        th = self.new(div.nbytes // div.unit, div.unit, f"tanh({label} / cap)", "tanh saves its result", category)
+        rp.node("tanh", th, saved=[th], inputs=[(div, div.nbytes, "new")])
+        rp.drop(div)
+        y = self.unary(f"{label}, soft-capped", th, [], category=category)
+        rp.drop(th)
+        return y
+
     def add(self, a: T, b: T, label: str) -> T:
         """a + b: AddBackward0 saves nothing and passes the gradient to both inputs (promoting dtypes). Of
         inputs of two dtypes, the CPU's TensorIterator first copies the narrower one to the common dtype, a

@@ -60,6 +60,7 @@ FAMILIES = {
     "qwen3": family("qwen3"),
     "qwen3_moe": family("qwen3_moe", ("num_experts", 4), ("num_experts_per_tok", 2), ("moe_intermediate_size", 48),
                         ("decoder_sparse_step", 1), ("mlp_only_layers", [])),
+    "gemma": family("gemma"),  # Gemma 1: GemmaRMSNorm, scaled embeddings, a GELU-tanh gate, no window
     "gemma2": family("gemma2", ("sliding_window", WINDOW), ("query_pre_attn_scalar", 16)),
     "gemma3_text": family("gemma3_text", ("sliding_window", WINDOW), ("query_pre_attn_scalar", 16),
                           ("sliding_window_pattern", 2)),
