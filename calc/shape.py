@@ -88,8 +88,8 @@ class Shape:
 
     def as_dict(self) -> dict:
         """The fields as an answer's config gives them: those few models have (the per-layer lists, a partial
-        rotary width) only where the model has them."""
-        rare = ("no_rope_layers", "global_layers", "rotary_dim")
+        rotary width, soft-caps, layer types) only where the model has them."""
+        rare = ("no_rope_layers", "global_layers", "rotary_dim", "attn_softcap", "logit_softcap", "layer_types")
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in rare or getattr(self, f.name)}
 
     def replace(self, **changes) -> Shape:

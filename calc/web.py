@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
@@ -138,7 +137,7 @@ def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
 def plan_only(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
     """What the page's planner draws, without the step's numbers (the change before it drew them): the
     layouts, the fit list, and the run they are for (its shape and sequence, the capacity, the global batch)."""
-    run = {"shape": asdict(inputs["shape"]), "seq": inputs["seq"]}
+    run = {"shape": inputs["shape"].as_dict(), "seq": inputs["seq"]}
     ask = {"capacity": inputs["capacity"], "global_batch": inputs["global_batch"]}
     return {"ok": True, "config": run, **ask, **planned(inputs, want_plan, want_fit)}
 
