@@ -96,7 +96,7 @@ def replay(
         rp.drop(summed)
         cos = sin = None
     else:
-        d = shape.head_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
+        d = shape.rotary_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
         cos = ops.new(seq * d, unit, "rotary cos", "cos(position x inverse frequency)")
         sin = ops.new(seq * d, unit, "rotary sin", "sin(position x inverse frequency)")
         cos.requires_grad = sin.requires_grad = False
@@ -276,11 +276,12 @@ def _replayed(shape: Shape, args: tuple, **how):
     """(replay, step, segments) of one micro-batch, SMALL layers stretched to the model's depth where they can be.
     `how`: replay's accumulate and loss_kind."""
     tune = args[-1]
-    small = shape.replace(layers=SMALL) if shape.layers > SMALL and not tune.freeze_layers else shape
+    dense = shape.dense_layers if shape.moe_layers else 0  # the first layers, dense, are replayed each (DeepSeek-V3)
+    small = shape.replace(layers=dense + SMALL) if shape.layers > dense + SMALL and not tune.freeze_layers else shape
     rp, st = replay(small, *args, **how)
     replayed = _compress(rp.events)
     if small is not shape:
-        replayed = _stretch(replayed, shape.layers)
+        replayed = _stretch(replayed, shape.layers, dense)
         if replayed is None:
             replayed = _compress(replay(shape, *args, **how)[0].events)
     return rp, st, replayed
@@ -310,17 +311,19 @@ def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, 
     return grads // RECIPES[recipe].gradients
 
 
-def _stretch(segs: list[Segment], layers: int) -> list[Segment] | None:
-    """The segments of a SMALL-layer replay for a model of `layers`: layer 1 stays 1, SMALL becomes `layers`,
-    the middle ones cover 2 to layers - 1. None if a segment splits the middle layers."""
-    big = {1: 1, SMALL: layers, **{k: (2 if k == 2 else layers - 1) for k in range(2, SMALL)}}
+def _stretch(segs: list[Segment], layers: int, dense: int = 0) -> list[Segment] | None:
+    """The segments of a SMALL-layer replay (after `dense` first layers, each replayed) for a model of `layers`:
+    layers 1 to dense + 1 stay, dense + SMALL becomes `layers`, the middle ones cover dense + 2 to layers - 1.
+    None if a segment splits the middle layers."""
+    big = {**{k: k for k in range(1, dense + 2)}, dense + SMALL: layers}
+    big.update({dense + k: (dense + 2 if k == 2 else layers - 1) for k in range(2, SMALL)})
     out = []
     for seg in segs:
         if seg.reps is None:
             out.append(seg)
             continue
         small = list(seg.reps.layers)
-        middle = set(range(2, SMALL))
+        middle = set(range(dense + 2, dense + SMALL))
         if middle & set(small) and not middle <= set(small):
             return None
         first, last = big[small[0]], big[small[-1]]

@@ -48,6 +48,20 @@ class Shape:
     dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
     capacity_factor: float = 0.0  # each expert takes at most factor x k x tokens / E tokens, padded to that
     # many (Fedus et al. 2022, Switch Transformer); 0: dropless, each expert takes what it is routed
+    # Multi-head latent attention (DeepSeek-V2/V3, DeepseekV3Attention): the queries through a low-rank pair
+    # h -> q_rank -> heads x head_dim with an RMSNorm between (0: one q_proj), the keys and values from a
+    # kv_rank-wide latent (with its RMSNorm) and a rope_dim-wide rotary key shared by every head; each query and
+    # key head is head_size wide (its rope_dim last values rotated), each value head v_head_size wide.
+    q_rank: int = 0
+    kv_rank: int = 0  # 0: no latent attention
+    rope_dim: int = 0  # the rotary part of a query/key head; 0: the whole head
+    v_head_size: int = 0  # one value head's width where it is not the query/key head's; 0: the same
+    rope_interleave: bool = False  # rotary pairs interleaved (x0, x1), (x2, x3) ... (DeepSeek's rope_interleave)
+    # DeepSeek-V3's router (DeepseekV3TopkRouter): sigmoid scores, the experts in expert_groups groups of which the
+    # group_topk best (by their two best scores) are searched for the top-k; topk_norm: the k weights renormalised
+    expert_groups: int = 0  # 0: the softmax top-k of Mixtral and Qwen2-MoE
+    group_topk: int = 0
+    topk_norm: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -57,6 +71,15 @@ class Shape:
     def q_width(self) -> int:
         """Width of the queries (and of attention's output): heads x head_dim."""
         return self.heads * self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.v_head_size or self.head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """Width of the rotary tables (cos, sin): a query/key head, or its rotary part (rope_dim)."""
+        return self.rope_dim or self.head_dim
 
     @property
     def kv_width(self) -> int:

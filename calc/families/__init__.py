@@ -59,6 +59,8 @@ def _moe_lacks(shape: Shape, fam: Family) -> str | None:
     Qwen2MoeSparseMoeBlock (a shared expert with its gate) with transformers' default grouped_mm experts."""
     if not fam.experts:
         return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
+    if fam.moe_lacks:
+        return fam.moe_lacks(shape)
     if shape.dense_layers:
         return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
     if not shape.gated_ffn or shape.bias:

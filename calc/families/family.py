@@ -31,6 +31,8 @@ class Family:
     head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss
     tensors: Callable | None = None  # (shape, moe) -> one block's calc.inventory.Tensor list; None: Llama's block
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
+    moe_lacks: Callable | None = None  # (shape) -> what of its own mixture of experts the eager walk does not
+    # replay, or None; unset: Mixtral's and Qwen2-MoE's checks (calc.families._moe_lacks)
 
     @property
     def eager(self) -> bool:

@@ -44,14 +44,15 @@ class Attention:
         self.rp.node("repeat_kv", y, inputs=[(x, x.nbytes, "new")], work=[n * x.unit])  # expand's sum
         return y, sh.kv_heads > 1
 
-    def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str) -> T:
+    def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str, contiguous: str = "") -> T:
         """transformers' eager_attention_forward (modeling_llama.py): repeat_kv, Q K^T, scale, add the mask,
-        softmax in fp32, dropout, times V, transpose(1, 2).contiguous()."""
+        softmax in fp32, dropout, times V, transpose(1, 2).contiguous(). `contiguous`: which of "QK" are laid
+        out (b, heads, s, d) already (DeepSeek-V3's query and key states), where matmul copies no head-split view."""
         rp, st = self.rp, self.st
         sh = st.shape
         scores = sh.heads * st.seq * st.tokens
         (kr, k_contiguous), (vr, v_contiguous) = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
-        qc, kc = self.operand(q, "Q"), self.operand(kr, "K", k_contiguous)
+        qc, kc = self.operand(q, "Q", "Q" in contiguous), self.operand(kr, "K", k_contiguous or "K" in contiguous)
         raw = self.new(scores, self.mm, f"{layer}: scores QK^T", "bmm: heads x s x s values a sequence")
         rp.node("bmm", raw, saved=self.pair(qc, kc), inputs=[(qc, qc.nbytes, "new"), (kc, kc.nbytes, "new")])
         rp.drop(qc, kc)
@@ -71,17 +72,18 @@ class Attention:
         dropped = self.dropout(probs, f"{layer}: attention probabilities")
         rp.drop(probs)
         pc, vc = self.operand(dropped, "attention probabilities", True), self.operand(vr, "V", v_contiguous)
-        out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "bmm")
+        out = self.new(st.tokens * sh.heads * sh.v_head_dim, self.mm, f"{layer}: attention output", "bmm")
         rp.node("bmm", out, saved=self.pair(pc, vc), inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
         rp.drop(pc, vc)
         y = self.unary(f"{layer}: attention output, contiguous", out, [])
         rp.drop(out, kr, vr)
         return y, dropped  # the layer holds the returned weights (`hidden_states, _ = ...`) until it returns
 
-    def sdpa_math(self, q: T, k: T, v: T, layer: str):
-        """PyTorch's math fallback for scaled_dot_product_attention (dropout in training on the CPU): the
-        tensors of the eager path, with Q and K scaled first and no mask tensor. It computes 16-bit inputs in
-        fp32 on the CPU (and autocast does not reach inside it), then casts its output back."""
+    def sdpa_math(self, q: T, k: T, v: T, layer: str, contiguous: str = ""):
+        """PyTorch's math fallback for scaled_dot_product_attention (dropout in training on the CPU; a value
+        head size apart from the query's): the tensors of the eager path, with Q and K scaled first and no mask
+        tensor. It computes 16-bit inputs in fp32 on the CPU (and autocast does not reach inside it), then casts
+        its output back. `contiguous` as eager_attention's."""
         rp = self.rp
         wide = [
             rp.keep(t) if t.unit == 4 else self.unary(f"{layer}: {what} in fp32", t, [], 4)
@@ -90,7 +92,7 @@ class Attention:
         low, self.autocast = self.autocast, False
         # Q and K^T are each scaled by sqrt(scale) before their product (new tensors, strided like them)
         qs, ks = (self.unary(f"{layer}: {w} x sqrt(scale)", t, []) for w, t in (("Q", wide[0]), ("K", wide[1])))
-        out, weights = self.eager_attention(qs, ks, wide[2], None, layer)
+        out, weights = self.eager_attention(qs, ks, wide[2], None, layer, contiguous)
         self.autocast = low
         rp.drop(qs, ks, weights, *wide)
         if q.unit != 4:
