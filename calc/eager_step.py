@@ -67,6 +67,7 @@ def replay(
               tune.mode == "qlora")  # fmt: skip
     rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
     rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
+    rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
     unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype

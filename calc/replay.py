@@ -65,6 +65,7 @@ class Replay:
         # .grad (AccumulateGrad: variable.grad += new_grad) and frees it once its node has run
         self.accumulating = False
         self.accumulated: list[tuple[str, int]] = []
+        self.rng = 0  # bytes of the generator state a checkpoint's recompute copies (fork_rng; calc.eager_step)
 
     # --- the allocator -------------------------------------------------------------------------------
     def blocks(self, nbytes: int) -> int:
@@ -192,12 +193,23 @@ class Replay:
                 self.grad(t, grad)
 
     def _recompute(self, node: Node, g: T | None) -> None:
-        """Non-reentrant checkpoint: re-run the region's forward from its saved input, then its backward."""
-        outer, self.nodes = self.nodes, []
+        """Non-reentrant checkpoint: re-run the region's forward from its saved input, then its backward. The
+        re-run starts when a node first unpacks a saved tensor: the region's last nodes that save nothing (its
+        residual add) run before it. It runs under torch.random.fork_rng, whose copy of the CPU generator's
+        state lives until it ends (`rng`: its bytes)."""
+        outer, self.nodes, mark = self.nodes, [], len(self.events)
+        state = self.new(self.rng, "RNG state (fork_rng)", "checkpoint's recompute: fork_rng") if self.rng else None
         y = node.recompute(node.saved[0])
+        self.drop(state, why="fork_rng restores the state")
         inner, self.nodes = self.nodes, outer
+        rerun, self.events = self.events[mark:], self.events[:mark]
         if g is not None:
             self.grads[id(y)] = g
+        first = len(inner)
+        while first and not inner[first - 1].saved and inner[first - 1].recompute is None:
+            first -= 1
+        self._run(inner[first:])
+        self.events += rerun
         self.drop(y, why="checkpoint: the re-created output is not needed")
-        self._run(inner)
+        self._run(inner[:first])
         self.drop(*node.saved, why="checkpoint: its input released after its backward")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ..inventory import Tensor, mlp, norm
+from ..inventory import Tensor, experts, mlp, norm
 from ..parts.experts import grouped_experts
 from ..parts.mlp import mlp as mlp_block
 from ..parts.ops import Ops
@@ -125,10 +125,9 @@ def tensors(shape: Shape, moe: bool) -> list[Tensor]:
           Tensor("self_attn.kv_b_proj.weight", shape.kv_rank, heads * (dq - r + dv), tp="column", attention=True),
           Tensor("self_attn.o_proj.weight", heads * dv, h, tp="row", attention=True)]  # fmt: skip
     out = [*q, *kv, *norm(shape, "input_layernorm", attention=True)]
-    if moe:
-        routed = [Tensor("mlp.experts.gate_up_proj", h, 2 * shape.expert_width, shape.experts, "experts"),
-                  Tensor("mlp.experts.down_proj", shape.expert_width, h, shape.experts, "experts")]  # fmt: skip
-        out += [*routed, Tensor("mlp.gate.weight", h, shape.experts)]
+    if moe:  # the routed experts (each of gate_up_proj and down_proj one E x ... tensor) and the router, as
+        # Mixtral's (calc.inventory.experts); the shared expert as DeepseekV3MoE names it
+        out += [t for t in experts(shape) if not t.name.startswith("mlp.shared_expert")]
         out += mlp(shape, shape.shared_expert_ffn, "mlp.shared_experts.", targets=False)
     else:
         out += mlp(shape, shape.ffn)
@@ -214,6 +213,7 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T, li
     # new_empty base needs none) and clones k_nope's slice of it, which is k_nope's gradient
     rp.node("copy_ (k_nope)", key, inputs=[(k_nope, k_nope.nbytes, "new")], work=[key.nbytes])
     k_all = rp.view(key, n * heads * dq, f"{layer}: key states, k_rot copied in")
+    rp.drop(key)  # key_states is the one tensor: the view, rebound by the second copy_, keeps it
     expanded = rp.view(k_rope, n * heads * r, f"{layer}: K's rope expanded to every head")
     rp.node("expand", expanded, inputs=[(k_rope, k_rope.nbytes, "new")])  # ExpandBackward0: a sum over the heads
     # key_states[..., nope:].copy_(k_rot): its backward copies the whole gradient for the key below, clones the
@@ -226,24 +226,85 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T, li
 
 def attention(ops: Ops, normed: T, cos: T, sin: T, mask: T | None, layer: str) -> tuple[T, T | None]:
     """DeepseekV3Attention.forward: the states, eager attention or sdpa (on the CPU its math kernel: the heads'
-    sizes differ; autocast casts its fp32 query to 16 bits first, which lives until sdpa returns), o_proj;
-    (its output, the attention weights the layer holds)."""
+    sizes differ), o_proj; (its output, the attention weights the layer holds)."""
     rp, st, sh = ops.rp, ops.st, ops.st.shape
     q, k, v, held = states(ops, normed, cos, sin, layer)
     if st.attention == "eager":
         attn, weights = ops.eager_attention(q, k, v, mask, layer, "QK")
-    else:
-        if st.device != "cpu" and sh.head_dim == sh.v_head_dim:
-            attn, weights = ops.sdpa(q, k, v, layer)
-        else:
-            cast = ops.cast16(q, "Q") if ops.autocast and q.unit != 2 else None
-            attn, weights = ops.sdpa_math(cast or q, k, v, layer, "QK")
-            rp.drop(cast)
+    elif st.device == "cpu" and sh.head_dim != sh.v_head_dim:
+        attn, weights = math_attention(ops, q, k, v, layer), None
+    else:  # one head size on the CPU: its flash kernel; CUDA's memory-efficient kernel takes a value head size
+        # apart from the query's (unmeasured here: the checks ran on the CPU)
+        attn, weights = ops.sdpa(q, k, v, layer)
     o = ops.linear(
         attn, sh.heads * sh.v_head_dim, sh.hidden, f"{layer} o_proj", False, f"{layer}: attention projection"
     )
     rp.drop(attn, q, k, v, *held, why="DeepseekV3Attention.forward returns")
     return o, weights
+
+
+def math_attention(ops: Ops, q: T, k: T, v: T, layer: str) -> T:
+    """F.scaled_dot_product_attention(is_causal=True) in PyTorch 2.13's math kernel
+    (aten/src/ATen/native/transformers/attention.cpp, _scaled_dot_product_attention_math), then transformers'
+    transpose(1, 2).contiguous(). Autocast casts Q, K and V to 16 bits (each cast lives until sdpa returns);
+    on the CPU the kernel computes 16-bit inputs in fp32 (query_acc, key_acc, value_acc: new, strided like
+    them, alive until it returns); Q x sqrt(scale); the causal mask: ones(s, s) of bools, tril, then a float
+    mask (where); K^T x sqrt(scale); their bmm, the mask added in place; _safe_softmax (its isneginf and all
+    are temporaries); the weights returned in the input's dtype (a 16-bit copy, unused, freed as sdpa returns);
+    bmm with V (copied contiguous where the batch is several sequences); the output in the input's dtype."""
+    rp, st, sh = ops.rp, ops.st, ops.st.shape
+    seq, scores = st.seq, sh.heads * st.seq * st.tokens
+    low = ops.autocast
+    ins = [ops.cast16(t, what) if low and t.unit != 2 else rp.keep(t) for t, what in ((q, "Q"), (k, "K"), (v, "V"))]
+    origin, ops.autocast = ins[0].unit, False
+    acc = [
+        rp.keep(t) if t.unit == 4 else ops.unary(f"{layer}: {w} in fp32", t, [], 4)
+        for t, w in zip(ins, "QKV", strict=True)
+    ]
+    qs = ops.unary(f"{layer}: Q x sqrt(scale)", acc[0], [])
+    mask = _causal_mask(ops, seq, layer)
+    ks = ops.unary(f"{layer}: K^T x sqrt(scale)", acc[1], [])
+    raw = ops.new(scores, 4, f"{layer}: scores QK^T", "bmm: heads x s x s values a sequence")
+    rp.node("bmm", raw, saved=ops.pair(qs, ks), inputs=[(qs, qs.nbytes, "new"), (ks, ks.nbytes, "new")])
+    masked = rp.view(raw, scores, f"{layer}: masked scores")  # attn.add_(mask): in place
+    rp.node("add_", masked, inputs=[(raw, raw.nbytes, "pass")])
+    probs = ops.new(scores, 4, f"{layer}: softmax (fp32)", "_safe_softmax saves its result")
+    rp.node("softmax", probs, saved=[probs], inputs=[(masked, masked.nbytes, "new")])
+    rp.drop(
+        ops.new(scores, 1, f"{layer}: isneginf", "_safe_softmax"), ops.new(scores // seq, 1, f"{layer}: all", "all")
+    )
+    rp.drop(masked, raw)
+    unused = (
+        ops.new(scores, origin, f"{layer}: weights in the input's dtype", "attn.to(origin_dtype)")
+        if origin != 4
+        else None
+    )
+    vc = ops.operand(acc[2], "V")
+    out = ops.new(st.tokens * sh.heads * sh.v_head_dim, 4, f"{layer}: attention output", "bmm")
+    rp.node("bmm", out, saved=ops.pair(probs, vc), inputs=[(probs, probs.nbytes, "new"), (vc, vc.nbytes, "new")])
+    if origin != 4:
+        back = ops.unary(f"{layer}: attention output in the input's dtype", out, [], origin)
+        rp.drop(out)
+        out = back
+    rp.drop(vc, probs, qs, ks, mask, *acc, why="the math kernel returns")
+    ops.autocast = low
+    rp.drop(unused, *ins, why="scaled_dot_product_attention returns")
+    y = ops.unary(f"{layer}: attention output, contiguous", out, [])
+    rp.drop(out)
+    return y
+
+
+def _causal_mask(ops: Ops, seq: int, layer: str) -> T:
+    """The math kernel's causal mask: at::ones({s, s}, bool).tril(), then convert_boolean_attn_mask: a float
+    s x s (0 or -inf) in the query's dtype (fp32 here), alive until the kernel returns."""
+    ones = ops.new(seq * seq, 1, f"{layer}: ones(s, s)", "at::ones(bool)")
+    tril = ops.new(seq * seq, 1, f"{layer}: tril", "tril")
+    ops.rp.drop(ones)
+    mask = ops.new(seq * seq, 4, f"{layer}: causal mask (float)", "where(mask, 0, -inf)")
+    ops.rp.drop(tril)
+    for t in (mask,):
+        t.requires_grad = False
+    return mask
 
 
 def router(ops: Ops, x: T, layer: str) -> tuple[T, T, list[T]]:

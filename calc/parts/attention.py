@@ -79,11 +79,10 @@ class Attention:
         rp.drop(out, kr, vr)
         return y, dropped  # the layer holds the returned weights (`hidden_states, _ = ...`) until it returns
 
-    def sdpa_math(self, q: T, k: T, v: T, layer: str, contiguous: str = ""):
-        """PyTorch's math fallback for scaled_dot_product_attention (dropout in training on the CPU; a value
-        head size apart from the query's): the tensors of the eager path, with Q and K scaled first and no mask
-        tensor. It computes 16-bit inputs in fp32 on the CPU (and autocast does not reach inside it), then casts
-        its output back. `contiguous` as eager_attention's."""
+    def sdpa_math(self, q: T, k: T, v: T, layer: str):
+        """PyTorch's math fallback for scaled_dot_product_attention (dropout in training on the CPU): the
+        tensors of the eager path, with Q and K scaled first and no mask tensor. It computes 16-bit inputs in
+        fp32 on the CPU (and autocast does not reach inside it), then casts its output back."""
         rp = self.rp
         wide = [
             rp.keep(t) if t.unit == 4 else self.unary(f"{layer}: {what} in fp32", t, [], 4)
@@ -92,7 +91,7 @@ class Attention:
         low, self.autocast = self.autocast, False
         # Q and K^T are each scaled by sqrt(scale) before their product (new tensors, strided like them)
         qs, ks = (self.unary(f"{layer}: {w} x sqrt(scale)", t, []) for w, t in (("Q", wide[0]), ("K", wide[1])))
-        out, weights = self.eager_attention(qs, ks, wide[2], None, layer, contiguous)
+        out, weights = self.eager_attention(qs, ks, wide[2], None, layer)
         self.autocast = low
         rp.drop(qs, ks, weights, *wide)
         if q.unit != 4:
@@ -109,7 +108,7 @@ class Attention:
         rp, st = self.rp, self.st
         sh = st.shape
         q, k, v = (self.operand(t, what, True) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
-        out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "sdpa output")
+        out = self.new(st.tokens * sh.heads * sh.v_head_dim, self.mm, f"{layer}: attention output", "sdpa output")
         lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
         # the CPU kernel's backward writes all three gradients; autograd frees those nothing needs at once
         unused = [t.nbytes for t in (q, k, v) if not t.requires_grad]

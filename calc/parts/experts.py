@@ -127,8 +127,10 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     if wu != unit:  # the 16-bit weights promoted for the product
         rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
     weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
+    # backward: grad x the weights (promoted again where they are 16-bit) and grad x the output, before its sum
+    work = [s * h * unit] + ([s * unit] if wu != unit else [])
     rp.node("mul", weighted, saved=ops.pair(down, sample),
-            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=[s * h * unit])  # fmt: skip
+            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
     rp.drop(down)
     inverse = ops.new(s, 8, f"{layer}: inverse permutation", "torch.empty_like(perm)")
     inverse.requires_grad = False

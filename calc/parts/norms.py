@@ -36,9 +36,16 @@ class Norms:
             cast = self.unary(f"{name}: back to 16 bits", normed, [], x.unit)
             rp.drop(normed)
             normed = cast
-        out = self.new(n * h, normed.unit, f"{name} output", "weight * x: mul saves x for the weight's gradient")
+        # the weight has the model's dtype (st.act): a 16-bit x times an fp32 weight promotes to fp32 (the mul
+        # converts x into an fp32 temporary first, and x's gradient is made in fp32, then cast to x's dtype)
+        unit = max(normed.unit, st.act)
+        promoted = unit != normed.unit
+        out = self.new(n * h, unit, f"{name} output", "weight * x: mul saves x for the weight's gradient")
+        if promoted:
+            rp.drop(self.new(n * h, unit, f"{name}: x in the weight's dtype", "the mul's promoted copy"))
         trains = rp.needs(f"{name}.weight")  # weight * x saves x, and works, only for the weight's gradient
-        rp.node("mul", out, saved=[normed] if trains else [], work=[normed.nbytes] if trains else [],
+        work = ([n * h * unit] if trains else []) + ([n * h * unit] if promoted else [])
+        rp.node("mul", out, saved=[normed] if trains else [], work=work,
                 inputs=[(normed, normed.nbytes, "new"), (f"{name}.weight", h * st.param_bytes, "param")])  # fmt: skip
         rp.drop(normed)
         return out
