@@ -46,6 +46,7 @@ class Node:
     layer: int = 0
     recompute: object = None  # a checkpointed region: a function that re-runs its forward on the input
     outs: tuple[T, ...] = ()  # a node of several outputs (a split): it waits for all their gradients
+    unpacks: bool = False  # its backward unpacks a saved parameter (a linear's weight), which saved lists not
 
 
 class Replay:
@@ -119,6 +120,7 @@ class Replay:
         inputs: list[tuple[T | str, int, str]] = (),
         work: list[int] = (),
         outs: tuple[T, ...] = (),
+        unpacks: bool = False,
     ) -> bool:
         """Record an op's autograd node; each saved tensor gains a reference until its backward has run.
 
@@ -133,7 +135,8 @@ class Replay:
             return False
         for t in saved:
             self.keep(t)
-        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs))
+        node = Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs, unpacks=unpacks)
+        self.nodes.append(node)
         return True
 
     def grad(self, t: T, g: T) -> None:
@@ -194,9 +197,9 @@ class Replay:
 
     def _recompute(self, node: Node, g: T | None) -> None:
         """Non-reentrant checkpoint: re-run the region's forward from its saved input, then its backward. The
-        re-run starts when a node first unpacks a saved tensor: the region's last nodes that save nothing (its
-        residual add) run before it. It runs under torch.random.fork_rng, whose copy of the CPU generator's
-        state lives until it ends (`rng`: its bytes)."""
+        re-run starts when a node first unpacks a saved tensor (a parameter too): the region's last nodes that
+        save nothing (its residual add) run before it. It runs under torch.random.fork_rng, whose copy of the
+        CPU generator's state lives until it ends (`rng`: its bytes)."""
         outer, self.nodes, mark = self.nodes, [], len(self.events)
         state = self.new(self.rng, "RNG state (fork_rng)", "checkpoint's recompute: fork_rng") if self.rng else None
         y = node.recompute(node.saved[0])
@@ -206,7 +209,7 @@ class Replay:
         if g is not None:
             self.grads[id(y)] = g
         first = len(inner)
-        while first and not inner[first - 1].saved and inner[first - 1].recompute is None:
+        while first and not (inner[first - 1].saved or inner[first - 1].unpacks):
             first -= 1
         self._run(inner[first:])
         self.events += rerun

@@ -176,7 +176,8 @@ def test_web_takes_the_config_text():
     [
         ("mixtral-8x7b --capacity-factor 1.25", "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no "
          "tokens)"),
-        ("gemma-2-9b", "transformers' gemma2 code (it replays Llama, Mistral, Qwen2, GPT-2, Qwen3, Granite and DeepSeek-V3)"),
+        ("gemma-2-9b", "transformers' gemma2 code (it replays Llama, Mistral, Qwen2, GPT-2, Qwen3, Granite and "
+         "DeepSeek-V3)"),
     ],
 )
 def test_eager_walk_refuses_what_it_does_not_follow(capsys, preset, missing):
