@@ -50,8 +50,10 @@ def qk_norm_bytes(shape: Shape, sb: int) -> int:
 
 def attention_bytes(shape: Shape, sb: int) -> int:
     """Q and attention's output (heads x head_dim wide), K and V (kv_heads x head_dim), 2 bytes each:
-    8 sbh for multi-head attention of width h."""
-    return 4 * sb * (shape.q_width + shape.kv_width)
+    8 sbh for multi-head attention of width h. V and the output are v_head_dim a head where a value head is
+    not a query head's size (DeepSeek-V3's latent attention, calc.families.deepseek_v3)."""
+    v = shape.v_head_dim
+    return 2 * sb * (shape.q_width + shape.kv_width + shape.kv_heads * v + shape.heads * v)
 
 
 def ffn_bytes(shape: Shape, sb: int) -> int:

@@ -71,6 +71,7 @@ def replay(
               tune.mode == "qlora")  # fmt: skip
     rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
     rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
+    rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
     ops = Ops(rp, st)
     h, n, v = shape.hidden, st.tokens, shape.vocab
     unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
@@ -104,7 +105,7 @@ def replay(
         rp.drop(summed)
         cos = sin = None
     else:
-        d = shape.head_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
+        d = shape.rotary_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
         rope = 4 if family.rope_fp32 else unit  # (OLMo 2's and 3's stay fp32)
         cos = ops.new(seq * d, rope, "rotary cos", "cos(position x inverse frequency)")
         sin = ops.new(seq * d, rope, "rotary sin", "sin(position x inverse frequency)")

@@ -53,6 +53,7 @@ class Node:
     recompute: object = None  # a checkpointed region: a function that re-runs its forward on the input
     region: list = field(default_factory=list)  # a checkpointed region: the nodes its forward recorded
     outs: tuple[T, ...] = ()  # a node of several outputs (a split): it waits for all their gradients
+    unpacks: bool = False  # its backward unpacks a saved parameter (a linear's weight), which saved lists not
 
 
 class Replay:
@@ -76,6 +77,7 @@ class Replay:
         self.stop_at: int | None = None  # a checkpoint's re-run stops once it has made this many nodes
         self.touched: dict[int, tuple[T, int]] | None = None  # in a re-run: each tensor it made or kept, and
         # the references it had before
+        self.rng = 0  # bytes of the generator state a checkpoint's recompute copies (fork_rng; calc.eager_step)
 
     # --- the allocator -------------------------------------------------------------------------------
     def blocks(self, nbytes: int) -> int:
@@ -137,6 +139,7 @@ class Replay:
         inputs: list[tuple[T | str, int, str]] = (),
         work: list[int] = (),
         outs: tuple[T, ...] = (),
+        unpacks: bool = False,
     ) -> bool:
         """Record an op's autograd node; each saved tensor gains a reference until its backward has run.
 
@@ -151,7 +154,8 @@ class Replay:
             return False
         for t in () if self.discard_saved else saved:
             self.keep(t)
-        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs))
+        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs,
+                               unpacks=unpacks))
         if self.stop_at is not None and len(self.nodes) == self.stop_at:
             # the pack hook of the last saved tensor stops the re-run; an op's inputs are saved before its
             # kernel runs (VariableType), so an output it does not save is never made
@@ -232,16 +236,20 @@ class Replay:
         """Non-reentrant checkpoint (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator):
         backward runs the region's graph as its forward made it. Its last nodes, which saved nothing, run
         first; the first node that unpacks a saved tensor re-runs the forward from the saved input, which
-        stops once it has packed the last saved tensor (_StopRecomputationError); backward goes on through
-        the re-made nodes, each releasing what it saved once it has run."""
+        stops once it has packed the last saved tensor (_StopRecomputationError), a parameter too (a frozen
+        linear's weight: Node.unpacks); backward goes on through the re-made nodes, each releasing what it
+        saved once it has run. The re-run runs under torch.random.fork_rng, whose copy of the CPU generator's
+        state lives until it ends (`rng`: its bytes)."""
         region = node.region
-        last = max((i for i, n in enumerate(region) if n.saved), default=-1)
+        last = max((i for i, n in enumerate(region) if n.saved or n.unpacks), default=-1)
         if g is not None:
             self.grads[id(node.out)] = g
         self._run(region[last + 1 :])
         if last >= 0:
             outer, self.nodes = self.nodes, []
+            state = self.new(self.rng, "RNG state (fork_rng)", "checkpoint's recompute: fork_rng") if self.rng else None
             self._rerun(node, last + 1)
+            self.drop(state, why="fork_rng restores the state")
             inner, self.nodes = self.nodes, outer
             for old, new in zip(region[: last + 1], inner, strict=True):  # re-made: the gradients go to them
                 for a, b in zip((old.out, *old.outs), (new.out, *new.outs), strict=True):

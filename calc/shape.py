@@ -56,12 +56,25 @@ class Shape:
     # (SmolLM3's no_rope_layers: every fourth)
     global_layers: tuple[int, ...] = ()  # with a sliding window: the layers (1 = the first) that attend to the
     # whole sequence all the same (layer_types' "full_attention": OLMo 3's every fourth); the others slide
-    rotary_dim: int = 0  # the values of each query and key head that rotary positions turn (Phi-3's
-    # partial_rotary_factor x head_dim); 0: all of them
     attn_softcap: bool = False  # Gemma 2's attn_logit_softcapping: scores = tanh(scores / cap) * cap (eager only)
     logit_softcap: bool = False  # Gemma 2's final_logit_softcapping: logits = tanh(logits / cap) * cap
     layer_types: str = ""  # each layer's attention as transformers' config.layer_types has it, one letter a
     # layer: "s" sliding_attention (the window), "f" full_attention (Gemma 2, Gemma 3); "": every layer alike
+    # Multi-head latent attention (DeepSeek-V2/V3, DeepseekV3Attention): the queries through a low-rank pair
+    # h -> q_rank -> heads x head_dim with an RMSNorm between (0: one q_proj), the keys and values from a
+    # kv_rank-wide latent (with its RMSNorm) and a rope_dim-wide rotary key shared by every head; each query and
+    # key head is head_size wide (its rope_dim last values rotated), each value head v_head_size wide.
+    q_rank: int = 0
+    kv_rank: int = 0  # 0: no latent attention
+    rope_dim: int = 0  # the rotary part of a query/key head (and Phi-3's partial_rotary_factor x head_dim); 0: the
+    # whole head
+    v_head_size: int = 0  # one value head's width where it is not the query/key head's; 0: the same
+    rope_interleave: bool = False  # rotary pairs interleaved (x0, x1), (x2, x3) ... (DeepSeek's rope_interleave)
+    # DeepSeek-V3's router (DeepseekV3TopkRouter): sigmoid scores, the experts in expert_groups groups of which the
+    # group_topk best (by their two best scores) are searched for the top-k; topk_norm: the k weights renormalised
+    expert_groups: int = 0  # 0: the softmax top-k of Mixtral and Qwen2-MoE
+    group_topk: int = 0
+    topk_norm: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -71,6 +84,15 @@ class Shape:
     def q_width(self) -> int:
         """Width of the queries (and of attention's output): heads x head_dim."""
         return self.heads * self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.v_head_size or self.head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """Width of the rotary tables (cos, sin): a query/key head, or its rotary part (rope_dim)."""
+        return self.rope_dim or self.head_dim
 
     @property
     def kv_width(self) -> int:
@@ -89,7 +111,8 @@ class Shape:
     def as_dict(self) -> dict:
         """The fields as an answer's config gives them: those few models have (the per-layer lists, a partial
         rotary width, soft-caps, layer types) only where the model has them."""
-        rare = ("no_rope_layers", "global_layers", "rotary_dim", "attn_softcap", "logit_softcap", "layer_types")
+        rare = ("no_rope_layers", "global_layers", "attn_softcap", "logit_softcap", "layer_types", "q_rank", "kv_rank",
+                "rope_dim", "v_head_size", "rope_interleave", "expert_groups", "group_topk", "topk_norm")
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in rare or getattr(self, f.name)}
 
     def replace(self, **changes) -> Shape:

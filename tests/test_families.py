@@ -27,7 +27,8 @@ def test_every_config_preset_is_in_one_group():
     assert set(CONFIG_PRESETS) == set(families.CONFIG_PRESETS)
 
 
-@pytest.mark.parametrize("name", ["llama-7b", "mixtral-8x7b", "gpt2", "qwen3-8b", "granite-3.3-8b", "gemma-2-9b"])
+@pytest.mark.parametrize("name", ["llama-7b", "mixtral-8x7b", "gpt2", "qwen3-8b", "granite-3.3-8b", "gemma-2-9b",
+                                  "deepseek-v3"])  # fmt: skip
 def test_the_inventory_sums_to_the_count(name):
     """param_counts is the inventory's sum; the tensor-parallel split covers every tensor of a block once."""
     shape = calc.PRESETS[name]

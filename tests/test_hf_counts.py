@@ -22,6 +22,7 @@ def transformers_count(cfg: dict) -> int:
     """Parameters of transformers' own model for this config, built on the meta device (no weights); of a
     multimodal config (Gemma 3), its language model's: text_config, as Gemma3ForCausalLM builds it."""
     cfg = cfg.get("text_config") or cfg
+    cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}  # DeepSeek-V3's fp8 storage, not the model
     config = transformers.AutoConfig.for_model(**cfg)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
@@ -121,7 +122,32 @@ def small_configs(draw) -> dict:
         cfg["sliding_window_pattern" if model_type != "gemma2" else "sliding_window"] = draw(st.integers(1, 4))
     if model_type == "gemma3":  # the multimodal config: its language model is text_config
         return {"model_type": "gemma3", "text_config": {**cfg, "model_type": "gemma3_text"}}
+    if model_type == "deepseek_v3":
+        cfg.update(deepseek_v3_fields(draw, heads, layers))
     return cfg
+
+
+def deepseek_v3_fields(draw, heads: int, layers: int) -> dict:
+    """DeepSeek-V3's own keys: the latent attention's ranks and head sizes (one q_proj without q_lora_rank),
+    routed experts in groups, the shared experts, the dense first layers."""
+    groups = draw(st.sampled_from([1, 2]))
+    experts = groups * draw(st.integers(2, 4))
+    best = draw(st.integers(1, groups))
+    return {
+        "num_key_value_heads": heads,
+        "q_lora_rank": draw(st.sampled_from([None, 4, 12])),
+        "kv_lora_rank": draw(st.integers(1, 16)),
+        "qk_nope_head_dim": draw(st.integers(1, 12)),
+        "qk_rope_head_dim": draw(st.sampled_from([2, 4, 8])),
+        "v_head_dim": draw(st.integers(1, 12)),
+        "n_routed_experts": experts,
+        "n_group": groups,
+        "topk_group": best,
+        "num_experts_per_tok": draw(st.integers(1, experts // groups * best)),
+        "moe_intermediate_size": draw(st.integers(1, 24)),
+        "n_shared_experts": draw(st.integers(1, 2)),
+        "first_k_dense_replace": draw(st.integers(0, layers)),
+    }
 
 
 @settings(max_examples=60, deadline=None)

@@ -36,6 +36,9 @@ PUBLISHED = {
     "phi-4": 14_659_507_200,  # Abdin et al. 2024 (Phi-4): "14B"
     "olmo-2-13b": 13_716_198_400,  # OLMo-2-1124-13B's fp32 safetensors: 54,864,793,600 bytes / 4 ("13B")
     "smollm3-3b": 3_075_098_624,  # SmolLM3-3B: "3B"
+    # DeepSeek-V3 technical report (2024): "671B total parameters"; the released 685B adds the multi-token
+    # prediction module, which transformers' DeepseekV3ForCausalLM does not build
+    "deepseek-v3": 671_026_404_352,
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 
@@ -111,4 +114,6 @@ def test_every_preset_is_in_one_group():
     assert sorted(r["name"] for r in rows) == sorted(calc.PRESETS)
     mixtral = next(r for r in rows if r["name"] == "mixtral-8x7b")
     assert (mixtral["group"], mixtral["params"], mixtral["active"]) == ("Mistral", 46_702_792_704, 12_879_925_248)
-    assert all(r["active"] == r["params"] for r in rows if r["name"] != "mixtral-8x7b")
+    deepseek = next(r for r in rows if r["name"] == "deepseek-v3")  # its report: 671B total, 37B activated
+    assert (deepseek["group"], deepseek["params"], deepseek["active"]) == ("DeepSeek", 671_026_404_352, 37_552_282_624)
+    assert all(r["active"] == r["params"] for r in rows if r["name"] not in ("mixtral-8x7b", "deepseek-v3"))

@@ -51,7 +51,7 @@ def eager_lacks(shape: Shape) -> str | None:
         return "a head size apart from width / heads"
     if shape.norms_per_layer not in fam.norms:
         return f"{shape.norms_per_layer} norms a block in {shape.family}'s code"
-    if shape.rotary_dim and shape.rotary_dim != shape.head_dim:
+    if shape.rotary_dim != shape.head_dim and not shape.kv_rank:  # latent attention rotates a part by design
         return "rotary positions on part of each head (partial_rotary_factor)"
     return None
 
@@ -61,6 +61,8 @@ def _moe_lacks(shape: Shape, fam: Family) -> str | None:
     Qwen2MoeSparseMoeBlock (a shared expert with its gate) with transformers' default grouped_mm experts."""
     if not fam.experts:
         return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
+    if fam.moe_lacks:
+        return fam.moe_lacks(shape)
     if shape.dense_layers:
         return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
     if not shape.gated_ffn or shape.bias:

@@ -70,6 +70,8 @@ class Family:
     # or rotary tables (Gemma 2's and Gemma 3's sliding and full layers)
     attentions: tuple[str, ...] = ("sdpa", "eager")  # the attn_implementation values its model accepts
     qk_norms: bool = False  # its attention normalises each head of the queries and keys (the deck counts them)
+    moe_lacks: Callable | None = None  # (shape) -> what of its own mixture of experts the eager walk does not
+    # replay, or None; unset: Mixtral's and Qwen2-MoE's checks (calc.families._moe_lacks)
 
     @property
     def eager(self) -> bool:

@@ -30,7 +30,7 @@ def read_phi3(cfg: Mapping) -> dict:
     head = out["head_size"] or out["hidden"] // out["heads"]
     turned = int(head * rotary_factor(cfg))  # Phi3RotaryEmbedding: int(head_dim * partial_rotary_factor)
     if turned != head:
-        out["rotary_dim"] = turned
+        out["rope_dim"] = turned
     return out
 
 

@@ -45,15 +45,18 @@ class Attention:
         self.rp.node("repeat_kv", y, inputs=[(x, x.nbytes, "new")], work=[n * x.unit])  # expand's sum
         return y, sh.kv_heads > 1
 
-    def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str, softcap: bool = False) -> T:
+    def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str, softcap: bool = False,
+                        contiguous: str = "") -> T:  # fmt: skip
         """transformers' eager_attention_forward (modeling_llama.py): repeat_kv, Q K^T, scale, add the mask,
         softmax in fp32, dropout, times V, transpose(1, 2).contiguous(). With `softcap` (modeling_gemma2.py)
-        the scaled scores are soft-capped before the mask (Base.softcap: one more s x s tensor saved)."""
+        the scaled scores are soft-capped before the mask (Base.softcap: one more s x s tensor saved).
+        `contiguous`: which of "QK" are laid out (b, heads, s, d) already (DeepSeek-V3's query and key states),
+        where matmul copies no head-split view."""
         rp, st = self.rp, self.st
         sh = st.shape
         scores = sh.heads * st.seq * st.tokens
         (kr, k_contiguous), (vr, v_contiguous) = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
-        qc, kc = self.operand(q, "Q"), self.operand(kr, "K", k_contiguous)
+        qc, kc = self.operand(q, "Q", "Q" in contiguous), self.operand(kr, "K", k_contiguous or "K" in contiguous)
         raw = self.new(scores, self.mm, f"{layer}: scores QK^T", "bmm: heads x s x s values a sequence")
         rp.node("bmm", raw, saved=self.pair(qc, kc), inputs=[(qc, qc.nbytes, "new"), (kc, kc.nbytes, "new")])
         rp.drop(qc, kc)
@@ -75,7 +78,7 @@ class Attention:
         dropped = self.dropout(probs, f"{layer}: attention probabilities")
         rp.drop(probs)
         pc, vc = self.operand(dropped, "attention probabilities", True), self.operand(vr, "V", v_contiguous)
-        out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "bmm")
+        out = self.new(st.tokens * sh.heads * sh.v_head_dim, self.mm, f"{layer}: attention output", "bmm")
         rp.node("bmm", out, saved=self.pair(pc, vc), inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
         rp.drop(pc, vc)
         y = self.unary(f"{layer}: attention output, contiguous", out, [])
@@ -128,7 +131,7 @@ class Attention:
             bias[0].requires_grad = False
             inverse = self.new(values, 1, f"{layer}: logical_not(attn_mask)", "masked_fill_'s condition")
             rp.drop(inverse)
-        out = self.new(st.tokens * sh.heads * sh.head_dim, self.mm, f"{layer}: attention output", "sdpa output")
+        out = self.new(st.tokens * sh.heads * sh.v_head_dim, self.mm, f"{layer}: attention output", "sdpa output")
         lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
         # the CPU kernel's backward writes all three gradients; autograd frees those nothing needs at once
         unused = [t.nbytes for t in (q, k, v) if not t.requires_grad]

@@ -31,14 +31,13 @@ def moe_block(ops: Ops, x: T, layer: str) -> T:
     experts implementation, "grouped_mm" (integrations/moe.py, grouped_mm_experts_forward): the k x tokens
     (token, expert) pairs sorted by expert, the tokens gathered in that order, one grouped matmul to 2 x the
     expert width over every expert's weights, act(gate) * up, one grouped matmul back, times the routing
-    weights, scattered back and summed over the k. Every tensor has k x tokens rows, however the router
-    spreads them: the memory does not depend on the routing (the per-expert counts only set the offsets).
-    grouped_mm is not autocast's: it runs in the weights' dtype (fp32 under autocast). Qwen2-MoE adds the
+    weights, scattered back and summed over the k (grouped_experts). Every tensor has k x tokens rows, however
+    the router spreads them: the memory does not depend on the routing (the per-expert counts only set the
+    offsets). grouped_mm is not autocast's: it runs in the weights' dtype (fp32 under autocast). Qwen2-MoE adds the
     shared expert (a gated MLP, before the router) scaled by sigmoid(shared_expert_gate(x))."""
     rp, st = ops.rp, ops.st
     sh = st.shape
-    h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
-    s, a, pb = n * k, x.unit, st.param_bytes
+    h, n, e, k = sh.hidden, st.tokens, sh.experts, sh.experts_per_token
     qwen = sh.shared_expert_gate
     shared = None
     if sh.shared_expert_ffn:  # Qwen2MoeMLP: down(act(gate(x)) * up(x))
@@ -68,7 +67,35 @@ def moe_block(ops: Ops, x: T, layer: str) -> T:
         rp.drop(top)
     else:
         weights = top
-    # the experts (grouped_mm_experts_forward)
+    moe = grouped_experts(ops, x, weights, layer)
+    if shared is not None:
+        score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
+        sig = ops.new(n, score.unit, f"{layer}: sigmoid of the gate score", "sigmoid saves its result")
+        rp.node("sigmoid", sig, saved=[sig], inputs=[(score, score.nbytes, "new")])
+        rp.drop(score)
+        unit = max(sig.unit, shared.unit)
+        scaled = ops.new(n * h, unit, f"{layer}: gated shared expert", "mul saves both operands")
+        rp.node("mul", scaled, saved=ops.pair(sig, shared),
+                inputs=[(sig, sig.nbytes, "new"), (shared, shared.nbytes, "new")], work=[n * h * unit])  # fmt: skip
+        rp.drop(sig, shared)
+        total = ops.add(moe, scaled, f"{layer}: experts + shared expert")
+        rp.drop(moe, scaled)
+        moe = total
+    rp.drop(logits, weights, index, why="the sparse block returns")
+    return moe
+
+
+def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
+    """transformers' default experts implementation, "grouped_mm" (integrations/moe.py,
+    grouped_mm_experts_forward), on the tokens `x` and their k routing `weights` (tokens x k): the k x tokens
+    (token, expert) pairs sorted by expert, the tokens gathered in that order, one grouped matmul to 2 x the
+    expert width over every expert's weights, act(gate) * up, one grouped matmul back, times the routing
+    weights, scattered back and summed over the k, cast to x's dtype. Every tensor has k x tokens rows, however
+    the router spreads them. grouped_mm is not autocast's: it runs in the weights' dtype."""
+    rp, st = ops.rp, ops.st
+    sh = st.shape
+    h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
+    s, a, pb = n * k, x.unit, st.param_bytes
     ids = ops.new(s, 8, f"{layer}: expert ids, sorted", "torch.sort: values")
     perm = ops.new(s, 8, f"{layer}: sort permutation", "torch.sort: indices")
     rp.drop(ops.new(s, 8, f"{layer}: sort's buffer", "torch.sort"))
@@ -100,8 +127,10 @@ def moe_block(ops: Ops, x: T, layer: str) -> T:
     if wu != unit:  # the 16-bit weights promoted for the product
         rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
     weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
+    # backward: grad x the weights (promoted again where they are 16-bit) and grad x the output, before its sum
+    work = [s * h * unit] + ([s * unit] if wu != unit else [])
     rp.node("mul", weighted, saved=ops.pair(down, sample),
-            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=[s * h * unit])  # fmt: skip
+            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
     rp.drop(down)
     inverse = ops.new(s, 8, f"{layer}: inverse permutation", "torch.empty_like(perm)")
     inverse.requires_grad = False
@@ -116,18 +145,4 @@ def moe_block(ops: Ops, x: T, layer: str) -> T:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
         rp.drop(moe)
         moe = cast
-    if shared is not None:
-        score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
-        sig = ops.new(n, score.unit, f"{layer}: sigmoid of the gate score", "sigmoid saves its result")
-        rp.node("sigmoid", sig, saved=[sig], inputs=[(score, score.nbytes, "new")])
-        rp.drop(score)
-        unit = max(sig.unit, shared.unit)
-        scaled = ops.new(n * h, unit, f"{layer}: gated shared expert", "mul saves both operands")
-        rp.node("mul", scaled, saved=ops.pair(sig, shared),
-                inputs=[(sig, sig.nbytes, "new"), (shared, shared.nbytes, "new")], work=[n * h * unit])  # fmt: skip
-        rp.drop(sig, shared)
-        total = ops.add(moe, scaled, f"{layer}: experts + shared expert")
-        rp.drop(moe, scaled)
-        moe = total
-    rp.drop(logits, weights, index, why="the sparse block returns")
     return moe

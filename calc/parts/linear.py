@@ -73,7 +73,7 @@ class Linears:
         inputs = [(x, x.nbytes, "new")]
         if bias:
             inputs.append((f"{name}.bias", width_out * st.param_bytes, "param"))
-        rp.node(f"{name} (MatMul4Bit)", y, inputs=inputs, work=[params * COMPUTE])
+        rp.node(f"{name} (MatMul4Bit)", y, inputs=inputs, work=[params * COMPUTE], unpacks=True)  # it saves B
         if not fused:
             rp.drop(w, scale, why="gemm_4bit returns")
         rp.drop(cast)
@@ -119,7 +119,7 @@ class Linears:
             inputs.append((f"{name}.bias", width_out * st.param_bytes, "param"))
         unit = self.mm if self.autocast or not weight else x.unit
         y = self.new(st.tokens * width_out, unit, label, f"{name}: s x b x {width_out} values", category)
-        rp.node(name, y, saved=saved, inputs=inputs, work=work)
+        rp.node(name, y, saved=saved, inputs=inputs, work=work, unpacks=True)  # mm saves x or the weight
         rp.drop(cast)
         if w16 is not None and not trains:
             rp.drop(w16, why="an uncached cast of a frozen weight")

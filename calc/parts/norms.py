@@ -75,14 +75,22 @@ class Norms:
         return normed
 
     def _times_weight(self, normed: T, name: str, h: int) -> T:
-        """weight * x (type promotion keeps x's dtype here); it saves x, and works, only for the weight's
-        gradient."""
+        """weight * x; it saves x, and works, only for the weight's gradient. The weight has the model's dtype
+        (st.act): a 16-bit x times an fp32 weight promotes to fp32 (the mul converts x into an fp32 temporary
+        first, and x's gradient is made in fp32, then cast to x's dtype)."""
         rp = self.rp
-        out = self.new(normed.nbytes // normed.unit, normed.unit, f"{name} output",
+        unit = max(normed.unit, self.st.act)
+        promoted = unit != normed.unit
+        out = self.new(normed.nbytes // normed.unit, unit, f"{name} output",
                        "weight * x: mul saves x for the weight's gradient")  # fmt: skip
+        if promoted:
+            rp.drop(self.new(normed.nbytes // normed.unit, unit, f"{name}: x in the weight's dtype",
+                             "the mul's promoted copy"))  # fmt: skip
         trains = rp.needs(f"{name}.weight")
+        n = normed.nbytes // normed.unit
+        work = ([n * unit] if trains else []) + ([n * unit] if promoted else [])
         weight = (f"{name}.weight", h * self.st.param_bytes, "param")
-        rp.node("mul", out, saved=[normed] if trains else [], work=[normed.nbytes] if trains else [],
+        rp.node("mul", out, saved=[normed] if trains else [], work=work,
                 inputs=[(normed, normed.nbytes, "new"), weight])  # fmt: skip
         rp.drop(normed)
         return out

@@ -158,7 +158,7 @@ class Base:
         src = cast or x
         if contiguous or self.st.micro_batch == 1 or x.heads_first:
             return src if cast else rp.keep(x)
-        n = self.st.tokens * self.st.shape.heads * self.st.shape.head_dim
+        n = src.nbytes // src.unit
         out = self.new(n, src.unit, f"contiguous copy of {what}", "matmul's reshape copies a head-split view")
         rp.node("clone", out, inputs=[(src, src.nbytes, "new")])
         rp.drop(cast)
