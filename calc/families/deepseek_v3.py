@@ -230,7 +230,7 @@ def attention(ops: Ops, normed: T, cos: T, sin: T, mask: T | None, layer: str) -
     rp, st, sh = ops.rp, ops.st, ops.st.shape
     q, k, v, held = states(ops, normed, cos, sin, layer)
     if st.attention == "eager":
-        attn, weights = ops.eager_attention(q, k, v, mask, layer, "QK")
+        attn, weights = ops.eager_attention(q, k, v, mask, layer, contiguous="QK")
     elif st.device == "cpu" and sh.head_dim != sh.v_head_dim:
         attn, weights = math_attention(ops, q, k, v, layer), None
     else:  # one head size on the CPU: its flash kernel; CUDA's memory-efficient kernel takes a value head size
