@@ -106,7 +106,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--loss",
         metavar="|".join(LOSSES),
         help="transformers: ForCausalLMLoss on the logits (default); trl-chunked: TRL's chunked log-prob head, no "
-        "logits (the default with --loop sft)",
+        "logits (the default with --loop sft); torchtune-chunked: torchtune's CEWithChunkedOutputLoss, the head "
+        "and the fp32 upcast one of 8 chunks at a time; liger-fused: Liger's fused linear cross-entropy, the "
+        "gradients made in the forward, one tile at a time (--device cuda; from source, not measured)",
     )
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()

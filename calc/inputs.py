@@ -322,6 +322,8 @@ def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finet
     if impl and tune.optimizer != "adamw":
         raise InputError("adamw-impl", "applies to --optimizer adamw")
     loss = _choice("loss", given["loss"], loops.LOSSES) if "loss" in given else ""
+    if loss == "liger-fused" and given.get("device", DEVICES[0]) == "cpu":
+        raise InputError("loss", "liger-fused runs Liger's Triton kernels: --device cuda (modelled from source)")
     loop = loops.Loop(name, impl, grad_accum or 1, loss)
     if walk == "eager" and shape.family == "decoder" and loop != loops.BARE:
         raise InputError("walk", "the eager walk runs the course's Decoder in a bare loop, one micro-batch, AdamW")

@@ -17,8 +17,10 @@ from .walk import Event
 # (TrainingArguments.optim "adamw_torch_fused", max_grad_norm 1.0, default_data_collator). sft: TRL's
 # SFTTrainer (a Trainer) with its collator and its chunked log-prob head (calc.trl_head).
 LOOPS = ("bare", "trainer", "sft")
-# The loss as it is computed: transformers' ForCausalLMLoss on the b x s x V logits, or TRL's chunked head.
-LOSSES = ("transformers", "trl-chunked")
+# The loss as it is computed: transformers' ForCausalLMLoss on the b x s x V logits, TRL's chunked head
+# (calc.trl_head), torchtune's chunked cross-entropy or Liger's fused linear cross-entropy (calc.losses).
+LOSSES = ("transformers", "trl-chunked", "torchtune-chunked", "liger-fused")
+MEASURED_LOSSES = ("transformers", "trl-chunked", "torchtune-chunked")  # liger-fused: from its source, not measured
 # torch.optim.AdamW's implementations: single-tensor (a Python for loop over the parameters), foreach
 # (torch._foreach_* over each parameter group at once), fused (one torch._fused_adamw_ call, in place).
 ADAMW_IMPLS = ("single", "foreach", "fused")

@@ -176,7 +176,9 @@ FINETUNE_LABELS = {"full": "full (every parameter)", "lora": "LoRA", "qlora": "Q
 
 
 LOOP_LABELS = {"bare": "a bare PyTorch loop", "trainer": "transformers' Trainer", "sft": "TRL's SFTTrainer"}
-LOSS_LABELS = {"transformers": "transformers' cross-entropy", "trl-chunked": "TRL's chunked log-probs"}
+LOSS_LABELS = {"transformers": "transformers' cross-entropy", "trl-chunked": "TRL's chunked log-probs",
+               "torchtune-chunked": "torchtune's chunked cross-entropy",
+               "liger-fused": "Liger's fused linear cross-entropy (CUDA; from source, not measured)"}
 
 
 def _labelled(names: tuple[str, ...], labels: dict[str, str]) -> list[tuple[str, str]]:
