@@ -54,7 +54,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="|".join(WALKS),
         help="deck: the deck's walk (default); eager: what PyTorch eager autograd allocates (one device)",
     )
-    p.add_argument("--attention", metavar="sdpa|eager", help="the eager walk: transformers' attn_implementation")
+    p.add_argument(
+        "--attention",
+        metavar="sdpa|eager",
+        help="transformers' attn_implementation, in every walk: sdpa, a fused kernel that keeps no s x s scores "
+        "(the eager walk's default), or eager, which keeps them (the deck walk's default)",
+    )
     p.add_argument("--device", metavar="cuda|cpu", help="the eager walk: where the step runs (AdamW foreach or not)")
     par = p.add_argument_group("several devices (bytes and peak become per device)")
     par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
@@ -63,7 +68,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     par.add_argument("--ep", metavar="N", help="expert-parallel ranks among the dp workers, E/ep experts each")
     par.add_argument("--zero", metavar="0|1|2|3", help="ZeRO stage over the dp workers (default 0)")
     par.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
-    par.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention")
+    par.add_argument(
+        "--flash",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="FlashAttention: the same as --attention sdpa (--no-flash: --attention eager)",
+    )
     par.add_argument("--grad-accum", metavar="N", help="micro-batches per step and worker (default: pp)")
     par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
     par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan and --fit-card (default 80)")

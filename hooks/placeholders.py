@@ -241,9 +241,9 @@ def widget_html(page_url: str) -> str:
         "preset": shape["name"], "seq": str(config["seq"]), "micro-batch": str(config["micro_batch"]),
         "grad-accum": "",  # calc's default: as many micro-batches as pipeline stages
         "recipe": config["recipe"], "recompute": config["recompute"],
-        "attention": config["attention"], "device": config["device"],
+        "attention": "", "device": config["device"],  # attention: the deck keeps the scores, the eager walk sdpa
         "dp": str(par["dp"]), "tp": str(par["tp"]), "pp": str(par["pp"]), "zero": str(par["zero"]),
-        "sequence-parallel": str(par["sequence_parallel"]).lower(), "flash": str(par["flash"]).lower(),
+        "sequence-parallel": str(par["sequence_parallel"]).lower(), 
         "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
         "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
         "ep": str(par["ep"]),
@@ -274,7 +274,9 @@ def widget_html(page_url: str) -> str:
         "norm": [("layer", "LayerNorm"), ("rms", "RMSNorm")],
         "positions": [("learned", "learned"), ("rope", "rotary (RoPE)")],
         "zero": [("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")],
-        "attention": [("sdpa", "sdpa (fused, no scores kept)"), ("eager", "eager (scores kept)")],
+        # one field for both walks (calc.inputs.attention_fields): "" leaves each walk its default
+        "attention": [("", "each walk's default"), ("sdpa", "sdpa (fused, no scores kept)"),
+                      ("eager", "eager (scores kept)")],  # fmt: skip
         "device": [("cuda", "GPU (CUDA)"), ("cpu", "CPU")],
         # the eager walk's loop around the step (calc.loops): "" is what the device and the loop pick
         "loop": _labelled(deck.calc.loops.LOOPS, LOOP_LABELS),
