@@ -243,6 +243,38 @@ def read_config(path: str) -> str:
     return text
 
 
+# Fields an output mode does not read, each with the reason it is refused there (issue 19: no flag is accepted
+# and ignored; tests/test_every_flag.py runs every field through every mode).
+PLAN_CHOOSES = ("dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum")
+FIT_CHOOSES = (*PLAN_CHOOSES, "ep", "sequence-parallel", "walk", "finetune", "lora-rank", "lora-alpha",
+               "lora-targets", "freeze-layers")  # fmt: skip
+UNREAD = {
+    "plan": dict.fromkeys(PLAN_CHOOSES, "--plan chooses it itself (its rows are the layouts): leave it unset"),
+    "fit_card": {
+        **dict.fromkeys(FIT_CHOOSES, "--fit-card chooses it itself, on one card: leave it unset"),
+        "global-batch": "applies to --plan",
+    },
+    "table": dict.fromkeys(("recipe", "recompute"), "--table shows every recipe and recomputation: leave it unset"),
+    "step": {
+        **dict.fromkeys(("capacity-gb", "card"), "applies to --plan and --fit-card (the memory they fit)"),
+        "global-batch": "applies to --plan",
+    },
+}
+
+
+def mode_problem(args: argparse.Namespace, raw: dict, walk: str) -> tuple[str, str] | None:
+    """(field, message) for a given field the chosen output mode does not read, or None."""
+    mode = next((m for m in ("plan", "fit_card", "table") if getattr(args, m)), "step")
+    given = {k for k, v in raw.items() if v is not None}
+    unread = {**UNREAD[mode], **({} if mode == "step" else UNREAD["step"])} if mode == "table" else UNREAD[mode]
+    field = next((f for f in unread if f in given), None)
+    if field:
+        return field, unread[field]
+    if "device" in given and walk != "eager":
+        return "device", "applies to --walk eager (the deck's accounting is the same on every device)"
+    return None
+
+
 def _main(argv: list[str] | None, prog: str | None) -> int:
     args = build_parser(prog).parse_args(argv)
     modes = ("json", "table", "events", "plan", "fit_card")
@@ -256,7 +288,8 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         return 2
     shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
     tune = inputs["tune"]
-    problem = (args.plan or args.table) and plan_problem(inputs["walk"], tune)
+    problem = mode_problem(args, raw, inputs["walk"])
+    problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], tune))
     if problem:
         print(f"error: --{problem[0]}: {problem[1]}", file=sys.stderr)
         return 2

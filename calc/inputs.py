@@ -397,8 +397,9 @@ def tuning_problem(
     field = "finetune" if tune.mode != "full" else "optimizer" if tune.optimizer != "adamw" else "paged-optimizer"
     if walk != "deck":
         return eager_tuning_problem(tune, shape)
-    if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
-        return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero, --grad-accum unset"
+    if par.tp > 1 or par.pp > 1 or par.zero or par.sequence_parallel or (grad_accum or 1) > 1:
+        return field, ("is walked on one device (or plain dp): leave --tp, --pp, --zero, --sequence-parallel, "
+                       "--grad-accum unset")  # fmt: skip
     return None
 
 

@@ -243,7 +243,7 @@ def widget_html(page_url: str) -> str:
         "recipe": config["recipe"], "recompute": config["recompute"],
         "attention": "", "device": config["device"],  # attention: the deck keeps the scores, the eager walk sdpa
         "dp": str(par["dp"]), "tp": str(par["tp"]), "pp": str(par["pp"]), "zero": str(par["zero"]),
-        "sequence-parallel": str(par["sequence_parallel"]).lower(), 
+        "sequence-parallel": str(par["sequence_parallel"]).lower(),
         "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
         "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
         "ep": str(par["ep"]),
@@ -275,8 +275,11 @@ def widget_html(page_url: str) -> str:
         "positions": [("learned", "learned"), ("rope", "rotary (RoPE)")],
         "zero": [("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")],
         # one field for both walks (calc.inputs.attention_fields): "" leaves each walk its default
-        "attention": [("", "each walk's default"), ("sdpa", "sdpa (fused, no scores kept)"),
-                      ("eager", "eager (scores kept)")],  # fmt: skip
+        "attention": [
+            ("", "each walk's default"),
+            ("sdpa", "sdpa (fused, no scores kept)"),
+            ("eager", "eager (scores kept)"),
+        ],
         "device": [("cuda", "GPU (CUDA)"), ("cpu", "CPU")],
         # the eager walk's loop around the step (calc.loops): "" is what the device and the loop pick
         "loop": _labelled(deck.calc.loops.LOOPS, LOOP_LABELS),
