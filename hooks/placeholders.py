@@ -258,6 +258,7 @@ def widget_html(page_url: str) -> str:
         "categories": list(deck.calc.CATEGORIES),
         "categoryLabels": deck.calc.CATEGORY_LABELS,
         "eagerBands": bands_with_devices(deck.eager_bands()),
+        "loopPresets": deck.calc.loops.LOOP_PRESETS,  # the fields "as Trainer runs it" sets (calc.loops)
         "resultsUrl": get_relative_url("results/", page_url),
         "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
         "fields": deck.page_fields(),  # every field name the page knows, from calc

@@ -50,8 +50,15 @@ KNOWN_GAPS = {
     "lora": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
     "qlora": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
     "freeze": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
-    "eager-lora": ["context", "dropout", "family", "head-bias", "norms-per-layer", "shared-expert-gate",
-                   "sliding-window"],
+    "eager-lora": [
+        "context",
+        "dropout",
+        "family",
+        "head-bias",
+        "norms-per-layer",
+        "shared-expert-gate",
+        "sliding-window",
+    ],
     "plan": ["activation", "dropout", "sliding-window"],
     "fit-card": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
 }
