@@ -60,7 +60,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="|".join(WALKS),
         help="deck: the deck's walk (default); eager: what PyTorch eager autograd allocates (one device)",
     )
-    p.add_argument("--attention", metavar="sdpa|eager", help="the eager walk: transformers' attn_implementation")
+    p.add_argument(
+        "--attention",
+        metavar="sdpa|eager",
+        help="transformers' attn_implementation, in every walk: sdpa, a fused kernel that keeps no s x s scores "
+        "(the eager walk's default), or eager, which keeps them (the deck walk's default)",
+    )
     p.add_argument("--device", metavar="cuda|cpu", help="the eager walk: where the step runs (AdamW foreach or not)")
     par = p.add_argument_group("several devices (bytes and peak become per device)")
     par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
@@ -69,7 +74,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     par.add_argument("--ep", metavar="N", help="expert-parallel ranks among the dp workers, E/ep experts each")
     par.add_argument("--zero", metavar="0|1|2|3", help="ZeRO stage over the dp workers (default 0)")
     par.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
-    par.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention")
+    par.add_argument(
+        "--flash",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="FlashAttention: the same as --attention sdpa (--no-flash: --attention eager)",
+    )
     par.add_argument("--grad-accum", metavar="N", help="micro-batches per step and worker (default: pp)")
     par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
     par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan and --fit-card (default 80)")
@@ -118,7 +128,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--loss",
         metavar="|".join(LOSSES),
         help="transformers: ForCausalLMLoss on the logits (default); trl-chunked: TRL's chunked log-prob head, no "
-        "logits (the default with --loop sft)",
+        "logits (the default with --loop sft); torchtune-chunked: torchtune's CEWithChunkedOutputLoss, the head "
+        "and the fp32 upcast one of 8 chunks at a time; liger-fused: Liger's fused linear cross-entropy, the "
+        "gradients made in the forward, one tile at a time (--device cuda; from source, not measured)",
     )
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()
@@ -247,6 +259,38 @@ def read_config(path: str) -> str:
     return text
 
 
+# Fields an output mode does not read, each with the reason it is refused there (issue 19: no flag is accepted
+# and ignored; tests/test_every_flag.py runs every field through every mode).
+PLAN_CHOOSES = ("dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum")
+FIT_CHOOSES = (*PLAN_CHOOSES, "ep", "sequence-parallel", "walk", "finetune", "lora-rank", "lora-alpha",
+               "lora-targets", "freeze-layers")  # fmt: skip
+UNREAD = {
+    "plan": dict.fromkeys(PLAN_CHOOSES, "--plan chooses it itself (its rows are the layouts): leave it unset"),
+    "fit_card": {
+        **dict.fromkeys(FIT_CHOOSES, "--fit-card chooses it itself, on one card: leave it unset"),
+        "global-batch": "applies to --plan",
+    },
+    "table": dict.fromkeys(("recipe", "recompute"), "--table shows every recipe and recomputation: leave it unset"),
+    "step": {
+        **dict.fromkeys(("capacity-gb", "card"), "applies to --plan and --fit-card (the memory they fit)"),
+        "global-batch": "applies to --plan",
+    },
+}
+
+
+def mode_problem(args: argparse.Namespace, raw: dict, walk: str) -> tuple[str, str] | None:
+    """(field, message) for a given field the chosen output mode does not read, or None."""
+    mode = next((m for m in ("plan", "fit_card", "table") if getattr(args, m)), "step")
+    given = {k for k, v in raw.items() if v is not None}
+    unread = {**UNREAD[mode], **({} if mode == "step" else UNREAD["step"])} if mode == "table" else UNREAD[mode]
+    field = next((f for f in unread if f in given), None)
+    if field:
+        return field, unread[field]
+    if "device" in given and walk != "eager":
+        return "device", "applies to --walk eager (the deck's accounting is the same on every device)"
+    return None
+
+
 def _main(argv: list[str] | None, prog: str | None) -> int:
     args = build_parser(prog).parse_args(argv)
     modes = ("json", "table", "events", "plan", "fit_card")
@@ -260,7 +304,8 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         return 2
     shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
     tune = inputs["tune"]
-    problem = (args.plan or args.table) and plan_problem(inputs["walk"], tune)
+    problem = mode_problem(args, raw, inputs["walk"])
+    problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], tune))
     if problem:
         print(f"error: --{problem[0]}: {problem[1]}", file=sys.stderr)
         return 2

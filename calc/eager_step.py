@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from . import counts, finetune, inventory, loops, optim_step, trl_head
+from . import counts, finetune, inventory, loops, losses, optim_step, trl_head
 from .counts import param_counts
 from .families import FAMILIES
 from .optimizers import OPTIMIZERS
@@ -151,9 +151,12 @@ def replay(
     # (last_hidden_state) stays with the causal-LM forward, which applies the head and the loss
     rp.drop(*held, *(t for t in (cos, sin, mask) if t is not None), why="the base model's forward returns")
     head = "embedding" if shape.tied else "lm_head"
-    if loss_kind == "trl-chunked":  # issue 19: TRL's chunked log-prob head, no logits (calc.trl_head)
+    if loss_kind != "transformers":  # issue 19: heads that never build the fp32 logits (calc.trl_head, calc.losses)
         compute = 2 if r.autocast else final.unit
-        loss = trl_head.head(ops, final, head, compute, device)
+        if loss_kind == "trl-chunked":
+            loss = trl_head.head(ops, final, head, compute, device)
+        else:
+            loss = (losses.torchtune_head if loss_kind == "torchtune-chunked" else losses.liger_head)(ops, final, head)
         rp.drop(final, why="the model's forward returns")
         ops.end_autocast()
         return _backward(rp, loss, leaf), st

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from . import families, finetune, loops
 from .activations import layer_bytes
@@ -76,7 +77,8 @@ PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000, "ep": 1 << 16}
 PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
 DEFAULT_CAPACITY_GB = 80
 WALKS = ("deck", "eager")  # calc.walk (the default) or calc.eager (PyTorch eager autograd, one device)
-ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default first), for the eager walk
+ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default first); the deck walk: sdpa is
+# FlashAttention (no s x s scores kept), eager keeps them (calc.inputs.attention_fields)
 DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks foreach AdamW on CUDA
 # Fine-tuning (calc.finetune): which parameters train, and the optimizer (calc.optimizers).
 TUNE_LIMITS = {"lora-rank": 1 << 16, "lora-alpha": 1 << 16}
@@ -265,13 +267,14 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
     recipe = _choice("recipe", given.get("recipe", "mixed"), tuple(RECIPES))
     recompute = _choice("recompute", given.get("recompute", "none"), RECOMPUTE)
     walk = _choice("walk", given.get("walk", "deck"), WALKS)
-    attention = _choice("attention", given.get("attention", ATTENTIONS[0]), ATTENTIONS)
+    attention, flash = attention_fields(given)
     device = _choice("device", given.get("device", DEVICES[0]), DEVICES)
     degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
     zero = given.get("zero", 0)
     if str(zero).strip() not in ("0", "1", "2", "3"):
         raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {quote(zero)}")
     flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
+    flags["flash"] = flash and walk == "deck"  # the eager walk's attention is its own field, not a layout
     par = Parallel(degrees["dp"], degrees["tp"], degrees["pp"], int(str(zero).strip()), **flags, ep=degrees["ep"])
     problem = check(shape, par)
     if problem:
@@ -311,6 +314,21 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
     }
 
 
+def attention_fields(given: Mapping[str, object]) -> tuple[str, bool]:
+    """(the eager walk's attention, whether the deck walk keeps no s x s scores) from --attention and --flash,
+    which say one thing in every walk: sdpa (a fused kernel, as FlashAttention: no scores kept) or eager (the
+    scores kept). --flash is --attention sdpa and --no-flash --attention eager. Neither given: each walk's
+    default, the deck's accounting keeps the scores, the eager walk runs sdpa (transformers' default)."""
+    attention = _choice("attention", given["attention"], ATTENTIONS) if "attention" in given else None
+    flash = _bool("flash", given["flash"]) if "flash" in given else None
+    if attention is not None and flash is not None and flash != (attention == "sdpa"):
+        raise InputError("flash", f"says the opposite of --attention {attention} (--flash is --attention sdpa, "
+                                  "--no-flash is --attention eager): give one")  # fmt: skip
+    if attention is None and flash is not None:
+        attention = "sdpa" if flash else "eager"
+    return attention or ATTENTIONS[0], attention == "sdpa"
+
+
 def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finetune.Tuning,
                grad_accum: int | None) -> loops.Loop:  # fmt: skip
     """The loop's fields (issue 19) as a calc.loops.Loop: the eager walk's only."""
@@ -322,6 +340,8 @@ def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finet
     if impl and tune.optimizer != "adamw":
         raise InputError("adamw-impl", "applies to --optimizer adamw")
     loss = _choice("loss", given["loss"], loops.LOSSES) if "loss" in given else ""
+    if loss == "liger-fused" and given.get("device", DEVICES[0]) == "cpu":
+        raise InputError("loss", "liger-fused runs Liger's Triton kernels: --device cuda (modelled from source)")
     loop = loops.Loop(name, impl, grad_accum or 1, loss)
     if walk == "eager" and shape.family == "decoder" and loop != loops.BARE:
         raise InputError("walk", "the eager walk runs the course's Decoder in a bare loop, one micro-batch, AdamW")
@@ -378,8 +398,9 @@ def tuning_problem(
     field = "finetune" if tune.mode != "full" else "optimizer" if tune.optimizer != "adamw" else "paged-optimizer"
     if walk != "deck":
         return eager_tuning_problem(tune, shape)
-    if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
-        return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero, --grad-accum unset"
+    if par.tp > 1 or par.pp > 1 or par.zero or par.sequence_parallel or (grad_accum or 1) > 1:
+        return field, ("is walked on one device (or plain dp): leave --tp, --pp, --zero, --sequence-parallel, "
+                       "--grad-accum unset")  # fmt: skip
     return None
 
 
@@ -399,7 +420,7 @@ def eager_problem(
     shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = ""
 ) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
-    if par != Parallel():
+    if replace(par, flash=False) != Parallel():  # the deck's flash is the eager walk's --attention sdpa
         return "walk", "the eager walk is one device: leave --dp, --tp, --pp, --ep, --zero unset"
     if shape.family == "decoder" and (grad_accum or 1) > 1:
         return "grad-accum", "the eager walk runs the course's Decoder one micro-batch a step: use the deck walk"

@@ -17,11 +17,22 @@ from .walk import Event
 # (TrainingArguments.optim "adamw_torch_fused", max_grad_norm 1.0, default_data_collator). sft: TRL's
 # SFTTrainer (a Trainer) with its collator and its chunked log-prob head (calc.trl_head).
 LOOPS = ("bare", "trainer", "sft")
-# The loss as it is computed: transformers' ForCausalLMLoss on the b x s x V logits, or TRL's chunked head.
-LOSSES = ("transformers", "trl-chunked")
+# The loss as it is computed: transformers' ForCausalLMLoss on the b x s x V logits, TRL's chunked head
+# (calc.trl_head), torchtune's chunked cross-entropy or Liger's fused linear cross-entropy (calc.losses).
+LOSSES = ("transformers", "trl-chunked", "torchtune-chunked", "liger-fused")
+MEASURED_LOSSES = ("transformers", "trl-chunked", "torchtune-chunked")  # liger-fused: from its source, not measured
 # torch.optim.AdamW's implementations: single-tensor (a Python for loop over the parameters), foreach
 # (torch._foreach_* over each parameter group at once), fused (one torch._fused_adamw_ call, in place).
 ADAMW_IMPLS = ("single", "foreach", "fused")
+# The page's loop presets ("as Trainer runs it"): the fields (the CLI's flags) each loop sets when left to its
+# defaults. Trainer: optim "adamw_torch_fused", bf16=False, gradient_checkpointing=False (TrainingArguments),
+# ForCausalLMLoss. TRL's SFTTrainer: the same optimizer; SFTConfig turns bf16 and gradient_checkpointing on
+# (autocast, every layer checkpointed) and patches in its chunked log-prob head (calc.trl_head).
+LOOP_PRESETS = {
+    "trainer": {"loop": "trainer", "adamw-impl": "fused", "loss": "transformers", "recipe": "fp32-full",
+                "recompute": "none"},
+    "sft": {"loop": "sft", "adamw-impl": "fused", "loss": "trl-chunked", "recipe": "autocast", "recompute": "full"},
+}  # fmt: skip
 INT64 = 8  # bytes of a token id
 LOOP_SCALARS = 4  # Trainer's 0-dim fp32 scalars kept across steps, 4 bytes each: _tr_loss (trainer.py:1647),
 # the last total norm (grad_norm, 1931) and two division results (tr_loss_step, 1909, and one more); traced

@@ -177,7 +177,9 @@ FINETUNE_LABELS = {"full": "full (every parameter)", "lora": "LoRA", "qlora": "Q
 
 ADAPTER_LABELS = {"fp32": "fp32 (peft's default)", "model": "the model's dtype"}
 LOOP_LABELS = {"bare": "a bare PyTorch loop", "trainer": "transformers' Trainer", "sft": "TRL's SFTTrainer"}
-LOSS_LABELS = {"transformers": "transformers' cross-entropy", "trl-chunked": "TRL's chunked log-probs"}
+LOSS_LABELS = {"transformers": "transformers' cross-entropy", "trl-chunked": "TRL's chunked log-probs",
+               "torchtune-chunked": "torchtune's chunked cross-entropy",
+               "liger-fused": "Liger's fused linear cross-entropy (CUDA; from source, not measured)"}
 
 
 def _labelled(names: tuple[str, ...], labels: dict[str, str]) -> list[tuple[str, str]]:
@@ -240,9 +242,9 @@ def widget_html(page_url: str) -> str:
         "preset": shape["name"], "seq": str(config["seq"]), "micro-batch": str(config["micro_batch"]),
         "grad-accum": "",  # calc's default: as many micro-batches as pipeline stages
         "recipe": config["recipe"], "recompute": config["recompute"],
-        "attention": config["attention"], "device": config["device"],
+        "attention": "", "device": config["device"],  # attention: the deck keeps the scores, the eager walk sdpa
         "dp": str(par["dp"]), "tp": str(par["tp"]), "pp": str(par["pp"]), "zero": str(par["zero"]),
-        "sequence-parallel": str(par["sequence_parallel"]).lower(), "flash": str(par["flash"]).lower(),
+        "sequence-parallel": str(par["sequence_parallel"]).lower(),
         "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
         "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
         "ep": str(par["ep"]),
@@ -257,6 +259,7 @@ def widget_html(page_url: str) -> str:
         "categories": list(deck.calc.CATEGORIES),
         "categoryLabels": deck.calc.CATEGORY_LABELS,
         "eagerBands": bands_with_devices(deck.eager_bands()),
+        "loopPresets": deck.calc.loops.LOOP_PRESETS,  # the fields "as Trainer runs it" sets (calc.loops)
         "resultsUrl": get_relative_url("results/", page_url),
         "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
         "fields": deck.page_fields(),  # every field name the page knows, from calc
@@ -274,7 +277,12 @@ def widget_html(page_url: str) -> str:
         "norm": [("layer", "LayerNorm"), ("rms", "RMSNorm")],
         "positions": [("learned", "learned"), ("rope", "rotary (RoPE)")],
         "zero": [("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")],
-        "attention": [("sdpa", "sdpa (fused, no scores kept)"), ("eager", "eager (scores kept)")],
+        # one field for both walks (calc.inputs.attention_fields): "" leaves each walk its default
+        "attention": [
+            ("", "each walk's default"),
+            ("sdpa", "sdpa (fused, no scores kept)"),
+            ("eager", "eager (scores kept)"),
+        ],
         "device": [("cuda", "GPU (CUDA)"), ("cpu", "CPU")],
         # the eager walk's loop around the step (calc.loops): "" is what the device and the loop pick
         "loop": _labelled(deck.calc.loops.LOOPS, LOOP_LABELS),

@@ -778,7 +778,11 @@ prediction is the CLI's from the config.json and the flags a user would type for
 and gradient accumulation, within {trainer_worst} of the measured peak, and TRL's SFTTrainer with LoRA
 (`--loop sft`: its chunked log-prob head, which never builds the logits), {sft_low:.4f} to {sft_high:.4f}
 of it. The deck walk has no loop of its own: it over-counts Trainer's steps and, since it builds the
-logits TRL never builds, predicts a fraction of SFTTrainer's. Environment: {environment}."""
+logits TRL never builds, predicts a fraction of SFTTrainer's. `trainer-torchtune-ce` is Trainer with
+torchtune's chunked cross-entropy (`--loss torchtune-chunked`; torchtune is not installed, so the script patches
+the model's forward with a re-implementation of its source). Liger's fused linear cross-entropy
+(`--loss liger-fused`) runs Triton kernels, on CUDA only: it is modelled from its source, not measured.
+Environment: {environment}."""
 
 
 def _said(answer: dict) -> str:

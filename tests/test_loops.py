@@ -29,6 +29,7 @@ FLAGS = {
     "trainer-adafactor": ["--loop", "trainer", "--optimizer", "adafactor"],
     "trainer-lion": ["--loop", "trainer", "--optimizer", "lion"],
     "trainer-adamw-8bit": ["--loop", "trainer", "--optimizer", "adamw-8bit"],
+    "trainer-torchtune-ce": ["--loop", "trainer", "--loss", "torchtune-chunked"],  # torchtune's chunked loss
     # TRL's SFTTrainer with peft's LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
     "sft-lora": ["--loop", "sft", "--finetune", "lora", "--lora-rank", "8", "--lora-alpha", "16",
                  "--lora-targets", "q,v"],

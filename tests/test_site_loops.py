@@ -41,3 +41,21 @@ def test_the_loop_fields_change_the_eager_figure_as_the_cli_does(open_page):
     settle(again)
     assert again.input_value('[name="loop"]') == "sft" and again.evaluate(EAGER) == page.evaluate(EAGER)
     assert recorder.errors == []
+
+
+def test_a_loop_preset_sets_the_loops_fields(open_page):
+    """"As TRL's SFTTrainer runs it" sets the loop, AdamW implementation, loss, precision and checkpointing to
+    SFTTrainer's defaults (calc.loops.LOOP_PRESETS), and the eager figure is the CLI's for those flags; "as
+    Trainer runs it" then sets Trainer's."""
+    from calc.loops import LOOP_PRESETS
+
+    page, recorder = open_page()
+    settle(page)
+    for preset in ("sft", "trainer"):
+        page.select_option("[data-loop-preset]", preset)
+        settle(page)
+        fields = LOOP_PRESETS[preset]
+        assert {name: page.input_value(f'[name="{name}"]') for name in fields} == fields
+        flags = [a for name, value in fields.items() for a in (f"--{name}", value)]
+        assert page.evaluate(EAGER) == cli_json(["--walk", "eager", *flags])["peak"], preset
+    assert recorder.errors == []

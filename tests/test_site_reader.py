@@ -58,12 +58,13 @@ def test_a_preset_named_like_an_object_property_is_refused_by_name(open_page, na
 
 
 def test_choices_and_switches_are_read_as_calc_reads_them(open_page):
-    """FULL, Mixed, 1 and yes are what calc accepts: the page shows calc's answer for them, no notice."""
+    """FULL, Mixed, 1 and yes are what calc accepts: the page shows calc's answer for them, no notice (a link's
+    flash, which has no control of its own, is calc's --attention sdpa)."""
     page, recorder = open_page("?recompute=FULL&recipe=Mixed&tied=1&flash=yes&bias=0")
     wait_live_source(page)
     values = form_values(page)
-    assert (values["recompute"], values["recipe"], values["tied"], values["flash"], values["bias"]) == (
-        "full", "mixed", "true", "true", "false")
+    assert (values["recompute"], values["recipe"], values["tied"], values["bias"]) == (
+        "full", "mixed", "true", "false")
     assert_page_shows(page, answer_for({"recompute": "full", "tied": "true", "flash": "true"}))
     assert page.text_content('[data-out="peak"]') == format_size(answer_for(
         {"recompute": "full", "tied": "true", "flash": "true"})["step"]["peak"])
@@ -360,7 +361,7 @@ def test_the_404_page_works_under_a_sub_path_at_any_depth(browser, prefix):
 
 CONTROLS = {
     "text field": '[data-calc-form] [name="seq"]',
-    "checkbox": '[data-calc-form] [name="flash"]',
+    "checkbox": '[data-calc-form] [name="sequence-parallel"]',
     "select": '[data-calc-form] [name="recipe"]',
     "scrubber": '[data-anim="scrub"]',
     "button": '[data-anim="play"]',

@@ -13,6 +13,9 @@ max_memory_allocated and max_memory_reserved). The loops:
     trainer-sgd     optim="sgd" (no momentum) and trainer-sgd-momentum (optim_args "momentum=0.9")
     trainer-adafactor  optim="adafactor" (transformers' Adafactor, as Trainer configures it)
     trainer-lion    optim="lion_32bit" and trainer-adamw-8bit (optim="adamw_bnb_8bit"): bitsandbytes' optimizers
+    trainer-torchtune-ce  Trainer (full fine-tuning) with torchtune's chunked cross-entropy: the model's forward
+                    patched as torchtune runs its models with CEWithChunkedOutputLoss (torchtune_loss below, a
+                    re-implementation of its source: torchtune is not installed here)
     sft-lora        TRL's SFTTrainer with a peft LoraConfig (r 8, alpha 16, q_proj and v_proj): TRL patches the
                     model with its chunked, fused log-prob head (trl.trainer.utils.add_fused_lm_head), so the
                     b x s x V logits are never built. TRL's defaults are bf16 and gradient checkpointing; the grid
@@ -66,6 +69,7 @@ class Loop:
     optim_args: str | None = None
     accumulation: int = 1  # gradient_accumulation_steps
     sft_lora: bool = False  # TRL's SFTTrainer with peft's LoRA
+    torchtune_ce: bool = False  # the forward patched with torchtune's chunked cross-entropy (torchtune_loss)
     flags: tuple[str, ...] = ()  # what a user adds to the calc command for this loop
 
 
@@ -85,6 +89,7 @@ LOOPS = {  # every loop measured, by name (the module's docstring says what each
         Loop("trainer-adafactor", optim="adafactor", flags=(*TRAINER, "--optimizer", "adafactor")),
         Loop("trainer-lion", optim="lion_32bit", flags=(*TRAINER, "--optimizer", "lion")),  # bitsandbytes' Lion
         Loop("trainer-adamw-8bit", optim="adamw_bnb_8bit", flags=(*TRAINER, "--optimizer", "adamw-8bit")),
+        Loop("trainer-torchtune-ce", torchtune_ce=True, flags=(*TRAINER, "--loss", "torchtune-chunked")),
         Loop("sft-lora", sft_lora=True, flags=LORA),  # TRL's SFTTrainer with LoraConfig(r=8, alpha 16, q and v)
     )
 }
@@ -146,6 +151,35 @@ def _arguments(loop: Loop, precision: str, checkpointing: str, b: int, device: s
     }
 
 
+def torchtune_loss(net, chunks: int = 8) -> None:
+    """Patch a transformers causal LM's forward to compute its loss as torchtune does with
+    CEWithChunkedOutputLoss(num_output_chunks=8), re-implemented from torchtune's source (not installed here):
+    TransformerDecoder.chunked_output (torchtune/modules/transformer.py) applies the head to each piece of
+    last_hidden_state.tensor_split(chunks, dim=1); the recipes shift the labels left and pad them with -100
+    (torch.hstack, recipes/full_finetune_single_device.py); CEWithChunkedOutputLoss.forward
+    (torchtune/modules/loss/ce_chunked_output_loss.py) splits the labels the same way (reshape(-1) each),
+    upcasts one chunk at a time (logits.float()) into cross_entropy(reduction="sum") and divides the sum by
+    the tokens scored. Patched as TRL patches its head: a bound method, so accelerate can wrap it in autocast."""
+    import types
+
+    from torch.nn import functional
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    def forward(self, input_ids=None, labels=None, attention_mask=None, **kwargs):
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = [self.lm_head(chunk) for chunk in hidden.tensor_split(chunks, dim=1)]
+        labels = torch.hstack((labels[..., 1:], torch.full_like(labels[..., :1], -100)))
+        total = (labels != -100).sum()
+        targets = [chunk.reshape(-1) for chunk in labels.tensor_split(chunks, dim=1)]
+        loss = 0.0
+        for chunk, target in zip(logits, targets, strict=True):
+            chunk = chunk.reshape(-1, chunk.size(-1))
+            loss += functional.cross_entropy(chunk.float(), target, ignore_index=-100, reduction="sum")
+        return CausalLMOutputWithPast(loss=loss / total)
+
+    net.forward = types.MethodType(forward, net)
+
+
 def _trainer(loop: Loop, m: hf_models.Model, precision: str, checkpointing: str, b: int, data, device: str):
     """The loop's trainer, model built inside the measurement (random weights, as hf_models builds it)."""
     from transformers import Trainer, TrainingArguments, default_data_collator
@@ -153,6 +187,8 @@ def _trainer(loop: Loop, m: hf_models.Model, precision: str, checkpointing: str,
     folder = tempfile.mkdtemp(prefix="loops-")
     net = hf_models.build(m, ATTENTION, "none")  # the trainer enables checkpointing itself, from its arguments
     fields = _arguments(loop, precision, checkpointing, b, device, folder)
+    if loop.torchtune_ce:
+        torchtune_loss(net)
     if not loop.sft_lora:
         return Trainer(model=net, args=TrainingArguments(**fields), train_dataset=data,
                        data_collator=default_data_collator)  # fmt: skip

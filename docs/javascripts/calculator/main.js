@@ -132,6 +132,16 @@ function mount(root) {
     }
     update();
   }
+  // A loop preset ("as Trainer runs it") sets the fields that loop defaults to (calc.loops.LOOP_PRESETS), each
+  // as if the reader had chosen it; the preset itself is no field of calc's and is never sent.
+  const loopPreset = root.querySelector("[data-loop-preset]");
+  loopPreset?.addEventListener("input", (event) => {
+    event.stopPropagation();
+    for (const [name, value] of Object.entries(config.loopPresets[loopPreset.value] || {})) {
+      f.setField(name, value);
+      f.field(name).dispatchEvent(new Event("input", { bubbles: true }));
+    }
+  });
   f.form.addEventListener("input", onInput);
   f.form.addEventListener("submit", (event) => event.preventDefault());
   for (const button of root.querySelectorAll("[data-capacity-preset]")) {

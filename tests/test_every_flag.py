@@ -1,0 +1,132 @@
+"""Every field of the CLI through every walk and output mode (issue 19): each is used (changes some answer
+for some input) or refused in one line naming a field; none is accepted and ignored. The fields are the
+parser's options that calc.inputs.FIELDS declares; their values come from the parser (a metavar's choices,
+a switch's two sides) or, for a number, a few small ones."""
+
+import argparse
+import contextlib
+import io
+import json
+
+import pytest
+
+from calc import inputs
+from calc.cli import build_parser, main
+
+BASES = [  # inputs where each field can matter: dense, a mixture of experts, learned positions, tensor parallel
+    ["--preset", "llama-3.2-1b", "--seq", "1024"],
+    ["--preset", "mixtral-8x7b", "--seq", "1024"],
+    ["--preset", "gpt2", "--seq", "512", "--no-tied", "--bias"],
+    ["--preset", "mistral-7b", "--seq", "1024", "--tp", "2", "--dp", "2", "--zero", "1"],
+]
+MODES = {  # the walks and output modes, as a user selects them
+    "deck": [],
+    "table": ["--table"],
+    "eager": ["--walk", "eager"],
+    "lora": ["--finetune", "lora"],
+    "qlora": ["--finetune", "qlora"],
+    "freeze": ["--finetune", "freeze", "--freeze-layers", "4"],
+    "eager-lora": ["--walk", "eager", "--finetune", "lora"],
+    "plan": ["--plan"],
+    "fit-card": ["--fit-card"],
+}
+OUTPUTS = ("--table", "--plan", "--fit-card")
+SPECIAL = {  # values for the fields whose metavar names no choices and that are no small number
+    "preset": ["llama-3.1-8b", "gpt2"],
+    "hf-config": [],  # a file: tests/test_hf.py
+    "card": ["rtx-4090", "h200"],
+    "capacity-gb": ["24", "1000"],
+    "lora-targets": ["q,k,v,o", "all-linear"],
+    "capacity-factor": ["1.25"],
+}
+NO_MEMORY = {"lora-alpha": "LoRA's alpha scales the update: its help says it changes no memory; echoed in --json"}
+# Fields a walk still accepts without reading them (issue 19, not done): the deck's accounting has no term
+# for them (they change the eager walk's answer, where it follows the family's code), or the eager walk has
+# none for the deck's; each (mode, field) here is checked to be still ignored, so the list cannot go stale.
+KNOWN_GAPS = {
+    "deck": ["activation", "dropout", "sliding-window"],
+    "table": ["activation", "dropout", "sliding-window"],
+    "eager": ["norms-per-layer", "shared-expert-gate", "sliding-window"],
+    "lora": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
+    "qlora": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
+    "freeze": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
+    "eager-lora": [
+        "context",
+        "dropout",
+        "family",
+        "head-bias",
+        "norms-per-layer",
+        "shared-expert-gate",
+        "sliding-window",
+    ],
+    "plan": ["activation", "dropout", "sliding-window"],
+    "fit-card": ["activation", "dropout", "shared-expert-gate", "sliding-window"],
+}
+
+
+def run(args: list[str]) -> tuple[int, str, str]:
+    """(exit status, the --json answer, stderr) of the CLI in-process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([*args, "--json"])
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def numbers(text: str) -> str:
+    """An answer without the config it echoes: what the field changes, not what it says it was given."""
+    got = json.loads(text)
+    if isinstance(got, dict):
+        got.pop("config", None)
+    return json.dumps(got)
+
+
+def values(action: argparse.Action) -> list[list[str]]:
+    flag, name = action.option_strings[0], action.option_strings[0][2:]
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return [[flag], [f"--no-{name}"]]
+    if name in SPECIAL:
+        return [[flag, v] for v in SPECIAL[name]]
+    if action.metavar and "|" in action.metavar:
+        return [[flag, v] for v in action.metavar.split("|")]
+    return [[flag, v] for v in ("2", "3", "8", "64", "4096")]
+
+
+FIELDS = [a for a in build_parser()._actions if a.option_strings and a.option_strings[0][2:] in inputs.FIELDS]
+
+
+def ignored(mode: str, action: argparse.Action) -> bool:
+    """Whether some value of the field is taken (the step echoes a config other than the base's) and accepted
+    in this mode while no value changes any answer for any base."""
+    extra, taken_somewhere = MODES[mode], False
+    step_extra = [a for a in extra if a not in OUTPUTS]
+    for base in BASES:
+        start = run([*base, *extra])
+        if start[0] != 0:
+            continue
+        step = run([*base, *step_extra])[1]
+        for value in values(action):
+            rc, out, err = run([*base, *extra, *value])
+            if rc != 0:
+                assert err.count("\n") == 1 and err.startswith("error: --"), (mode, value, err)
+                continue
+            if numbers(out) != numbers(start[1]):
+                return False
+            taken_somewhere |= run([*base, *step_extra, *value])[1] != step
+    return taken_somewhere
+
+
+def test_the_fields_come_from_calc():
+    """The list is calc's own: every declared field but the config file has an option, and there are many."""
+    names = {a.option_strings[0][2:] for a in FIELDS}
+    assert names == set(inputs.FIELDS) and len(names) > 50
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_no_field_is_accepted_and_ignored(mode):
+    """In this walk or mode every field changes some answer for some input or is refused in one line; the
+    known gaps are exactly those still ignored."""
+    found = {a.option_strings[0][2:] for a in FIELDS if a.option_strings[0][2:] not in NO_MEMORY and ignored(mode, a)}
+    assert found == set(KNOWN_GAPS.get(mode, ()))
