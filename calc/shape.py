@@ -48,6 +48,7 @@ class Shape:
     dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
     capacity_factor: float = 0.0  # each expert takes at most factor x k x tokens / E tokens, padded to that
     # many (Fedus et al. 2022, Switch Transformer); 0: dropless, each expert takes what it is routed
+    norm_topk_prob: bool = False  # Qwen3-MoE's router renormalises its top-k weights (Mixtral's always does)
 
     @property
     def head_dim(self) -> int:

@@ -111,3 +111,33 @@ def test_granite_scales_embeddings_residuals_and_logits():
     labels = [e["label"] for e in step["events"]]
     assert "token embeddings x embedding_multiplier" in labels and "logits / logits_scaling" in labels
     assert sum("x residual_multiplier" in label for label in labels) >= 2
+
+
+def test_qwen3_moe_reads_its_experts_and_dense_layers():
+    """Qwen3-30B-A3B: Qwen3's head norms, 128 experts of 768, top 8 renormalised, every layer sparse; the
+    layers off decoder_sparse_step or in mlp_only_layers keep a dense MLP, which the eager walk leaves to the
+    deck walk."""
+    shape = calc.PRESETS["qwen3-30b-a3b"]
+    assert (shape.family, shape.head_size, shape.experts, shape.experts_per_token) == ("qwen3_moe", 128, 128, 8)
+    assert (shape.expert_ffn, shape.norm_topk_prob, shape.dense_layers) == (768, True, 0)
+    assert families.eager_lacks(shape) is None
+    cfg = json.loads(config_text("qwen3-30b-a3b"))
+    dense = shape_from_config({**cfg, "decoder_sparse_step": 2, "mlp_only_layers": [1, 2]})
+    assert dense.dense_layers == 25  # the 24 even layers (from 0) off the step, and layer 1 (mlp_only_layers)
+    assert "dense layers" in families.eager_lacks(dense)
+    assert shape_from_config({**cfg, "num_experts": 0}).experts == 0
+
+
+MOE_FAMILIES = ("qwen3_moe",)  # the mixture-of-experts families of issue 18 the eager walk replays
+
+
+def test_moe_families_recorded_steps_are_within_a_tenth_of_a_percent():
+    """Every measured step of these families (docs/data/families.json, their CLI answers today's: see
+    test_families_loops_measure) is predicted by the eager walk within 0.1%."""
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).parents[1] / "docs" / "data" / "families.json").read_text())["runs"]
+    measured = [r for r in rows if r["family"] in MOE_FAMILIES and "measured_peak" in r]
+    assert {r["family"] for r in measured} == set(MOE_FAMILIES)
+    for r in measured:
+        assert 0.999 <= r["eager"]["peak"] / r["measured_peak"] <= 1.001, r["eager"]["command"]

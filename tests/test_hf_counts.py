@@ -98,6 +98,13 @@ def small_configs(draw) -> dict:
         cfg["decoder_sparse_step"] = draw(st.integers(1, 3))
         cfg["mlp_only_layers"] = draw(st.lists(st.integers(0, layers - 1), unique=True))
         cfg["qkv_bias"] = draw(st.booleans())
+    if model_type == "qwen3_moe":
+        cfg["num_experts"] = draw(st.integers(0, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, max(1, cfg["num_experts"])))
+        cfg["moe_intermediate_size"] = draw(st.integers(1, 24))
+        cfg["decoder_sparse_step"] = draw(st.integers(1, 3))
+        cfg["mlp_only_layers"] = draw(st.lists(st.integers(0, layers - 1), unique=True))
+        cfg["norm_topk_prob"] = draw(st.booleans())
     return cfg
 
 

@@ -31,6 +31,8 @@ PUBLISHED = {
     "qwen3-32b": 32_762_123_264,  # Qwen3-32B's model card: "32.8B"
     "gemma-2-27b": 27_227_128_320,  # Gemma 2 27B: "27.2B"
     "phi-4": 14_659_507_200,  # Abdin et al. 2024 (Phi-4): "14B"
+    "qwen3-30b-a3b": 30_532_122_624,  # Qwen3-30B-A3B's model card: "30.5B" (3.3B active)
+    "qwen3-235b-a22b": 235_093_634_560,  # Qwen3-235B-A22B's model card: "235B" (22B active)
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 
@@ -106,4 +108,6 @@ def test_every_preset_is_in_one_group():
     assert sorted(r["name"] for r in rows) == sorted(calc.PRESETS)
     mixtral = next(r for r in rows if r["name"] == "mixtral-8x7b")
     assert (mixtral["group"], mixtral["params"], mixtral["active"]) == ("Mistral", 46_702_792_704, 12_879_925_248)
-    assert all(r["active"] == r["params"] for r in rows if r["name"] != "mixtral-8x7b")
+    # Qwen3's model cards: 3.3B and 22B activated (8 of 128 experts in each of 48 and 94 layers)
+    active = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704, "qwen3-235b-a22b": 22_190_763_520}
+    assert all(r["active"] == active.get(r["name"], r["params"]) for r in rows)

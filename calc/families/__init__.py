@@ -55,10 +55,11 @@ def eager_lacks(shape: Shape) -> str | None:
 
 
 def _moe_lacks(shape: Shape, fam: Family) -> str | None:
-    """What of a mixture of experts the eager walk does not replay: it follows MixtralSparseMoeBlock and
-    Qwen2MoeSparseMoeBlock (a shared expert with its gate) with transformers' default grouped_mm experts."""
+    """What of a mixture of experts the eager walk does not replay: it follows MixtralSparseMoeBlock,
+    Qwen2MoeSparseMoeBlock (a shared expert with its gate) and Qwen3MoeSparseMoeBlock with transformers'
+    default grouped_mm experts."""
     if not fam.experts:
-        return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
+        return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's, Qwen2-MoE's and Qwen3-MoE's)"
     if shape.dense_layers:
         return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
     if not shape.gated_ffn or shape.bias:

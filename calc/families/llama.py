@@ -45,10 +45,10 @@ def add(ops: Ops, residual: T, x: T, label: str) -> T:
 
 
 def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, states: Callable = qkv,
-                  residual: Callable = add) -> T:  # fmt: skip
+                  residual: Callable = add, moe: Callable = moe_tail) -> T:  # fmt: skip
     """LlamaDecoderLayer: norm, attention (its query, key and value `states`), the `residual`; norm, the MLP
-    (or a mixture of experts), the residual. A shape's other choices (LayerNorm, a plain feed-forward layer,
-    learned positions) swap in the op transformers uses for them."""
+    (or a mixture of experts: `moe`, calc.parts.experts.moe_tail's arguments), the residual. A shape's other
+    choices (LayerNorm, a plain feed-forward layer, learned positions) swap in the op transformers uses for them."""
     rp, sh = ops.rp, ops.st.shape
     norm = ops.rms_norm if sh.norm == "rms" else ops.layer_norm
     layer = "layer {layer}"
@@ -66,7 +66,7 @@ def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, 
     rp.drop(o)
     normed = norm(mid, f"{layer} post_attention_layernorm")
     if sh.experts:
-        return moe_tail(ops, mid, normed, weights, layer)
+        return moe(ops, mid, normed, weights, layer)
     down = mlp(ops, normed, sh.ffn, f"{layer} ", f"{layer}: ", sh.bias, sh.gated_ffn)
     rp.drop(normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
     out = residual(ops, mid, down, f"{layer}: residual after the feed-forward layer")
