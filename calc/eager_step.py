@@ -96,11 +96,12 @@ def replay(
         rp.drop(summed)
         cos = sin = None
     else:
-        d = shape.head_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
+        # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype (GPT-OSS's: head_dim / 2)
+        d = family.rotary_width(shape) if family.rotary_width else shape.head_dim
         cos = ops.new(seq * d, unit, "rotary cos", "cos(position x inverse frequency)")
         sin = ops.new(seq * d, unit, "rotary sin", "sin(position x inverse frequency)")
         cos.requires_grad = sin.requires_grad = False
-    mask = None
+    mask = window = None
     if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
         mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
         mask.requires_grad = False
@@ -111,10 +112,12 @@ def replay(
     layer_fn = family.layer
     for layer in range(1, shape.layers + 1):
         rp.layer = layer
+        slides = window is not None and family.window_layer and family.window_layer(shape, layer)
+        layer_mask = window if slides else mask  # the mask this layer is given (a checkpoint keeps it)
         if recompute == "full":
-            x = _checkpointed(ops, layer_fn, x, cos, sin, mask, device)
+            x = _checkpointed(ops, layer_fn, x, cos, sin, layer_mask, device)
         else:
-            y = layer_fn(ops, x, cos, sin, mask)
+            y = layer_fn(ops, x, cos, sin, layer_mask)
             rp.drop(x)
             x = y
     rp.layer = 0

@@ -278,7 +278,7 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
         raise InputError(*problem)
     check_size(shape, seq, micro_batch, par)
     grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
-    problem = walk == "eager" and eager_problem(shape, recompute, par, grad_accum)
+    problem = walk == "eager" and eager_problem(shape, recompute, par, grad_accum, attention)
     if problem:
         raise InputError(*problem)
     global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
@@ -394,8 +394,10 @@ def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[st
     return ("finetune", problem) if problem else None
 
 
-def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int | None) -> tuple[str, str] | None:
-    """(field, message) where the eager walk cannot answer for this step, or None."""
+def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int | None,
+                  attention: str | None = None) -> tuple[str, str] | None:  # fmt: skip
+    """(field, message) where the eager walk cannot answer for this step (with this attention implementation,
+    where given), or None."""
     if par != Parallel():
         return "walk", "the eager walk is one device: leave --dp, --tp, --pp, --ep, --zero unset"
     if shape.family == "decoder" and (grad_accum or 1) > 1:
@@ -405,7 +407,8 @@ def eager_problem(shape: Shape, recompute: str, par: Parallel, grad_accum: int |
         return "walk", f"the eager walk does not follow {missing} yet: use the deck walk"
     if shape.family != "decoder" and recompute == "selective":
         return "recompute", "transformers checkpoints whole layers: none or full with the eager walk"
-    return None
+    lacks = attention and families.attention_lacks(shape, attention)
+    return ("attention", lacks) if lacks else None
 
 
 eager_lacks = families.eager_lacks  # what the eager walk does not replay (the registry says)

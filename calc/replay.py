@@ -31,6 +31,7 @@ class T:
     base: T | None = None  # a view: it allocates nothing and keeps its base alive
     refs: int = 1  # the variable that made it
     grad_of: T | None = None  # for a gradient: the tensor it is the gradient of
+    at: int = -1  # the replay's events before it was allocated (-1: a view, or not made by Replay.new)
 
 
 @dataclass(eq=False)
@@ -46,6 +47,7 @@ class Node:
     layer: int = 0
     recompute: object = None  # a checkpointed region: a function that re-runs its forward on the input
     outs: tuple[T, ...] = ()  # a node of several outputs (a split): it waits for all their gradients
+    at: int = 0  # the replay's events when it was recorded (where a checkpoint's re-run stops)
 
 
 class Replay:
@@ -78,7 +80,7 @@ class Replay:
             self.events.append((self.layer, Event(self.phase, label, category, nbytes, source)))
 
     def new(self, nbytes: int, label: str, source: str, category: str = "activations", unit: int = 0) -> T:
-        t = T(nbytes, label, category, unit=unit)
+        t = T(nbytes, label, category, unit=unit, at=len(self.events))
         self._emit(label, category, nbytes, source)
         return t
 
@@ -132,7 +134,9 @@ class Replay:
             return False
         for t in saved:
             self.keep(t)
-        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs))
+        # autograd packs what an op saves of its inputs before the op runs, and its output after
+        at = out.at if out is not None and out.at >= 0 and all(t is not out for t in saved) else len(self.events)
+        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs, at=at))
         return True
 
     def grad(self, t: T, g: T) -> None:
@@ -192,12 +196,37 @@ class Replay:
                 self.grad(t, grad)
 
     def _recompute(self, node: Node, g: T | None) -> None:
-        """Non-reentrant checkpoint: re-run the region's forward from its saved input, then its backward."""
-        outer, self.nodes = self.nodes, []
+        """Non-reentrant checkpoint: re-run the region's forward from its saved input, then its backward.
+
+        The region's last nodes that save nothing run first, before anything is unpacked (a gradient they make,
+        such as a reshape's copy, lives through the re-run). The re-run stops once the last tensor the region
+        saves is made again (torch.utils.checkpoint's early stop): the ops after it allocate nothing."""
+        outer, self.nodes, mark = self.nodes, [], len(self.events)
         y = node.recompute(node.saved[0])
         inner, self.nodes = self.nodes, outer
         if g is not None:
             self.grads[id(y)] = g
         self.drop(y, why="checkpoint: the re-created output is not needed")
-        self._run(inner)
+        lead = len(inner)
+        while lead and not inner[lead - 1].saved and inner[lead - 1].recompute is None:
+            lead -= 1
+        rerun, self.events[mark:] = self.events[mark:], []
+        cut = inner[lead - 1].at - mark if lead else 0
+        self._run(inner[lead:])
+        self.events += rerun[:cut] + _unmade(rerun[cut:])
+        self._run(inner[:lead])
         self.drop(*node.saved, why="checkpoint: its input released after its backward")
+
+
+def _unmade(events: list) -> list:
+    """A re-run's events after its early stop, less what the stopped ops would have made: each allocation
+    there and its free. What is left frees what the re-run made before it stopped."""
+    out, made = [], {}
+    for layer, e in events:
+        if e.bytes > 0:
+            made[e.label] = made.get(e.label, 0) + 1
+        elif e.bytes < 0 and made.get(e.label.removeprefix("free ")):
+            made[e.label.removeprefix("free ")] -= 1
+        else:
+            out.append((layer, e))
+    return out

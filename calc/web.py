@@ -32,7 +32,7 @@ def eager_beside(inputs: dict) -> dict:
     {"available": false, "reason"}."""
     shape = inputs["shape"]
     tune = inputs["tune"]
-    problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"])
+    problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"], inputs["attention"])
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
     if problem:
         return {"available": False, "reason": problem[1]}

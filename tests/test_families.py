@@ -2,6 +2,7 @@
 model type reads, whose code runs it and what the eager walk replays; every count derives from one list."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -128,14 +129,39 @@ def test_qwen3_moe_reads_its_experts_and_dense_layers():
     assert shape_from_config({**cfg, "num_experts": 0}).experts == 0
 
 
-MOE_FAMILIES = ("qwen3_moe",)  # the mixture-of-experts families of issue 18 the eager walk replays
+def test_gpt_oss_reads_its_biases_and_sinks_and_runs_eager_attention_only(capsys):
+    """GPT-OSS: biases on Q, K, V and O and on every expert, a router bias, a sink logit a head; its model
+    refuses sdpa, so the eager walk wants --attention eager; a dense shape in its code is refused."""
+    cfg = {"model_type": "gpt_oss", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "vocab_size": 128}  # fmt: skip
+    shape = shape_from_config(cfg)
+    assert (shape.family, shape.bias, shape.experts, shape.sliding_window) == ("gpt_oss", True, 4, 128)
+    names = {t.name for t in counts.layer_tensors(shape, True)}
+    assert {"self_attn.sinks", "mlp.router.bias", "mlp.experts.gate_proj.bias", "o_proj.bias"} <= names
+    path = calc_cli_config(cfg)
+    assert main(["--hf-config", path, "--walk", "eager", "--seq", "64"]) == 2
+    assert "--attention: transformers' GPT-OSS code runs eager attention only" in capsys.readouterr().err
+    assert main(["--hf-config", path, "--walk", "eager", "--seq", "64", "--attention", "eager", "--json"]) == 0
+    assert main(["--preset", "llama-7b", "--family", "gpt_oss", "--seq", "64"]) == 2
+    assert "--experts: GPT-OSS's every MLP is a mixture of experts" in capsys.readouterr().err
+
+
+def calc_cli_config(cfg: dict) -> str:
+    """A config.json written where a user would keep it."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+MOE_FAMILIES = ("qwen3_moe", "gpt_oss")  # the mixture-of-experts families of issue 18 the eager walk replays
 
 
 def test_moe_families_recorded_steps_are_within_a_tenth_of_a_percent():
     """Every measured step of these families (docs/data/families.json, their CLI answers today's: see
     test_families_loops_measure) is predicted by the eager walk within 0.1%."""
-    from pathlib import Path
-
     rows = json.loads((Path(__file__).parents[1] / "docs" / "data" / "families.json").read_text())["runs"]
     measured = [r for r in rows if r["family"] in MOE_FAMILIES and "measured_peak" in r]
     assert {r["family"] for r in measured} == set(MOE_FAMILIES)

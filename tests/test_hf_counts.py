@@ -105,6 +105,11 @@ def small_configs(draw) -> dict:
         cfg["decoder_sparse_step"] = draw(st.integers(1, 3))
         cfg["mlp_only_layers"] = draw(st.lists(st.integers(0, layers - 1), unique=True))
         cfg["norm_topk_prob"] = draw(st.booleans())
+    if model_type == "gpt_oss":
+        cfg["num_local_experts"] = draw(st.integers(1, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
+        cfg["attention_bias"] = draw(st.booleans())
+        cfg["sliding_window"] = draw(st.sampled_from([None, 4, 128]))
     return cfg
 
 

@@ -33,6 +33,7 @@ PUBLISHED = {
     "phi-4": 14_659_507_200,  # Abdin et al. 2024 (Phi-4): "14B"
     "qwen3-30b-a3b": 30_532_122_624,  # Qwen3-30B-A3B's model card: "30.5B" (3.3B active)
     "qwen3-235b-a22b": 235_093_634_560,  # Qwen3-235B-A22B's model card: "235B" (22B active)
+    "gpt-oss-20b": 20_914_757_184,  # OpenAI's gpt-oss model card: "21B" (transformers' count on the meta device)
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 
@@ -109,5 +110,7 @@ def test_every_preset_is_in_one_group():
     mixtral = next(r for r in rows if r["name"] == "mixtral-8x7b")
     assert (mixtral["group"], mixtral["params"], mixtral["active"]) == ("Mistral", 46_702_792_704, 12_879_925_248)
     # Qwen3's model cards: 3.3B and 22B activated (8 of 128 experts in each of 48 and 94 layers)
-    active = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704, "qwen3-235b-a22b": 22_190_763_520}
+    # gpt-oss-20b: 4 of 32 experts in each of 24 layers (OpenAI's 3.6B active leaves out the embedding and head)
+    active = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704, "qwen3-235b-a22b": 22_190_763_520,
+              "gpt-oss-20b": 4_187_440_704}  # fmt: skip
     assert all(r["active"] == active.get(r["name"], r["params"]) for r in rows)

@@ -31,6 +31,12 @@ class Family:
     head: Callable | None = None  # (ops, logits) -> logits: what it does to the logits before the loss
     tensors: Callable | None = None  # (shape, moe) -> one block's calc.inventory.Tensor list; None: Llama's block
     problem: Callable | None = None  # (shape) -> (field, message) where its code cannot have this shape, or None
+    expert_bias: bool = False  # its experts have biases (GPT-OSS's), which the eager walk replays
+    rotary_width: Callable | None = None  # (shape) -> values a position of its rotary cos and sin tables; None:
+    # head_dim (LlamaRotaryEmbedding's cat of the frequencies with themselves)
+    window_layer: Callable | None = None  # (shape, layer from 1) -> whether that layer is given the sliding-window
+    # mask (window_mask's) rather than the causal one
+    attentions: tuple[str, ...] = ("sdpa", "eager")  # the attn_implementation values its model accepts here
 
     @property
     def eager(self) -> bool:

@@ -116,7 +116,8 @@ def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool
     rp.node("index", ordered, saved=[inverse], inputs=[(weighted, weighted.nbytes, "new")])
     rp.drop(weighted)
     moe = ops.new(n * h, unit, f"{layer}: experts' output summed over k", "view(tokens, k, h).sum(1)")
-    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "pass")])  # its gradient is an expand: a view
+    # its gradient: SumBackward0's expand, which ViewBackward0 reshapes to k x tokens rows (a copy)
+    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "new")])
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, why="grouped_mm_experts_forward returns")
     if moe.unit != a:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
