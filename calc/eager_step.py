@@ -109,6 +109,10 @@ def replay(
             window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
             window.requires_grad = False
             held.append(window)
+    elif family.sdpa_window and family.sdpa_window(shape):  # under sdpa the causal mask is is_causal, not a tensor
+        window = ops.new(micro_batch * seq * seq, 1, "chunked mask", "create_chunked_causal_mask: b x s x s booleans")
+        window.requires_grad = False
+        held.append(window)
     layer_fn = family.layer
     for layer in range(1, shape.layers + 1):
         rp.layer = layer

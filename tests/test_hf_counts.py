@@ -39,10 +39,16 @@ def test_published_config_count_equals_transformers(path):
     assert calc.param_counts(shape_from_text(text))["total"] == transformers_count(json.loads(text))
 
 
+# Model types read with no published config.json stored (none found for issue 18): the random configs below
+# check their counts.
+UNPUBLISHED = {"llama4_text"}
+
+
 def test_every_model_type_is_checked():
-    """The presets and the test configs cover every model type calc reads."""
+    """The presets and the test configs cover every model type calc reads but those listed unpublished."""
     files = [config_text(n) for n in CONFIG_PRESETS] + [p.read_text() for p in CONFIGS.glob("*.json")]
-    assert {json.loads(t)["model_type"] for t in files} == set(READERS)
+    published = {json.loads(t)["model_type"] for t in files}
+    assert published | UNPUBLISHED == set(READERS) and not published & UNPUBLISHED
 
 
 # The classes' default token ids lie outside a tiny vocabulary (Phi-3's padding row would not exist).
@@ -110,6 +116,13 @@ def small_configs(draw) -> dict:
         cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
         cfg["attention_bias"] = draw(st.booleans())
         cfg["sliding_window"] = draw(st.sampled_from([None, 4, 128]))
+    if model_type == "llama4_text":
+        cfg["num_local_experts"] = draw(st.integers(1, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
+        cfg["intermediate_size_mlp"] = draw(st.integers(1, 48))
+        cfg["interleave_moe_layer_step"] = draw(st.integers(1, 3))
+        cfg["no_rope_layer_interval"] = draw(st.integers(1, 4))
+        cfg["use_qk_norm"] = draw(st.booleans())
     return cfg
 
 

@@ -66,7 +66,7 @@ def _moe_lacks(shape: Shape, fam: Family) -> str | None:
         return "experts that are not bias-free SwiGLU (Mixtral's and Qwen2-MoE's are)"
     if shape.capacity_factor:
         return "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no tokens)"
-    if bool(shape.shared_expert_ffn) != shape.shared_expert_gate:
+    if fam.name == "llama" and bool(shape.shared_expert_ffn) != shape.shared_expert_gate:  # Llama's code: Qwen2-MoE
         return "a shared expert without Qwen2-MoE's sigmoid gate (or a gate without one)"
     return None
 

@@ -36,6 +36,8 @@ class Family:
     # head_dim (LlamaRotaryEmbedding's cat of the frequencies with themselves)
     window_layer: Callable | None = None  # (shape, layer from 1) -> whether that layer is given the sliding-window
     # mask (window_mask's) rather than the causal one
+    sdpa_window: Callable | None = None  # (shape) -> whether, under sdpa, its model makes the window mask as a
+    # tensor (Llama 4's chunked one), which the window layers are given
     attentions: tuple[str, ...] = ("sdpa", "eager")  # the attn_implementation values its model accepts here
 
     @property

@@ -32,11 +32,15 @@ def read_gpt_oss(cfg: Mapping) -> dict:
 
 
 def tensors(shape: Shape, moe: bool) -> list[Tensor]:
-    """Llama's block with biases (the experts' are gate_up_proj_bias and down_proj_bias), the router's bias
-    and a sink logit per head."""
+    """Llama's block (with attention_bias, biases on Q, K, V and O), the experts' biases (gate_up_proj_bias and
+    down_proj_bias, always there), the router's bias and a sink logit per head."""
     extra = [Tensor("self_attn.sinks", shape.heads, attention=True)]
     if moe:
         extra.append(Tensor("mlp.router.bias", shape.experts))
+    if moe and not shape.bias:  # the experts' biases are there whatever attention_bias says
+        f, e = shape.expert_width, shape.experts
+        extra += [Tensor("mlp.experts.gate_up_proj_bias", 2 * f, count=e, tp="experts"),
+                  Tensor("mlp.experts.down_proj_bias", shape.hidden, count=e, tp="experts")]  # fmt: skip
     return [*block(shape, moe), *extra]
 
 

@@ -55,7 +55,7 @@ def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, 
     normed = norm(x, f"{layer} input_layernorm")
     q, k, v = states(ops, normed, cos, sin, layer)
     if ops.st.attention == "sdpa":
-        attn, weights = ops.sdpa(q, k, v, layer)
+        attn, weights = ops.sdpa(q, k, v, layer, mask)  # a mask only where the family makes one under sdpa
     else:
         attn, weights = ops.eager_attention(q, k, v, mask, layer)
     o = ops.linear(attn, sh.q_width, sh.hidden, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")

@@ -99,11 +99,12 @@ class Attention:
             out = back
         return out, None
 
-    def sdpa(self, q: T, k: T, v: T, layer: str) -> T:
+    def sdpa(self, q: T, k: T, v: T, layer: str, mask: T | None = None) -> T:
         """F.scaled_dot_product_attention(is_causal=True, enable_gqa for grouped heads), PyTorch's flash
         kernel for the CPU: it saves q, k, v (16-bit casts under autocast), its output, laid out so that
         transpose(1, 2) is contiguous, and the log-sum-exp (fp32, heads x s a sequence); no s x s scores.
-        Its backward makes the three gradients and a working buffer the size of the output."""
+        Its backward makes the three gradients and a working buffer the size of the output. A boolean
+        attn_mask (Llama 4's chunked one) is converted to Q's dtype, and saved."""
         rp, st = self.rp, self.st
         sh = st.shape
         q, k, v = (self.operand(t, what, True) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
@@ -111,10 +112,13 @@ class Attention:
         lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
         # the CPU kernel's backward writes all three gradients; autograd frees those nothing needs at once
         unused = [t.nbytes for t in (q, k, v) if not t.requires_grad]
-        rp.node("sdpa", out, saved=[q, k, v, out, lse],
+        if mask is not None:  # convert_boolean_attn_mask: where(mask, 0, -inf) in Q's dtype, which the kernel saves
+            mask = self.new(mask.nbytes // mask.unit, q.unit, f"{layer}: attention mask in Q's dtype", "torch.where")
+            mask.requires_grad = False
+        rp.node("sdpa", out, saved=[q, k, v, out, lse, *([mask] if mask is not None else [])],
                 inputs=[(q, q.nbytes, "new"), (k, k.nbytes, "new"), (v, v.nbytes, "new")],
                 work=[out.nbytes, *unused])  # fmt: skip
-        rp.drop(lse, q, k, v)
+        rp.drop(lse, q, k, v, mask)
         return out, None
 
 
