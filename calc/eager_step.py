@@ -105,7 +105,8 @@ def replay(
         rp.drop(summed)
         cos = sin = None
     else:
-        d = shape.rotary_dim  # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype
+        # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype (GPT-OSS's: head_dim / 2)
+        d = family.rotary_width(shape) if family.rotary_width else shape.rotary_dim
         rope = 4 if family.rope_fp32 else unit  # (OLMo 2's and 3's stay fp32)
         cos = ops.new(seq * d, rope, "rotary cos", "cos(position x inverse frequency)")
         sin = ops.new(seq * d, rope, "rotary sin", "sin(position x inverse frequency)")
@@ -116,7 +117,7 @@ def replay(
             for t in more:
                 t.requires_grad = False
             held += more
-    mask = None
+    mask = window = None
     if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
         mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
         mask.requires_grad = False
@@ -127,6 +128,10 @@ def replay(
     elif family.sdpa_mask and family.sdpa_mask(shape, seq):  # sdpa_mask: a bool (1, 1, s, s), expanded over b
         mask = ops.new(seq * seq, 1, "sliding-window mask (bool)", "create_sliding_window_causal_mask: s x s")
         mask.requires_grad = False
+    elif family.sdpa_window and family.sdpa_window(shape):  # under sdpa the causal mask is is_causal, not a tensor
+        window = ops.new(micro_batch * seq * seq, 1, "chunked mask", "create_chunked_causal_mask: b x s x s booleans")
+        window.requires_grad = False
+        held.append(window)
     per_layer = None
     if family.layer_inputs:  # layers of different masks or rotary tables (Gemma 2, Gemma 3)
         per_layer, made = family.layer_inputs(ops, cos, sin, mask)
@@ -135,6 +140,8 @@ def replay(
     for layer in range(1, shape.layers + 1) if layers is None else layers:
         rp.layer = layer
         c, s, m = per_layer[layer - 1] if per_layer else (cos, sin, mask)
+        if window is not None and family.window_layer and family.window_layer(shape, layer):
+            m = window  # the mask this layer is given (a checkpoint keeps it)
         if recompute == "full":
             x = _checkpointed(ops, layer_fn, x, c, s, m, device, ids)
         else:
@@ -322,8 +329,10 @@ def whole(shape: Shape, args: tuple, **how) -> list[Segment]:
 def layer_kinds(shape: Shape, tune: finetune.Tuning) -> list:
     """The kind of each layer, 1 to shape.layers: the family's key (calc.families.family) and whether the
     layer is frozen (calc.finetune's freeze_layers: its parameters need no gradient)."""
-    kind = FAMILIES[shape.family].layer_kind
-    return [(kind(shape, i), i <= tune.freeze_layers) for i in range(1, shape.layers + 1)]
+    family = FAMILIES[shape.family]
+    window = family.window_layer or (lambda shape, i: False)  # the layers given the window mask (GPT-OSS, Llama 4)
+    layers = range(1, shape.layers + 1)
+    return [(family.layer_kind(shape, i), i <= tune.freeze_layers, window(shape, i)) for i in layers]
 
 
 def layer_spans(shape: Shape, tune: finetune.Tuning) -> list[tuple[int, int]]:

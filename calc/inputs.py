@@ -429,11 +429,8 @@ def eager_problem(
         return "walk", f"the eager walk does not follow {missing} yet: use the deck walk"
     if shape.family != "decoder" and recompute == "selective":
         return "recompute", "transformers checkpoints whole layers: none or full with the eager walk"
-    accepted = families.FAMILIES[shape.family].attentions
-    if attention and attention not in accepted:  # Gemma2PreTrainedModel: _supports_sdpa = False (its soft-cap)
-        given = families.listing(list(accepted))
-        return "attention", f"transformers' {shape.family} code does not run {attention} attention: use {given}"
-    return None
+    lacks = attention and families.attention_lacks(shape, attention)
+    return ("attention", lacks) if lacks else None
 
 
 eager_lacks = families.eager_lacks  # what the eager walk does not replay (the registry says)

@@ -75,6 +75,10 @@ class Shape:
     expert_groups: int = 0  # 0: the softmax top-k of Mixtral and Qwen2-MoE
     group_topk: int = 0
     topk_norm: bool = False
+    norm_topk_prob: bool = False  # Qwen3-MoE's router renormalises its top-k weights (Mixtral's always does)
+    no_rope_interval: int = 0  # every N-th layer (from 1) has no rotary positions (Llama 4's no_rope_layers); 0: none
+    qk_l2_norm: bool = False  # Llama 4's use_qk_norm: an L2 norm (no weight) on each head of Q and K, rotary layers
+    temperature_tuning: bool = False  # Llama 4's attn_temperature_tuning: Q scaled by position on the no-RoPE layers
 
     @property
     def head_dim(self) -> int:

@@ -17,8 +17,9 @@ DECODER = calc.PRESETS["decoder"]
 PERSISTENT = ("weights", "optimizer", "master")
 
 
-# the code the eager walk replays (Mixtral and Qwen2-MoE: Llama's with a sparse block)
-families = st.sampled_from(["llama", "gpt2", "decoder", "mixtral", "qwen2_moe", "gemma", "gemma2", "gemma3_text"])
+# the code the eager walk replays (Mixtral and Qwen2-MoE: Llama's with a sparse block; Qwen3-MoE: Qwen3's)
+families = st.sampled_from(["llama", "gpt2", "decoder", "mixtral", "qwen2_moe", "gemma", "gemma2", "gemma3_text",
+                            "qwen3_moe"])
 DENSE = {"experts": 0, "experts_per_token": 0, "expert_ffn": 0, "shared_expert_ffn": 0, "shared_expert_gate": False,
          "dense_layers": 0, "capacity_factor": 0.0}  # fmt: skip
 # Gemma's code: GemmaRMSNorm, rotary positions, a gated bias-free MLP; Gemma 2's soft-caps and alternating
@@ -33,8 +34,8 @@ GEMMA = {
 def as_family(shape: calc.Shape, family: str) -> calc.Shape:
     """The shape as that family's code writes it (GPT-2: every head's keys and values, LayerNorm, a plain
     feed-forward layer, learned positions; Mixtral: bias-free SwiGLU experts, top-2 of 4 of the drawn width;
-    Qwen2-MoE: top-4 of 8 narrower ones and a gated shared expert; Gemma: GEMMA), so that no draw is thrown
-    away."""
+    Qwen2-MoE: top-4 of 8 narrower ones and a gated shared expert; Qwen3-MoE: top-4 of 8 narrower ones,
+    renormalised; Gemma: GEMMA), so that no draw is thrown away."""
     if family == "gpt2":
         shape = shape.replace(kv_heads=shape.heads, gated_ffn=False, norm="layer", positions="learned")
     if family == "mixtral":
@@ -51,6 +52,9 @@ def as_family(shape: calc.Shape, family: str) -> calc.Shape:
         shape = shape.replace(norm="rms", positions="rope", gated_ffn=True, bias=False, qkv_bias=False,
                               final_norm=True, **DENSE, **own, layer_types=types,
                               sliding_window=16 if pattern else 0)  # fmt: skip
+    if family == "qwen3_moe":
+        moe = {"experts": 8, "experts_per_token": 4, "expert_ffn": max(1, shape.ffn // 4), "norm_topk_prob": True}
+        shape = shape.replace(gated_ffn=True, bias=False, qkv_bias=False, **moe)
     shape = shape.replace(family=family)
     assert family_problem(shape) is None and eager_lacks(shape) is None
     return shape
@@ -220,7 +224,7 @@ def test_cli_walk_flag(capsys):
     recipes,
     st.sampled_from(["none", "full"]),
     st.sampled_from(["eager", "sdpa"]),
-    st.sampled_from(["llama", "gpt2", "mixtral", "qwen2_moe"]),
+    st.sampled_from(["llama", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe"]),
     st.sampled_from(["cuda", "cpu"]),
 )
 def test_a_deep_model_is_its_middle_layer_repeated(shape, seq, b, recipe, recompute, attention, family, device):

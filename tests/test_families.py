@@ -2,6 +2,7 @@
 model type reads, whose code runs it and what the eager walk replays; every count derives from one list."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,78 @@ def test_phi3_partial_rotary_is_read_and_refused_by_the_eager_walk(capsys, tmp_p
     assert main(["--hf-config", str(path), "--walk", "eager"]) == 2
     assert "rotary positions on part of each head (partial_rotary_factor)" in capsys.readouterr().err
     assert main(["--hf-config", str(path)]) == 0
+def test_qwen3_moe_reads_its_experts_and_dense_layers():
+    """Qwen3-30B-A3B: Qwen3's head norms, 128 experts of 768, top 8 renormalised, every layer sparse; the
+    layers off decoder_sparse_step or in mlp_only_layers keep a dense MLP, which the eager walk leaves to the
+    deck walk."""
+    shape = calc.PRESETS["qwen3-30b-a3b"]
+    assert (shape.family, shape.head_size, shape.experts, shape.experts_per_token) == ("qwen3_moe", 128, 128, 8)
+    assert (shape.expert_ffn, shape.norm_topk_prob, shape.dense_layers) == (768, True, 0)
+    assert families.eager_lacks(shape) is None
+    cfg = json.loads(config_text("qwen3-30b-a3b"))
+    dense = shape_from_config({**cfg, "decoder_sparse_step": 2, "mlp_only_layers": [1, 2]})
+    assert dense.dense_layers == 25  # the 24 even layers (from 0) off the step, and layer 1 (mlp_only_layers)
+    assert "dense layers" in families.eager_lacks(dense)
+    assert shape_from_config({**cfg, "num_experts": 0}).experts == 0
+
+
+def test_gpt_oss_reads_its_biases_and_sinks_and_runs_eager_attention_only(capsys):
+    """GPT-OSS: biases on Q, K, V and O and on every expert, a router bias, a sink logit a head; its model
+    refuses sdpa, so the eager walk wants --attention eager; a dense shape in its code is refused."""
+    cfg = {"model_type": "gpt_oss", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "vocab_size": 128}  # fmt: skip
+    shape = shape_from_config(cfg)
+    assert (shape.family, shape.bias, shape.experts, shape.sliding_window) == ("gpt_oss", True, 4, 128)
+    names = {t.name for t in counts.layer_tensors(shape, True)}
+    assert {"self_attn.sinks", "mlp.router.bias", "mlp.experts.gate_proj.bias", "o_proj.bias"} <= names
+    path = calc_cli_config(cfg)
+    assert main(["--hf-config", path, "--walk", "eager", "--seq", "64"]) == 2
+    assert "--attention: transformers' GPT-OSS code runs eager attention only" in capsys.readouterr().err
+    assert main(["--hf-config", path, "--walk", "eager", "--seq", "64", "--attention", "eager", "--json"]) == 0
+    assert main(["--preset", "llama-7b", "--family", "gpt_oss", "--seq", "64"]) == 2
+    assert "--experts: GPT-OSS's every MLP is a mixture of experts" in capsys.readouterr().err
+
+
+def calc_cli_config(cfg: dict) -> str:
+    """A config.json written where a user would keep it."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_llama4_reads_its_layers_without_rope_and_its_shared_expert():
+    """Llama 4: every token through every expert beside an ungated shared expert; the no_rope_layer_interval
+    and use_qk_norm read; dense layers off interleave_moe_layer_step, which the eager walk leaves to the deck."""
+    cfg = {"model_type": "llama4_text", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "intermediate_size_mlp": 48,
+           "num_local_experts": 4, "num_experts_per_tok": 1, "vocab_size": 128,
+           "no_rope_layer_interval": 2}  # fmt: skip
+    shape = shape_from_config(cfg)
+    assert (shape.family, shape.experts, shape.expert_ffn, shape.shared_expert_ffn) == ("llama4_text", 4, 32, 32)
+    assert (shape.ffn, shape.no_rope_interval, shape.qk_l2_norm, shape.temperature_tuning) == (48, 2, True, True)
+    assert families.eager_lacks(shape) is None
+    dense = shape_from_config({**cfg, "interleave_moe_layer_step": 2})
+    assert dense.dense_layers == 2 and "dense layers" in families.eager_lacks(dense)
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        shape_from_config({**cfg, "no_rope_layers": [0, 1, 1, 1]})
+
+
+MOE_FAMILIES = ("qwen3_moe", "gpt_oss", "llama4_text")
+# The rows still outside the band, by (family, shape, precision, checkpointing): Llama 4's autocast steps with
+# checkpointing peak inside a layer's re-run, with a 149,120-byte oneDNN workspace of a bf16 matmul live at
+# the measured peak (profile_step's workspace), which the eager walk does not replay.
+KNOWN_GAPS = {("llama4_text", "layers", "autocast", "full"): 0.985}
+
+
+def test_moe_families_recorded_steps_are_within_a_tenth_of_a_percent():
+    """Every measured step of these families (docs/data/families.json, their CLI answers today's: see
+    test_families_loops_measure) is predicted by the eager walk within 0.1%."""
+    rows = json.loads((Path(__file__).parents[1] / "docs" / "data" / "families.json").read_text())["runs"]
+    measured = [r for r in rows if r["family"] in MOE_FAMILIES and "measured_peak" in r]
+    assert {r["family"] for r in measured} == set(MOE_FAMILIES)
+    for r in measured:
+        low = KNOWN_GAPS.get((r["family"], r["shape"], r["precision"], r["checkpointing"]), 0.999)
+        assert low <= r["eager"]["peak"] / r["measured_peak"] <= 1.001, r["eager"]["command"]

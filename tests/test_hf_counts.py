@@ -43,7 +43,7 @@ def test_published_config_count_equals_transformers(path):
 
 
 # Model types no published config.json of which was found to store: the small random configs below check them.
-UNPUBLISHED = {"olmo3", "ministral", "ministral3", "mistral3"}
+UNPUBLISHED = {"olmo3", "ministral", "ministral3", "mistral3", "llama4_text"}
 
 
 def test_every_model_type_is_checked():
@@ -124,6 +124,25 @@ def small_configs(draw) -> dict:
         return {"model_type": "gemma3", "text_config": {**cfg, "model_type": "gemma3_text"}}
     if model_type == "deepseek_v3":
         cfg.update(deepseek_v3_fields(draw, heads, layers))
+    if model_type == "qwen3_moe":
+        cfg["num_experts"] = draw(st.integers(0, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, max(1, cfg["num_experts"])))
+        cfg["moe_intermediate_size"] = draw(st.integers(1, 24))
+        cfg["decoder_sparse_step"] = draw(st.integers(1, 3))
+        cfg["mlp_only_layers"] = draw(st.lists(st.integers(0, layers - 1), unique=True))
+        cfg["norm_topk_prob"] = draw(st.booleans())
+    if model_type == "gpt_oss":
+        cfg["num_local_experts"] = draw(st.integers(1, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
+        cfg["attention_bias"] = draw(st.booleans())
+        cfg["sliding_window"] = draw(st.sampled_from([None, 4, 128]))
+    if model_type == "llama4_text":
+        cfg["num_local_experts"] = draw(st.integers(1, 6))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
+        cfg["intermediate_size_mlp"] = draw(st.integers(1, 48))
+        cfg["interleave_moe_layer_step"] = draw(st.integers(1, 3))
+        cfg["no_rope_layer_interval"] = draw(st.integers(1, 4))
+        cfg["use_qk_norm"] = draw(st.booleans())
     return cfg
 
 

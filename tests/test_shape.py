@@ -39,6 +39,9 @@ PUBLISHED = {
     # DeepSeek-V3 technical report (2024): "671B total parameters"; the released 685B adds the multi-token
     # prediction module, which transformers' DeepseekV3ForCausalLM does not build
     "deepseek-v3": 671_026_404_352,
+    "qwen3-30b-a3b": 30_532_122_624,  # Qwen3-30B-A3B's model card: "30.5B" (3.3B active)
+    "qwen3-235b-a22b": 235_093_634_560,  # Qwen3-235B-A22B's model card: "235B" (22B active)
+    "gpt-oss-20b": 20_914_757_184,  # OpenAI's gpt-oss model card: "21B" (transformers' count on the meta device)
     "gpt-3-175b": 174_604_259_328,  # Brown et al. 2020, Table 2.1: "175.0B" (no checkpoint released)
 }
 
@@ -116,4 +119,8 @@ def test_every_preset_is_in_one_group():
     assert (mixtral["group"], mixtral["params"], mixtral["active"]) == ("Mistral", 46_702_792_704, 12_879_925_248)
     deepseek = next(r for r in rows if r["name"] == "deepseek-v3")  # its report: 671B total, 37B activated
     assert (deepseek["group"], deepseek["params"], deepseek["active"]) == ("DeepSeek", 671_026_404_352, 37_552_282_624)
-    assert all(r["active"] == r["params"] for r in rows if r["name"] not in ("mixtral-8x7b", "deepseek-v3"))
+    # Qwen3's model cards: 3.3B and 22B activated (8 of 128 experts in each of 48 and 94 layers)
+    # gpt-oss-20b: 4 of 32 experts in each of 24 layers (OpenAI's 3.6B active leaves out the embedding and head)
+    active = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704, "qwen3-235b-a22b": 22_190_763_520,
+              "gpt-oss-20b": 4_187_440_704, "deepseek-v3": 37_552_282_624}  # fmt: skip
+    assert all(r["active"] == active.get(r["name"], r["params"]) for r in rows)

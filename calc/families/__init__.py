@@ -57,21 +57,30 @@ def eager_lacks(shape: Shape) -> str | None:
 
 
 def _moe_lacks(shape: Shape, fam: Family) -> str | None:
-    """What of a mixture of experts the eager walk does not replay: it follows MixtralSparseMoeBlock and
-    Qwen2MoeSparseMoeBlock (a shared expert with its gate) with transformers' default grouped_mm experts."""
+    """What of a mixture of experts the eager walk does not replay: it follows MixtralSparseMoeBlock,
+    Qwen2MoeSparseMoeBlock (a shared expert with its gate) and Qwen3MoeSparseMoeBlock with transformers'
+    default grouped_mm experts."""
     if not fam.experts:
-        return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's and Qwen2-MoE's)"
+        return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's, Qwen2-MoE's and Qwen3-MoE's)"
     if fam.moe_lacks:
         return fam.moe_lacks(shape)
     if shape.dense_layers:
         return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
-    if not shape.gated_ffn or shape.bias:
+    if not shape.gated_ffn or (shape.bias and not fam.expert_bias):
         return "experts that are not bias-free SwiGLU (Mixtral's and Qwen2-MoE's are)"
     if shape.capacity_factor:
         return "an expert capacity (transformers' Mixtral and Qwen2-MoE drop no tokens)"
-    if bool(shape.shared_expert_ffn) != shape.shared_expert_gate:
+    if fam.name == "llama" and bool(shape.shared_expert_ffn) != shape.shared_expert_gate:  # Llama's code: Qwen2-MoE
         return "a shared expert without Qwen2-MoE's sigmoid gate (or a gate without one)"
     return None
+
+
+def attention_lacks(shape: Shape, attention: str) -> str | None:
+    """Why the family's model cannot run this attention implementation (GPT-OSS refuses sdpa), or None."""
+    fam = FAMILIES[shape.family]
+    if attention in fam.attentions:
+        return None
+    return f"transformers' {fam.models[0]} code runs {listing(list(fam.attentions))} attention only: --attention eager"
 
 
 def tuning_lacks(shape: Shape) -> str | None:
@@ -82,4 +91,5 @@ def tuning_lacks(shape: Shape) -> str | None:
     return f"the eager walk fine-tunes dense {tuned} only: use the deck walk"
 
 
-__all__ = ["CONFIG_PRESETS", "FAMILIES", "MODEL_TYPES", "Family", "ModelType", "eager_lacks", "listing", "tuning_lacks"]
+__all__ = ["CONFIG_PRESETS", "FAMILIES", "MODEL_TYPES", "Family", "ModelType", "attention_lacks", "eager_lacks",
+           "listing", "tuning_lacks"]  # fmt: skip

@@ -25,7 +25,8 @@ def dense_or_moe(shape, index: int) -> Hashable:
     positions (Shape.no_rope_layers) or a full-attention layer among sliding ones (Shape.global_layers,
     Shape.layer_types)."""
     kind = "moe" if shape.experts and index > shape.dense_layers else "dense"
-    marks = (index in shape.no_rope_layers, index in shape.global_layers)
+    no_rope = index in shape.no_rope_layers or bool(shape.no_rope_interval and index % shape.no_rope_interval == 0)
+    marks = (no_rope, index in shape.global_layers)
     if shape.layer_types:  # config.layer_types (Gemma 2, Gemma 3): "s" a sliding layer, "f" a full one
         marks += (shape.layer_types[index - 1] == "f",)
     return (kind, *marks) if any(marks) else kind
@@ -72,6 +73,13 @@ class Family:
     qk_norms: bool = False  # its attention normalises each head of the queries and keys (the deck counts them)
     moe_lacks: Callable | None = None  # (shape) -> what of its own mixture of experts the eager walk does not
     # replay, or None; unset: Mixtral's and Qwen2-MoE's checks (calc.families._moe_lacks)
+    expert_bias: bool = False  # its experts have biases (GPT-OSS's), which the eager walk replays
+    rotary_width: Callable | None = None  # (shape) -> values a position of its rotary cos and sin tables; None:
+    # head_dim (LlamaRotaryEmbedding's cat of the frequencies with themselves)
+    window_layer: Callable | None = None  # (shape, layer from 1) -> whether that layer is given the sliding-window
+    # mask (window_mask's) rather than the causal one
+    sdpa_window: Callable | None = None  # (shape) -> whether, under sdpa, its model makes the window mask as a
+    # tensor (Llama 4's chunked one), which the window layers are given
 
     @property
     def eager(self) -> bool:

@@ -61,16 +61,18 @@ def feed_forward(ops: Ops, normed: T, layer: str) -> T:
 
 
 def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, states: Callable = qkv,
-                  residual: Callable = add, ffn: Callable = feed_forward) -> T:  # fmt: skip
-    """LlamaDecoderLayer: norm, attention (its query, key and value `states`), the `residual`; norm, the MLP
-    (`ffn`, or a mixture of experts), the residual. A shape's other choices (LayerNorm, a plain feed-forward
-    layer, learned positions) swap in the op transformers uses for them."""
+                  residual: Callable = add, ffn: Callable = feed_forward, moe: Callable = moe_tail,
+                  attention: Callable = attend) -> T:  # fmt: skip
+    """LlamaDecoderLayer: norm, `attention` (its query, key and value `states`), the `residual`; norm, the MLP
+    (`ffn`, or a mixture of experts: `moe`, calc.parts.experts.moe_tail's arguments), the residual. A shape's
+    other choices (LayerNorm, a plain feed-forward layer, learned positions) swap in the op transformers uses
+    for them."""
     rp, sh = ops.rp, ops.st.shape
     norm = ops.rms_norm if sh.norm == "rms" else ops.layer_norm
     layer = "layer {layer}"
     normed = norm(x, f"{layer} input_layernorm")
     q, k, v = states(ops, normed, cos, sin, layer)
-    attn, weights = attend(ops, q, k, v, mask, layer)
+    attn, weights = attention(ops, q, k, v, mask, layer)
     o = ops.linear(attn, sh.q_width, sh.hidden, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")
     # LlamaAttention.forward's query_states, key_states, value_states and the layer's hidden_states (the
     # norm's output) live until the attention returns, after o_proj
@@ -79,7 +81,7 @@ def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, 
     rp.drop(o)
     normed = norm(mid, f"{layer} post_attention_layernorm")
     if sh.experts:
-        return moe_tail(ops, mid, normed, weights, layer)
+        return moe(ops, mid, normed, weights, layer)
     down = ffn(ops, normed, layer)
     rp.drop(normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
     out = residual(ops, mid, down, f"{layer}: residual after the feed-forward layer")

@@ -17,11 +17,7 @@ def read_qwen2_moe(cfg: Mapping) -> dict:
     k = c.whole(cfg, "num_experts_per_tok", 4)
     if experts and k > experts:
         raise c.ConfigError(f"num_experts_per_tok ({k}) is more than num_experts ({experts})")
-    step = c.whole(cfg, "decoder_sparse_step", 1)
-    only = c.get(cfg, "mlp_only_layers", [])
-    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
-        raise c.ConfigError(f"mlp_only_layers must be a list of layer numbers, got {json.dumps(only)}")
-    sparse = sum(1 for i in range(out["layers"]) if i not in only and experts and (i + 1) % step == 0)
+    sparse = sparse_layers(cfg, out["layers"], experts)
     out.update(
         ffn=c.whole(cfg, "intermediate_size"),
         qkv_bias=c.flag(cfg, "qkv_bias", True),
@@ -37,6 +33,16 @@ def read_qwen2_moe(cfg: Mapping) -> dict:
             dense_layers=out["layers"] - sparse,
         )
     return out
+
+
+def sparse_layers(cfg: Mapping, layers: int, experts: int) -> int:
+    """The layers whose MLP is the sparse block (Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer): those not in
+    mlp_only_layers whose number (from 1) decoder_sparse_step divides, where there are experts."""
+    step = c.whole(cfg, "decoder_sparse_step", 1)
+    only = c.get(cfg, "mlp_only_layers", [])
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise c.ConfigError(f"mlp_only_layers must be a list of layer numbers, got {json.dumps(only)}")
+    return sum(1 for i in range(layers) if i not in only and experts and (i + 1) % step == 0)
 
 
 MODEL_TYPES = (ModelType("qwen2_moe", read_qwen2_moe, "llama"),)

@@ -106,7 +106,7 @@ class Attention:
             out = back
         return out, None
 
-    def sdpa(self, q: T, k: T, v: T, layer: str, mask: T | None = None) -> T:
+    def sdpa(self, q: T, k: T, v: T, layer: str, mask: T | None = None, repeated: bool = False) -> T:
         """F.scaled_dot_product_attention(is_causal=True, enable_gqa for grouped heads), PyTorch's flash
         kernel for the CPU: it saves q, k, v (16-bit casts under autocast), its output, laid out so that
         transpose(1, 2) is contiguous, and the log-sum-exp (fp32, heads x s a sequence); no s x s scores.
@@ -116,13 +116,14 @@ class Attention:
         repeats K and V itself (use_gqa_in_sdpa: no enable_gqa with a mask) and passes attn_mask, is_causal
         False; the CPU kernel takes it as a float mask of the query's dtype (convert_boolean_attn_mask_cpu:
         zeros_like, contiguous b x 1 x s x s, masked_fill_ where logical_not(mask), a boolean temporary) and
-        saves it for backward."""
+        saves it for backward. A `mask` given `repeated`: the caller
+        repeated K and V already (Llama 4's chunked layers)."""
         rp, st = self.rp, self.st
         sh = st.shape
-        repeated = []
-        if mask is not None:
-            repeated = [self.repeat_kv(k, "K")[0], self.repeat_kv(v, "V")[0]]
-            k, v = repeated
+        copies = []
+        if mask is not None and not repeated:
+            copies = [self.repeat_kv(k, "K")[0], self.repeat_kv(v, "V")[0]]
+            k, v = copies
         q, k, v = (self.operand(t, what, True) for t, what in ((q, "Q"), (k, "K"), (v, "V")))
         bias = []
         if mask is not None:
@@ -138,7 +139,7 @@ class Attention:
         rp.node("sdpa", out, saved=[*bias, q, k, v, out, lse],
                 inputs=[(q, q.nbytes, "new"), (k, k.nbytes, "new"), (v, v.nbytes, "new")],
                 work=[out.nbytes, *unused])  # fmt: skip
-        rp.drop(lse, q, k, v, *bias, *repeated)
+        rp.drop(lse, q, k, v, *bias, *copies)
         return self.sdpa_output(out, q, layer), None
 
     def sdpa_output(self, out: T, q: T, layer: str) -> T:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..replay import T
@@ -11,23 +12,26 @@ if TYPE_CHECKING:  # the ops import nothing of the parts built on them
     from .ops import Ops
 
 
-def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str) -> T:
-    """The rest of a decoder layer whose feed-forward layer is a mixture of experts: the sparse block on the
-    post-attention norm's output, then the residual (MixtralDecoderLayer, Qwen2MoeDecoderLayer)."""
+def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str, block: Callable | None = None) -> T:
+    """The rest of a decoder layer whose feed-forward layer is a mixture of experts: the sparse `block`
+    (ops, x, layer) -> x (moe_block where None) on the post-attention norm's output, then the residual
+    (MixtralDecoderLayer, Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer)."""
     rp = ops.rp
-    moe = moe_block(ops, normed, layer)
+    moe = (block or moe_block)(ops, normed, layer)
     rp.drop(normed)  # the layer's hidden_states is rebound to the block's output
     out = ops.add(mid, moe, f"{layer}: residual after the experts")
     rp.drop(mid, moe, weights)
     return out
 
 
-def moe_block(ops: Ops, x: T, layer: str) -> T:
-    """MixtralSparseMoeBlock, or Qwen2MoeSparseMoeBlock where the shape has a shared expert's gate.
+def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool | None = None) -> T:
+    """MixtralSparseMoeBlock, or Qwen2MoeSparseMoeBlock where the shape has a shared expert's gate;
+    Qwen3MoeSparseMoeBlock with `renorm` (its norm_topk_prob) and `cast` given (None: Mixtral's or Qwen2-MoE's).
 
     Router (MixtralTopKRouter, Qwen2MoeTopKRouter): F.linear to E logits, softmax in fp32, topk; Mixtral
     renormalises the k weights (an in-place division, which clones its input for backward); Qwen2-MoE
-    (norm_topk_prob false, its default) casts them to the logits' dtype. Experts: transformers' default
+    (norm_topk_prob false, its default) casts them to the logits' dtype; Qwen3-MoE renormalises them where
+    norm_topk_prob is on, then casts them. Experts: transformers' default
     experts implementation, "grouped_mm" (integrations/moe.py, grouped_mm_experts_forward): the k x tokens
     (token, expert) pairs sorted by expert, the tokens gathered in that order, one grouped matmul to 2 x the
     expert width over every expert's weights, act(gate) * up, one grouped matmul back, times the routing
@@ -39,6 +43,8 @@ def moe_block(ops: Ops, x: T, layer: str) -> T:
     sh = st.shape
     h, n, e, k = sh.hidden, st.tokens, sh.experts, sh.experts_per_token
     qwen = sh.shared_expert_gate
+    renorm = not qwen if renorm is None else renorm
+    cast = qwen if cast is None else cast
     shared = None
     if sh.shared_expert_ffn:  # Qwen2MoeMLP: down(act(gate(x)) * up(x))
         name, label = f"{layer} mlp.shared_expert.", f"{layer}: shared expert's "
@@ -55,18 +61,18 @@ def moe_block(ops: Ops, x: T, layer: str) -> T:
     index.requires_grad = False
     rp.node("topk", top, saved=[index], inputs=[(probs, probs.nbytes, "new")])
     rp.drop(probs)
-    if not qwen:  # router_top_value /= router_top_value.sum(-1, keepdim=True)
+    weights = top
+    if renorm:  # router_top_value /= router_top_value.sum(-1, keepdim=True)
         total = ops.new(n, 4, f"{layer}: sum of the top-k probabilities", "sum(-1)")
         rp.node("sum", total, inputs=[(top, top.nbytes, "new")])
         weights = ops.new(n * k, 4, f"{layer}: renormalised routing weights", "an in-place div_ clones its input")
         rp.node("div", weights, saved=[top, total], inputs=[(top, top.nbytes, "new"), (total, total.nbytes, "new")],
                 work=[top.nbytes, top.nbytes])  # fmt: skip
         rp.drop(total, top)
-    elif logits.unit != 4:  # .to(router_logits.dtype)
-        weights = ops.unary(f"{layer}: routing weights in 16 bits", top, [], logits.unit)
-        rp.drop(top)
-    else:
-        weights = top
+    if cast and logits.unit != 4:  # .to(router_logits.dtype)
+        wide_weights = weights
+        weights = ops.unary(f"{layer}: routing weights in 16 bits", wide_weights, [], logits.unit)
+        rp.drop(wide_weights)
     moe = grouped_experts(ops, x, weights, layer)
     if shared is not None:
         score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
@@ -139,7 +145,8 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     rp.node("index", ordered, saved=[inverse], inputs=[(weighted, weighted.nbytes, "new")])
     rp.drop(weighted)
     moe = ops.new(n * h, unit, f"{layer}: experts' output summed over k", "view(tokens, k, h).sum(1)")
-    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "pass")])  # its gradient is an expand: a view
+    # its gradient: SumBackward0's expand, which ViewBackward0 reshapes to k x tokens rows (a copy)
+    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "new")])
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, why="grouped_mm_experts_forward returns")
     if moe.unit != a:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
