@@ -91,7 +91,7 @@ class Replay:
             self.events.append((self.layer, Event(self.phase, label, category, nbytes, source)))
 
     def new(self, nbytes: int, label: str, source: str, category: str = "activations", unit: int = 0) -> T:
-        t = T(nbytes, label, category, unit=unit, at=len(self.events))
+        t = T(nbytes, label, category, unit=unit)
         self._emit(label, category, nbytes, source)
         self._touch(t, 0)
         return t
