@@ -59,12 +59,13 @@ def eager_beside(inputs: dict) -> dict:
 
 def eager_band(shape, tune) -> str:
     """Which measured steps speak for this one (the keys of hooks/deck.py's eager_bands): its fine-tuning
-    (peft's LoRA and frozen layers, or QLoRA), else mixture of experts, else its family's code."""
+    (peft's LoRA and frozen layers, or QLoRA), else Mixtral's or Qwen2-MoE's mixture of experts (Llama's code
+    with a sparse block), else its family's code."""
     if tune.mode in ("lora", "freeze"):
         return "lora"
     if tune.mode == "qlora":
         return "qlora"
-    return "moe" if shape.moe_layers else shape.family
+    return "moe" if shape.moe_layers and shape.family == "llama" else shape.family
 
 
 def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want_fit: bool = False) -> dict:

@@ -61,6 +61,7 @@ MEASURED = {
     "decoder": DATA / "measurements.json",
     "lora": DATA / "lora.json",
     "qlora": DATA / "qlora.json",
+    "families": DATA / "families.json",
 }
 MOE_TYPES = ("mixtral", "qwen2_moe")  # the mixtures of experts among transformers.json's model types
 
@@ -97,6 +98,15 @@ def eager_bands() -> dict[str, dict]:
             ratios = [r["ratio"] for r in runs if r["model_type"] in classes and r["measured_peak"]]
             if ratios:
                 out[family] = _band(ratios, classes, "10.8")
+    if MEASURED["families"].exists():  # the families people train now (§13.1), where §10.8 has none of theirs
+        runs = [r for r in json.loads(MEASURED["families"].read_text())["runs"] if "ratio" in r.get("eager", {})]
+        by_family: dict[str, list[dict]] = {}
+        for r in runs:
+            by_family.setdefault(calc.families.MODEL_TYPES[r["model_type"]].family, []).append(r)
+        for family, rows in by_family.items():
+            if family not in out:
+                ratios = [r["eager"]["peak"] / r["measured_peak"] for r in rows]
+                out[family] = _band(ratios, [r["model_type"] for r in rows], "13.1")
     if MEASURED["decoder"].exists():
         runs = json.loads(MEASURED["decoder"].read_text())["runs"]
         ratios = [against_tensors(r, "predicted_peak_eager", "ratio_eager") for r in runs
