@@ -8,6 +8,7 @@ from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
 from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
 from .loops import BARE
+from .optimizers import OPTIMIZERS
 from .plan import fit_card, plan, plan_problem
 from .recipes import RECIPES, TABLE_ROWS
 from .units import format_gb, format_gib, format_size, params_label
@@ -47,6 +48,7 @@ def eager_beside(inputs: dict) -> dict:
         tune,
         None if inputs["loop"] == BARE else inputs["loop"],
     )
+    loop, device = inputs["loop"], inputs["device"]
     return {
         "available": True,
         "peak": top,
@@ -54,7 +56,29 @@ def eager_beside(inputs: dict) -> dict:
         "display": _display(top),
         "family": shape.family,
         "band": eager_band(shape, tune),
+        "how": eager_how(tune, loop, device),
+        # what the measured steps a band quotes must have run for it to speak for this one (hooks/deck.py)
+        "setting": f"{inputs['recipe']} {tune.optimizer} {loop.name}{' accum' if loop.grad_accum > 1 else ''}"
+        + f" {loop.loss_kind}",  # the band says the device its steps ran on
     }
+
+
+LOOP_WORDS = {"trainer": "transformers' Trainer", "sft": "TRL's SFTTrainer"}
+
+
+def eager_how(tune, loop, device: str) -> str:
+    """The eager figure's step in words: its optimizer (AdamW's implementation as the device or the loop picks
+    it), the loop around it and a loss other than the loop's own."""
+    words = OPTIMIZERS[tune.optimizer].label
+    if tune.optimizer == "adamw":
+        words += f" ({loop.impl(device)}) as PyTorch runs it"
+    if loop.name in LOOP_WORDS:
+        words += f" in {LOOP_WORDS[loop.name]}"
+    if loop.grad_accum > 1:
+        words += f", {loop.grad_accum} micro-batches a step"
+    if loop.loss:
+        words += f", {loop.loss} loss"
+    return f"{words} on a {'GPU' if device == 'cuda' else 'CPU'}"
 
 
 def eager_band(shape, tune) -> str:
@@ -68,11 +92,18 @@ def eager_band(shape, tune) -> str:
     return "moe" if shape.moe_layers and shape.family == "llama" else shape.family
 
 
+PAGE_EAGER_LAYERS = 256  # the eager walk's event list (some 70 kB a layer in JSON) on the page: at most this deep
+
+
 def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want_fit: bool = False) -> dict:
     """Everything the page draws for one set of validated inputs. With fine-tuning inputs (finetune, optimizer,
     lora-rank, lora-targets, freeze-layers, paged-optimizer) `step` is the fine-tuning step, `trainable_params`
     its trainable parameters and the sweep gains a "finetune" row; `fit` lists what fits one card."""
     shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
+    if inputs["walk"] == "eager" and shape.layers > PAGE_EAGER_LAYERS:
+        raise InputError("layers", f"the page walks the eager step event by event for at most {PAGE_EAGER_LAYERS:,} "
+                         "layers (the list would not fit the browser): use the deck walk here, or the CLI's "
+                         "--walk eager")  # fmt: skip
     accum = inputs["grad_accum"]
     rows = table(shape, seq, b, par, accum)
     for row in rows:

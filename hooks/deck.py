@@ -76,9 +76,25 @@ def family_classes() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _band(ratios: list[float], models, section: str, setting: str = "") -> dict:
+def _band(ratios: list[float], models, section: str, setting: str = "", commands=None) -> dict:
+    """A band; `commands`: the eager walk's commands of its steps, whose settings (setting_of) it speaks for
+    (None: any)."""
+    settings = sorted({setting_of(c) for c in commands}) if commands is not None else None
     return {"low": min(ratios), "high": max(ratios), "runs": len(ratios), "models": sorted(set(models)),
-            "section": section, "anchor": "sec-" + section.replace(".", "-"), "setting": setting}
+            "section": section, "anchor": "sec-" + section.replace(".", "-"), "setting": setting,
+            "settings": settings}
+
+
+def setting_of(command: str) -> str:
+    """What a measured step ran, as calc.web.eager_beside's "setting" says it, from its `--walk eager` command:
+    recipe, optimizer, loop (accumulating or not) and loss, with the CLI's defaults where not given (the band
+    names the device its steps ran on)."""
+    flags = command.split()[3:]  # after "python -m calc"
+    given = {flag: value for flag, value in zip(flags, [*flags[1:], ""], strict=True) if flag.startswith("--")}
+    loop = given.get("--loop", "bare")
+    accum = " accum" if int(given.get("--grad-accum", "1")) > 1 else ""
+    loss = given.get("--loss") or ("trl-chunked" if loop == "sft" else "transformers")
+    return f"{given.get('--recipe', 'mixed')} {given.get('--optimizer', 'adamw')} {loop}{accum} {loss}"
 
 
 def against_tensors(row: dict, predicted: str, ratio: str) -> float:
@@ -95,9 +111,9 @@ def eager_bands() -> dict[str, dict]:
     if MEASURED["transformers"].exists():
         runs = json.loads(MEASURED["transformers"].read_text())["runs"]
         for family, classes in family_classes().items():
-            ratios = [r["ratio"] for r in runs if r["model_type"] in classes and r["measured_peak"]]
-            if ratios:
-                out[family] = _band(ratios, classes, "10.8")
+            rows = [r for r in runs if r["model_type"] in classes and r["measured_peak"]]
+            if rows:
+                out[family] = _band([r["ratio"] for r in rows], classes, "10.8", commands=[r["command"] for r in rows])
     if MEASURED["families"].exists():  # the families people train now (§13.1), where §10.8 has none of theirs
         runs = [r for r in json.loads(MEASURED["families"].read_text())["runs"] if "ratio" in r.get("eager", {})]
         by_family: dict[str, list[dict]] = {}
@@ -106,7 +122,8 @@ def eager_bands() -> dict[str, dict]:
         for family, rows in by_family.items():
             if family not in out:
                 ratios = [r["eager"]["peak"] / r["measured_peak"] for r in rows]
-                out[family] = _band(ratios, [r["model_type"] for r in rows], "13.1")
+                out[family] = _band(ratios, [r["model_type"] for r in rows], "13.1",
+                                    commands=[r["eager"]["command"] for r in rows])
     if MEASURED["decoder"].exists():
         runs = json.loads(MEASURED["decoder"].read_text())["runs"]
         ratios = [against_tensors(r, "predicted_peak_eager", "ratio_eager") for r in runs
@@ -118,13 +135,13 @@ def eager_bands() -> dict[str, dict]:
         if runs:
             ratios = [against_tensors(r, "predicted_peak", "ratio") for r in runs]
             out["lora"] = _band(ratios, [r["model_type"] for r in runs], "12.4",
-                                "fine-tuned with peft's LoRA or with frozen layers")
+                                "fine-tuned with peft's LoRA or with frozen layers", [r["command"] for r in runs])
     if MEASURED["qlora"].exists():
         runs = [r for r in json.loads(MEASURED["qlora"].read_text())["runs"] if r["measured_peak"]]
         if runs:
             ratios = [against_tensors(r, "eager_predicted_peak", "eager_ratio") for r in runs]
             out["qlora"] = _band(ratios, [r["model_type"] for r in runs], "12.5",
-                                 "with bitsandbytes' 4-bit layers and peft's LoRA")
+                                 "with bitsandbytes' 4-bit layers and peft's LoRA", [r["eager_command"] for r in runs])
     return out
 
 

@@ -22,6 +22,7 @@ decimal) or ``text``.
 Claims about the numbers (``{{ calc-claim: A > B }}``, ``{{ calc-if: A > B }} ... {{ calc-else }} ...
 {{ calc-end }}``, ``{{ calc-ratio: A / B }}``) are checked or resolved first (hooks/claims.py).
 
+``{{ calc-replayed }}`` lists the models whose code the eager walk replays (calc.families' registry).
 ``{{ calc-widget }}`` places the live calculator (hooks/calculator.html), filled
 in with the build-time answer so the page reads completely without JavaScript.
 
@@ -32,6 +33,7 @@ anchor ``sec-10-1``, so a section of results.md can be cited.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import sys
@@ -152,6 +154,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         spec = match[1]
         if spec == "calc-widget":
             return WIDGET_SLOT
+        if spec == "calc-replayed":  # the model code the eager walk replays, from calc's registry
+            return deck.calc.families.listing(
+                [m for f in deck.calc.families.FAMILIES.values() if f.layer is not None for m in f.models])
         try:
             return resolve(spec)
         except (ValueError, KeyError, TypeError) as error:
@@ -295,6 +300,7 @@ def widget_html(page_url: str) -> str:
         preset_groups=preset_groups(), fit=answer["fit"], lora_targets=", ".join(deck.calc.finetune.TARGETS),
         capacity_presets=deck.capacity_presets(), plan_max_devices=deck.PLAN_MAX_DEVICES,
         tp_max=max(deck.calc.TP_DEGREES), plan_limit=deck.PLAN_LIMIT,
+        fit_micro_batches=deck.calc.families.listing([f"{m:,}" for m in FIT_MICRO_BATCHES()]),
         categories=deck.calc.CATEGORIES,
         category_names=deck.calc.CATEGORY_LABELS,
         category_labels={c: label[0].upper() + label[1:] for c, label in deck.calc.CATEGORY_LABELS.items()},
@@ -303,6 +309,10 @@ def widget_html(page_url: str) -> str:
         figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,
         eager_bands=state["eagerBands"], results_url=state["resultsUrl"],
     )
+
+
+def FIT_MICRO_BATCHES() -> tuple[int, ...]:
+    return importlib.import_module("calc.plan").FIT_MICRO_BATCHES
 
 
 def on_files(files, config):

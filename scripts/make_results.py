@@ -762,10 +762,9 @@ steps with the usual loop (PyTorch's AdamW); the second step is measured with th
 (`scripts/training/profile_step.py`) in fp32 and under autocast, with eager and sdpa attention, without and
 with checkpointing: {measured} steps of {families} families, {not_run} not run because transformers itself
 refuses that attention for the family. The CLI is then asked as a user would ask it: the config.json with
-`--hf-config`, the same step's flags, `--walk eager` and the deck walk. **Today {eager_refused} of the
-{families} families are refused by `--walk eager`, and {deck_refused} by the deck walk too** ({reason});
-where the deck walk answers, its ratio (predicted / measured) is shown, its worst case per family. Each
-family's parameters: transformers' own count of the tiny config on the meta device, and calc's where it
+`--hf-config`, the step's flags, `--walk eager` and the deck walk. **`--walk eager` answers {eager_answered} of the {families} families and
+the deck walk {deck_answered}**{refused}; the worst ratio (predicted / measured) of each walk is shown per
+family. Each family's parameters: transformers' own count of the tiny config on the meta device, and calc's where it
 reads the config. Environment: {environment}."""
 LOOPS_PROSE = """\
 The loops most training runs through, each run as it comes for two optimizer steps on transformers' Llama
@@ -816,10 +815,12 @@ def families_section() -> list[str]:
     m, vocabs = runs[0]["model"], sorted({r["model"]["vocab"] for r in runs})
     shape = (f"{m['layers']} layers, width {m['hidden']}, {m['heads']} heads, sequence {runs[0]['seq']}; "
              f"vocabulary {' and '.join(f'{v:,}' for v in vocabs)}, the larger one's logits taking the peak")
-    reason = "most at `--hf-config`, which reads " + str(len(calc.hf.READERS)) + " model types"
+    refused = f" (the others refused, naming what they lack; `--hf-config` reads {len(calc.hf.READERS)} model types)" \
+        if eager_refused or deck_refused else ""
     out += [*prose(FAMILIES_PROSE, shape=shape, measured=len(measured), families=len(families),
-                                  not_run=len(runs) - len(measured), eager_refused=eager_refused,
-                                  deck_refused=deck_refused, reason=reason, environment=data["environment"]), ""]
+                                  not_run=len(runs) - len(measured), eager_answered=len(families) - eager_refused,
+                                  deck_answered=len(families) - deck_refused, refused=refused,
+                                  environment=data["environment"]), ""]
     out += ["| Family | Parameters (transformers, the smaller vocabulary) | calc | Steps measured | "
             "Measured peak (largest) | `--walk eager`, worst | deck walk, worst |",
             "|---|---:|---|---:|---:|---|---|"]  # fmt: skip

@@ -91,7 +91,7 @@ def test_gemma2_refuses_sdpa_naming_the_attention(capsys):
     """Gemma2PreTrainedModel does not support sdpa: the eager walk says so on --attention, and runs eager."""
     assert main(["--preset", "gemma-2-9b", "--seq", "512", "--walk", "eager", "--attention", "sdpa"]) == 2
     err = capsys.readouterr().err
-    assert err == "error: --attention: transformers' gemma2 code does not run sdpa attention: use eager\n"
+    assert err == "error: --attention: transformers' Gemma 2 code runs eager attention only: --attention eager\n"
     assert main(["--preset", "gemma-2-9b", "--seq", "512", "--walk", "eager", "--attention", "eager"]) == 0
 
 

@@ -404,17 +404,21 @@ def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_pa
         assert bands[family]["runs"] == sum(int(m[1]) for m in rows)
         assert f"{bands[family]['low']:.4f}" == min(m[2] for m in rows)
         assert f"{bands[family]['high']:.4f}" == max(m[3] for m in rows)
-    page, recorder = open_page()
+    page, recorder = open_page()  # the default recipe (mixed precision) was not measured: the page says so
     shown = eager_shown(page)
-    assert shown["peak"] == DEFAULT["eager"]["peak"] and shown["text"] == calc.units.format_size(shown["peak"])
-    assert (shown["low"], shown["high"]) == (bands["llama"]["low"], bands["llama"]["high"])
+    assert shown["peak"] == DEFAULT["eager"]["peak"] and shown["low"] is None
     assert shown["href"] == base_url + "results/#sec-10-8"
+    change(page, "recipe", "autocast")  # measured: the band of those steps
+    autocast = answer_for({"recipe": "autocast"})["eager"]
+    shown = eager_shown(page)
+    assert shown["peak"] == autocast["peak"] and shown["text"] == calc.units.format_size(shown["peak"])
+    assert (shown["low"], shown["high"]) == (bands["llama"]["low"], bands["llama"]["high"])
     change(page, "attention", "eager")
-    eager = answer_for({"attention": "eager"})["eager"]
-    assert eager_shown(page)["peak"] == eager["peak"] != DEFAULT["eager"]["peak"]
+    eager = answer_for({"recipe": "autocast", "attention": "eager"})["eager"]
+    assert eager_shown(page)["peak"] == eager["peak"] != autocast["peak"]
     change(page, "preset", "gpt2")  # its own sequence, 1,024, comes with it
     change(page, "seq", "512")
-    gpt2 = answer_for({"attention": "eager", "seq": "512", "preset": "gpt2"})["eager"]
+    gpt2 = answer_for({"recipe": "autocast", "attention": "eager", "seq": "512", "preset": "gpt2"})["eager"]
     shown = eager_shown(page)
     assert shown["peak"] == gpt2["peak"] and (shown["low"], shown["high"]) == (
         bands["gpt2"]["low"],
@@ -427,21 +431,25 @@ def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_pa
 
 def test_the_measured_error_shown_is_that_of_the_steps_like_this_one(open_page, base_url):
     """A mixture of experts shows the error measured on Mixtral and Qwen2-MoE, LoRA that of peft's steps and
-    QLoRA that of bitsandbytes' (results §10.8, §12.4, §12.5), each linked to its section."""
+    QLoRA that of bitsandbytes' (results §10.8, §12.4, §12.5), each linked to its section; a recipe or an
+    optimizer no measured step ran shows none."""
     bands = deck.eager_bands()
-    page, recorder = open_page()
+    page, recorder = open_page("?recipe=autocast")  # a recipe the measured steps ran
     change(page, "preset", "mixtral-8x7b")
     shown = eager_shown(page)
-    assert shown["peak"] == answer_for({"preset": "mixtral-8x7b"})["eager"]["peak"]
+    assert shown["peak"] == answer_for({"preset": "mixtral-8x7b", "recipe": "autocast"})["eager"]["peak"]
     assert (shown["low"], shown["high"]) == (bands["moe"]["low"], bands["moe"]["high"]) != (
         bands["llama"]["low"], bands["llama"]["high"])
     assert shown["href"] == base_url + "results/#sec-10-8"
     change(page, "preset", "llama-7b")
     for mode, band, section in (("lora", "lora", "12-4"), ("qlora", "qlora", "12-5"), ("freeze", "lora", "12-4")):
+        change(page, "recipe", "bf16" if mode == "qlora" else "autocast")  # QLoRA's steps ran bf16
         change(page, "finetune", mode)
         shown = eager_shown(page)
         assert (shown["low"], shown["high"]) == (bands[band]["low"], bands[band]["high"]), mode
         assert shown["href"] == base_url + f"results/#sec-{section}", mode
+    change(page, "optimizer", "lion")  # no measured LoRA step ran Lion
+    assert eager_shown(page)["low"] is None
     assert recorder.errors == []
 
 

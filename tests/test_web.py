@@ -99,7 +99,11 @@ def test_eager_walk_beside_the_deck():
         "display": web._display(eager["peak"]),
         "family": "llama",
         "band": "llama",
+        "how": "AdamW (foreach) as PyTorch runs it on a GPU",  # CUDA's default AdamW
+        "setting": "mixed adamw bare transformers",
     }
+    lion = json.loads(web.handle(json.dumps({"inputs": {"optimizer": "lion", "device": "cpu"}, "sweep": False})))
+    assert lion["eager"]["how"] == "Lion on a CPU" and lion["eager"]["setting"] == "mixed lion bare transformers"
     assert out["eager"]["peak"] != out["step"]["peak"]  # the deck's accounting is another figure
     sharded = json.loads(web.handle(json.dumps({"inputs": {"dp": 4, "zero": 1}})))
     assert sharded["ok"] and sharded["eager"]["available"] is False
@@ -162,3 +166,35 @@ def test_the_planner_asks_for_its_rows_alone():
     assert "plan_refused" in rows  # LoRA: --plan refuses it, the fit list answers
     bad = json.loads(web.handle(json.dumps({"inputs": {"seq": "0"}, "plan": True, "numbers": False})))
     assert bad["ok"] is False and bad["field"] == "seq"
+
+
+def test_a_deep_eager_walk_is_refused_on_the_page_naming_the_layers():
+    """The eager walk's event list grows with the layers (some 70 kB of JSON a layer): past PAGE_EAGER_LAYERS the
+    page's answer would not fit the browser, so the page refuses it on Layers (the CLI still answers), while
+    the deck walk of the same model answers."""
+    deep = str(web.PAGE_EAGER_LAYERS + 1)
+    refused = json.loads(web.handle(json.dumps({"inputs": {"layers": deep, "walk": "eager"}, "sweep": False})))
+    assert refused["ok"] is False and refused["field"] == "layers" and "--walk eager" in refused["message"]
+    assert json.loads(web.handle(json.dumps({"inputs": {"layers": deep}, "sweep": False})))["ok"] is True
+    at_most = {"layers": str(web.PAGE_EAGER_LAYERS), "hidden": "256", "heads": "4", "kv-heads": "4", "ffn": "512",
+               "walk": "eager"}  # fmt: skip
+    assert json.loads(web.handle(json.dumps({"inputs": at_most, "sweep": False})))["ok"] is True
+
+
+def test_a_measured_band_speaks_for_the_setting_its_steps_ran():
+    """The page quotes a band beside the eager figure only where the measured steps ran its recipe, optimizer,
+    loop and loss: the setting calc.web gives a step typed as a measured row's command is the one hooks/deck.py
+    reads from that command."""
+    from hooks import deck
+
+    data = ROOT / "docs" / "data"
+    rows = [json.loads((data / f"{name}.json").read_text())["runs"][i] for name in ("transformers", "lora")
+            for i in (0, -1)]  # fmt: skip
+    for command in [r["command"] for r in rows]:
+        flags = command.split()[3:]
+        nexts = [*flags[1:], ""]
+        inputs = {f[2:]: v for f, v in zip(flags, nexts, strict=True) if f.startswith("--") and not v.startswith("--")}
+        inputs.pop("walk")
+        eager = json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))["eager"]
+        assert eager["setting"] == deck.setting_of(command), command
+        assert eager["setting"] in deck.eager_bands()[eager["band"]]["settings"]

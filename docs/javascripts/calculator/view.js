@@ -97,12 +97,21 @@ export function createView(root, config, answerOf, labelOf) {
     const event = document.createElement("span");
     event.dataset.out = "eager-event";
     event.textContent = eager.peak_event;
-    const where = cfg.device === "cuda" ? "GPU" : "CPU";
     line.append("What PyTorch allocates for the same step (", code,
-      `: transformers' code, ${cfg.attention} attention, AdamW as PyTorch runs it on a ${where}): `,
+      `: transformers' code, ${cfg.attention} attention, ${eager.how}): `,
       peak, ", reached at “", event, "”.");
     const band = config.eagerBands[eager.band];
     if (!band) return;
+    if (band.settings && !band.settings.includes(eager.setting)) {  // only steps measured so speak for it
+      const none = document.createElement("span");
+      none.dataset.out = "eager-unmeasured";
+      none.textContent = " No measured step ran this recipe, optimizer and loop";
+      const where = document.createElement("a");
+      where.href = `${config.resultsUrl}#${band.anchor}`;
+      where.textContent = `results §${band.section}`;
+      line.append(none, " (measured ones: ", where, ").");
+      return;
+    }
     const link = document.createElement("a");
     link.href = `${config.resultsUrl}#${band.anchor}`;
     const pct = (x) => `${(100 * x).toFixed(2)}%`;
