@@ -762,10 +762,10 @@ steps with the usual loop (PyTorch's AdamW); the second step is measured with th
 (`scripts/training/profile_step.py`) in fp32 and under autocast, with eager and sdpa attention, without and
 with checkpointing: {measured} steps of {families} families, {not_run} not run because transformers itself
 refuses that attention for the family. The CLI is then asked as a user would ask it: the config.json with
-`--hf-config`, the step's flags, `--walk eager` and the deck walk. **`--walk eager` answers {eager_answered} of the {families} families and
-the deck walk {deck_answered}**{refused}; the worst ratio (predicted / measured) of each walk is shown per
-family. Each family's parameters: transformers' own count of the tiny config on the meta device, and calc's where it
-reads the config. Environment: {environment}."""
+`--hf-config`, the step's flags, `--walk eager` and the deck walk. **`--walk eager` answers {eager_answered}
+of the {families} families and the deck walk {deck_answered}**{refused}; the worst ratio (predicted /
+measured) of each walk is shown per family. Each family's parameters: transformers' own count of the tiny
+config on the meta device, and calc's where it reads the config. Environment: {environment}."""
 LOOPS_PROSE = """\
 The loops most training runs through, each run as it comes for two optimizer steps on transformers' Llama
 and Qwen2 (two shapes each, one where the vocabulary of {vocab:,} takes the peak), fp32 and autocast
