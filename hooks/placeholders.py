@@ -268,6 +268,7 @@ def widget_html(page_url: str) -> str:
         "resultsUrl": get_relative_url("results/", page_url),
         "hfMaxChars": deck.calc.hf.MAX_CHARS,  # a longer paste is refused before it reaches the worker
         "fields": deck.page_fields(),  # every field name the page knows, from calc
+        "planLimit": deck.PLAN_LIMIT,  # the planner lists at most this many layouts
     }
 
     def url(path: str) -> str:

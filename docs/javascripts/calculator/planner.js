@@ -79,8 +79,9 @@ export function createPlanner(root, config, f, { ask, update }) {
     setLoadButtons();
     planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
-    planner.readyMessage = refused ? reason : `${plan.length} layout${plan.length === 1 ? "" : "s"} fit (computed ` +
-      `in your browser in ${formatInt(Math.round(ms))} ms).`;
+    const counted = plan.length >= config.planLimit ? `The first ${plan.length} layouts that fit` :
+      `${plan.length} layout${plan.length === 1 ? "" : "s"} fit`;  // the list stops at planLimit
+    planner.readyMessage = refused ? reason : `${counted} (computed in your browser in ${formatInt(Math.round(ms))} ms).`;
     planner.root.dataset.planSource = "live";
     markLoaded();
     state("ready", planner.readyMessage);
