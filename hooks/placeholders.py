@@ -213,7 +213,8 @@ def preset_groups() -> list[tuple[str, list[dict]]]:
     return list(groups.items())
 
 
-BAND_FILES = {"10.8": "transformers", "10.6": "decoder", "12.4": "lora", "12.5": "qlora"}  # section: deck.MEASURED
+# a band's section -> its file (deck.MEASURED)
+BAND_FILES = {"10.8": "transformers", "10.6": "decoder", "12.4": "lora", "12.5": "qlora", "13.1": "families"}
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 
 
