@@ -20,7 +20,7 @@ def _modules() -> list:
     (pkgutil lists them wherever the package is: a folder, an installed wheel, or a zip on sys.path.)"""
     names = {m.name for m in pkgutil.iter_modules(__path__)} - set(NOT_FAMILIES)
     modules = [import_module(f"{__name__}.{name}") for name in names]
-    return sorted(modules, key=lambda m: m.ORDER)
+    return sorted(modules, key=lambda m: (m.ORDER, m.__name__))  # ties by name: pkgutil's set has no order
 
 
 MODULES = _modules()
