@@ -85,8 +85,11 @@ def attention_lacks(shape: Shape, attention: str) -> str | None:
 
 def tuning_lacks(shape: Shape) -> str | None:
     """Why the eager walk cannot replay peft's LoRA or frozen layers on this shape, or None."""
-    if FAMILIES[shape.family].finetune and not shape.experts:
+    fam = FAMILIES[shape.family]
+    if fam.finetune and not shape.experts:
         return None
+    if fam.tuning_refused:
+        return f"the eager walk does not fine-tune {fam.tuning_refused}: use the deck walk"
     tuned = listing([m for f in FAMILIES.values() if f.finetune for m in f.models])
     return f"the eager walk fine-tunes dense {tuned} only: use the deck walk"
 
