@@ -58,6 +58,32 @@ def test_eager_walk_predicts_peft_step(case):
     assert_cli_predicts(measure_lora.cli_args(m, seq, b, precision, attention, checkpointing, tune), got, BOUND)
 
 
+# (family of measure_families.FAMILIES, tuning, precision, attention, checkpointing): none is recorded as such
+FAMILY_CASES = [
+    ("gemma3_text", ("lora", 4, 8, ("q", "k", "v", "o")), "autocast", "sdpa", "full"),
+    ("gemma", ("freeze", 8, 16, ("q", "v"), 1), "fp32-full", "eager", "full"),  # the scaled embedding, the leaf
+    ("olmo3", ("lora", 8, 16, ("v", "down")), "autocast", "eager", "none"),
+    ("granite", ("lora", 2, 4, ALL), "fp32-full", "sdpa", "full"),
+]
+TENTH = 0.001  # the families' band on the step's tensors
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=lambda c: f"{c[0]}-{c[1][0]}-{'-'.join(c[2:])}")
+def test_eager_walk_predicts_peft_step_on_other_families(case):
+    """A family's tiny model (its own features: Gemma 3's sliding layers, OLMo 3's window, Granite's
+    multipliers), fine-tuned as a user does it and predicted from its config.json (`--hf-config`), within 0.1% of
+    the step's tensors."""
+    pytest.importorskip("peft")
+    import measure_families
+    import measure_lora
+
+    name, tune, precision, attention, checkpointing = case
+    m, tune = measure_families.FAMILIES[name], measure_lora.Tune(*tune)
+    got = measure_lora.measure_cpu(m, precision, attention, checkpointing, 96, 2, tune)
+    assert_cli_predicts(measure_lora.cli_args(m, 96, 2, precision, attention, checkpointing, tune), got, TENTH)
+
+
 @st.composite
 def tunings(draw, shape: calc.Shape) -> Tuning:
     mode = draw(st.sampled_from(["lora", "qlora", "freeze"]))
