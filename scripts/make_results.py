@@ -648,10 +648,11 @@ def _qlora_where(row: dict) -> str:
 LORA_PROSE = """\
 The eager walk (§10.8) with `--finetune lora` and `--finetune freeze`, against transformers' Llama, Mistral and
 Qwen2 (their shape as flags) and each family issue 18 adds that peft adapts by its q_proj ... down_proj (Qwen3,
-Granite, Gemma 1 to 3, OLMo 2 and 3, SmolLM3, Ministral and Ministral 3: the tiny model of §13.1, its own
-config.json passed as `--hf-config`, recorded beside the row) fine-tuned the way a user's code does it:
-peft's `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules, lora_dropout=0.0))` (its fp32 adapters;
-on a checkpointed model transformers and peft make the embedding's output require grad), or
+Granite, Gemma 1 to 3, OLMo 2 and 3, SmolLM3, Ministral and Ministral 3; Phi-3 with frozen layers: the tiny
+model of §13.1, its own config.json passed as `--hf-config`, recorded beside the row) fine-tuned the way a
+user's code does it: peft's `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules,
+lora_dropout=0.0))` (its fp32 adapters; on a checkpointed model transformers and peft make the embedding's
+output require grad), or
 `requires_grad_(False)` on the embedding and the first N layers; `torch.optim.AdamW` over the parameters that
 require grad. The step, the measurement (the second step's CPU allocator peak) and the prediction (the CLI
 in-process, from the flags a user types) are §10.8's; `{command}` remakes the table.

@@ -129,16 +129,18 @@ def test_issue_18_dense_presets_walk_eagerly(capsys, preset, family):
     tuned = main(["--preset", preset, "--walk", "eager", "--seq", "256", "--finetune", "lora", "--json"])
     if family == "phi3":
         assert tuned == 2
-        assert "does not fine-tune Phi-3's fused qkv_proj and gate_up_proj" in capsys.readouterr().err
+        assert "does not put adapters on Phi-3's fused qkv_proj and gate_up_proj" in capsys.readouterr().err
+        freeze = ["--preset", preset, "--walk", "eager", "--seq", "256", "--finetune", "freeze", "--freeze-layers", "2"]
+        assert main(freeze) == 0
     else:
         assert tuned == 0 and json.loads(capsys.readouterr().out)["trainable_params"] > 0
 
 
 def test_the_families_that_fine_tune_are_the_measured_ones():
-    """Every dense family the eager walk replays fine-tunes there but Phi-3 (fused projections) and the
-    course's Decoder; a refusal lists the families that do."""
+    """Every dense family the eager walk replays fine-tunes there but the course's Decoder (Phi-3 with frozen
+    layers only: peft adapts its fused projections whole); a refusal lists the families that do."""
     tuned = {name for name, fam in families.FAMILIES.items() if fam.finetune}
-    assert tuned == {"llama", "qwen3", "granite", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "smollm3",
+    assert tuned == {"llama", "phi3", "qwen3", "granite", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "smollm3",
                      "ministral", "ministral3"}  # fmt: skip
     message = families.tuning_lacks(calc.PRESETS["llama-7b"].replace(family="gpt2"))
     assert message.startswith("the eager walk fine-tunes dense Llama, Mistral, Qwen2, Gemma, ")

@@ -97,6 +97,7 @@ RUNS += [  # the families issue 18 adds, each from its config.json (`--hf-config
     (FAMILIES["smollm3"], 128, 2, Tune("lora", 8, 16, ALL)),
     (FAMILIES["ministral"], 128, 2, Tune("lora", 8, 16, ALL)),
     (FAMILIES["ministral3"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["phi3"], 128, 2, Tune("freeze", freeze_layers=1)),  # frozen layers only: LoRA is refused (fused)
 ]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
