@@ -78,18 +78,19 @@ def replay(
     # forward: embedding (its backward writes a dense gradient of the table), positions, mask
     x = ops.new(n * h, unit, "token embeddings", "embedding: s x b x h values")
     rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
+    family = FAMILIES[shape.family]
+    if family.embed and family.embed_module:  # the embedding module's own forward ends with it
+        x = _embedded(ops, family.embed, x)
     leaf = None
     if recompute == "full" and not x.requires_grad:
         # transformers' activation_checkpointing_enable() (and peft's get_peft_model on a checkpointed model)
-        # calls enable_input_require_grads(): a forward hook makes a frozen embedding's output require grad,
-        # a leaf whose AccumulateGrad node holds it (and, after backward, its .grad) until the graph goes with
-        # the loss, when the training step returns. Every layer then records its nodes.
+        # calls enable_input_require_grads(): a forward hook on get_input_embeddings() makes a frozen
+        # embedding module's output require grad, a leaf whose AccumulateGrad node holds it (and, after
+        # backward, its .grad) until the graph goes with the loss, when the training step returns. Every layer
+        # then records its nodes.
         x.requires_grad, leaf = True, rp.keep(x)
-    family = FAMILIES[shape.family]
-    if family.embed:  # the family's model rebinds inputs_embeds to its own function of them
-        scaled = family.embed(ops, x)
-        rp.drop(x)
-        x = scaled
+    if family.embed and not family.embed_module:  # the family's model rebinds inputs_embeds to its own function
+        x = _embedded(ops, family.embed, x)
     held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
     # position_ids = torch.arange(s) + past_seen_tokens, unsqueeze(0): (1, s) int64, passed to every layer
     ids = ops.new(seq, 8, "position ids", "LlamaModel.forward (and every family's): torch.arange(s), int64")
@@ -187,6 +188,13 @@ def replay(
     ops.end_autocast()
     rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
     return _backward(rp, loss, leaf), st
+
+
+def _embedded(ops: Ops, embed, x: T) -> T:
+    """The family's function of the token embeddings (`Family.embed`), rebinding them: the input goes."""
+    scaled = embed(ops, x)
+    ops.rp.drop(x)
+    return scaled
 
 
 def _backward(rp: Replay, loss: T, leaf: T | None) -> Replay:

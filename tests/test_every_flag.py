@@ -53,7 +53,6 @@ KNOWN_GAPS = {
     "eager-lora": [
         "context",
         "dropout",
-        "family",
         "head-bias",
         "norms-per-layer",
         "shared-expert-gate",

@@ -101,12 +101,12 @@ def test_eager_support_comes_from_the_registry():
 
 
 @pytest.mark.parametrize("preset", ["qwen3-8b", "granite-3.3-8b"])
-def test_new_families_walk_eagerly_and_refuse_fine_tuning(capsys, preset):
-    """Qwen3 and Granite are replayed; their fine-tuning (unmeasured) is refused by the eager walk."""
+def test_new_families_walk_eagerly_and_fine_tune(capsys, preset):
+    """Qwen3 and Granite are replayed, and so is peft's LoRA on them (measured: docs/data/lora.json)."""
     assert main(["--preset", preset, "--walk", "eager", "--seq", "256", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["config"]["shape"]["family"] == preset.split("-")[0]
-    assert main(["--preset", preset, "--walk", "eager", "--finetune", "lora"]) == 2
-    assert "fine-tunes dense Llama, Mistral and Qwen2 only" in capsys.readouterr().err
+    assert main(["--preset", preset, "--walk", "eager", "--seq", "256", "--finetune", "lora", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["finetune"]["mode"] == "lora"
 
 
 def test_granite_scales_embeddings_residuals_and_logits():
@@ -119,13 +119,31 @@ def test_granite_scales_embeddings_residuals_and_logits():
     assert sum("x residual_multiplier" in label for label in labels) >= 2
 
 
-@pytest.mark.parametrize(("preset", "family"), [("phi-4", "phi3"), ("olmo-2-13b", "olmo2"), ("smollm3-3b", "smollm3")])
+@pytest.mark.parametrize(("preset", "family"), [("phi-4", "phi3"), ("olmo-2-13b", "olmo2"), ("smollm3-3b", "smollm3"),
+                                               ("gemma-3-12b", "gemma3_text")])  # fmt: skip
 def test_issue_18_dense_presets_walk_eagerly(capsys, preset, family):
-    """Phi-4, OLMo 2 and SmolLM3 are replayed in their own family's code; their fine-tuning is refused."""
+    """Phi-4, OLMo 2, SmolLM3 and Gemma 3 are replayed in their own family's code, and so is their LoRA, but for
+    Phi-4's: peft adapts its fused qkv_proj and gate_up_proj whole, which --lora-targets cannot name."""
     assert main(["--preset", preset, "--walk", "eager", "--seq", "256", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["config"]["shape"]["family"] == family
-    assert main(["--preset", preset, "--walk", "eager", "--finetune", "lora"]) == 2
-    assert "fine-tunes dense Llama, Mistral and Qwen2 only" in capsys.readouterr().err
+    tuned = main(["--preset", preset, "--walk", "eager", "--seq", "256", "--finetune", "lora", "--json"])
+    if family == "phi3":
+        assert tuned == 2
+        assert "does not put adapters on Phi-3's fused qkv_proj and gate_up_proj" in capsys.readouterr().err
+        freeze = ["--preset", preset, "--walk", "eager", "--seq", "256", "--finetune", "freeze", "--freeze-layers", "2"]
+        assert main(freeze) == 0
+    else:
+        assert tuned == 0 and json.loads(capsys.readouterr().out)["trainable_params"] > 0
+
+
+def test_the_families_that_fine_tune_are_the_measured_ones():
+    """Every dense family the eager walk replays fine-tunes there but the course's Decoder (Phi-3 with frozen
+    layers only: peft adapts its fused projections whole); a refusal lists the families that do."""
+    tuned = {name for name, fam in families.FAMILIES.items() if fam.finetune}
+    assert tuned == {"llama", "phi3", "qwen3", "granite", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "smollm3",
+                     "ministral", "ministral3"}  # fmt: skip
+    message = families.tuning_lacks(calc.PRESETS["llama-7b"].replace(family="gpt2"))
+    assert message.startswith("the eager walk fine-tunes dense Llama, Mistral, Qwen2, Gemma, ")
 
 
 def _labels(shape, attention="sdpa", seq=64):

@@ -58,6 +58,32 @@ def test_eager_walk_predicts_peft_step(case):
     assert_cli_predicts(measure_lora.cli_args(m, seq, b, precision, attention, checkpointing, tune), got, BOUND)
 
 
+# (family of measure_families.FAMILIES, tuning, precision, attention, checkpointing): none is recorded as such
+FAMILY_CASES = [
+    ("gemma3_text", ("lora", 4, 8, ("q", "k", "v", "o")), "autocast", "sdpa", "full"),
+    ("gemma", ("freeze", 8, 16, ("q", "v"), 1), "fp32-full", "eager", "full"),  # the scaled embedding, the leaf
+    ("olmo3", ("lora", 8, 16, ("v", "down")), "autocast", "eager", "none"),
+    ("granite", ("lora", 2, 4, ALL), "fp32-full", "sdpa", "full"),
+]
+TENTH = 0.001  # the families' band on the step's tensors
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=lambda c: f"{c[0]}-{c[1][0]}-{'-'.join(c[2:])}")
+def test_eager_walk_predicts_peft_step_on_other_families(case):
+    """A family's tiny model (its own features: Gemma 3's sliding layers, OLMo 3's window, Granite's
+    multipliers), fine-tuned as a user does it and predicted from its config.json (`--hf-config`), within 0.1% of
+    the step's tensors."""
+    pytest.importorskip("peft")
+    import measure_families
+    import measure_lora
+
+    name, tune, precision, attention, checkpointing = case
+    m, tune = measure_families.FAMILIES[name], measure_lora.Tune(*tune)
+    got = measure_lora.measure_cpu(m, precision, attention, checkpointing, 96, 2, tune)
+    assert_cli_predicts(measure_lora.cli_args(m, 96, 2, precision, attention, checkpointing, tune), got, TENTH)
+
+
 @st.composite
 def tunings(draw, shape: calc.Shape) -> Tuning:
     mode = draw(st.sampled_from(["lora", "qlora", "freeze"]))
@@ -97,8 +123,19 @@ def test_full_finetune_leaves_the_eager_walk_as_it_was():
     assert plain["events"] == full["events"] and plain["trainable_params"] == calc.param_counts(shape)["total"]
 
 
+def recorded_args(row: dict, folder: Path) -> list[str]:
+    """A recorded row's command as flags; where it reads a config.json (`--hf-config NAME.json`), the row's
+    recorded "config" written to `folder` under that name (measure_lora.recorded_args, without torch)."""
+    args = row["command"].split()[3:]
+    if "config" in row:
+        i = args.index("--hf-config") + 1
+        (folder / args[i]).write_text(json.dumps(row["config"]))
+        args[i] = str(folder / args[i])
+    return args
+
+
 @pytest.mark.parametrize("data", ["transformers.json", "lora.json"])
-def test_recorded_commands_still_predict_their_peaks(data, capsys):
+def test_recorded_commands_still_predict_their_peaks(data, capsys, tmp_path):
     """Every measured row's command, run again, predicts the bytes recorded beside it (docs/data/*.json)."""
     from calc.cli import main
 
@@ -106,8 +143,28 @@ def test_recorded_commands_still_predict_their_peaks(data, capsys):
     if not path.exists():
         pytest.skip(f"{data} not measured yet")
     for row in json.loads(path.read_text())["runs"]:
-        assert main([*row["command"].split()[3:], "--json"]) == 0
+        assert main([*recorded_args(row, tmp_path), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["peak"] == row["predicted_peak"], row["command"]
+
+
+BAND = (0.999, 1.001)  # predicted / the step's tensors, on every recorded LoRA and frozen-layers row
+
+
+def test_every_family_s_recorded_fine_tuning_is_within_a_tenth_of_a_percent():
+    """Every fine-tuning step measured on the CPU (docs/data/lora.json: peft's LoRA and frozen layers on each
+    family the eager walk fine-tunes, fp32 and autocast, eager and sdpa, checkpointing off and on) is predicted
+    within 0.1% of its tensors (the peak less the matrix library's workspace), and trains the parameters peft
+    trains; every family that fine-tunes has rows. Their commands predict the same today:
+    test_recorded_commands_still_predict_their_peaks."""
+    from calc.families import FAMILIES, MODEL_TYPES
+
+    rows = json.loads((ROOT / "docs" / "data" / "lora.json").read_text())["runs"]
+    for r in rows:
+        assert BAND[0] <= r["predicted_peak"] / r["measured_peak_tensors"] <= BAND[1], r["command"]
+        assert r["trainable_params"] == r["measured_trainable"], r["command"]
+        assert 0 <= r["measured_peak"] - r["measured_peak_tensors"] <= r["workspace_peak"], r["command"]
+    measured = {MODEL_TYPES[r["model_type"]].family for r in rows}
+    assert measured == {name for name, fam in FAMILIES.items() if fam.finetune}
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

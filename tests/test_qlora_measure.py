@@ -105,3 +105,28 @@ def test_eager_walk_predicts_qlora_step(case):
     m, tune = hf_models.Model(*model), measure_lora.Tune("qlora", rank, alpha, targets)
     got = measure_qlora.measure_step(measure_qlora.saved(m), attention, checkpointing, seq, b, tune, "cpu", recipe)
     assert_cli_predicts(measure_qlora.eager_args(m, seq, b, checkpointing, attention, tune, "cpu", recipe), got, BOUND)
+
+
+# (family, attention, checkpointing, calc's --adapter-dtype): each family that fine-tunes in the eager walk but Llama's
+FAMILY_CASES = [("gemma3_text", "eager", "full", "model"), ("granite", "sdpa", "none", ""),
+                ("olmo3", "sdpa", "full", "model"), ("smollm3", "eager", "none", "")]  # fmt: skip
+TENTH = 0.001  # the eager walk's band on these steps' tensors
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=lambda c: "-".join(filter(None, c)))
+def test_eager_walk_predicts_qlora_on_other_families(case):
+    """QLoRA on every block linear of a family's tiny model (measure_families' config, its own features: Gemma 3's
+    sliding layers, Granite's multipliers, OLMo 3's window, SmolLM3's layers without RoPE; widths of whole NF4
+    blocks), predicted from its config.json within 0.1% of the step's tensors: the eager walk's Linear4bit and
+    peft's wrapper are the family's linears as they are Llama's."""
+    import measure_families
+    import measure_lora
+    import measure_qlora
+
+    name, attention, checkpointing, adapter = case
+    m = measure_families.FAMILIES[name]
+    m = replace(m, hidden=128, ffn=384, extra=tuple((k, 32 if k == "head_dim" else v) for k, v in m.extra))
+    tune = measure_lora.Tune("qlora", 8, 16, ALL, adapter_dtype=adapter)
+    got = measure_qlora.measure_step(measure_qlora.saved(m), attention, checkpointing, 128, 2, tune, "cpu")
+    assert_cli_predicts(measure_lora.cli_args(m, 128, 2, "bf16", attention, checkpointing, tune), got, TENTH)

@@ -83,9 +83,13 @@ def attention_lacks(shape: Shape, attention: str) -> str | None:
     return f"transformers' {fam.models[0]} code runs {listing(list(fam.attentions))} attention only: --attention eager"
 
 
-def tuning_lacks(shape: Shape) -> str | None:
-    """Why the eager walk cannot replay peft's LoRA or frozen layers on this shape, or None."""
-    if FAMILIES[shape.family].finetune and not shape.experts:
+def tuning_lacks(shape: Shape, adapters: bool = True) -> str | None:
+    """Why the eager walk cannot replay peft's LoRA (`adapters`: LoRA or QLoRA) or frozen layers on this shape,
+    or None."""
+    fam = FAMILIES[shape.family]
+    if fam.finetune and not shape.experts:
+        if adapters and fam.lora_refused:
+            return f"the eager walk does not put adapters on {fam.lora_refused}: use the deck walk"
         return None
     tuned = listing([m for f in FAMILIES.values() if f.finetune for m in f.models])
     return f"the eager walk fine-tunes dense {tuned} only: use the deck walk"

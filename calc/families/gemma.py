@@ -120,7 +120,8 @@ def norm(ops: Ops, x: T, name: str) -> T:
 
 def embed(ops: Ops, x: T) -> T:
     """GemmaTextScaledWordEmbedding.forward: embedding(input_ids) * embed_scale.to(weight.dtype); the
-    product with a 0-dim buffer saves nothing a gradient needs of the embeddings' size."""
+    product with a 0-dim buffer saves nothing a gradient needs of the embeddings' size. It is the module's
+    forward (Family.embed_module): enable_input_require_grads' hook makes the product the leaf."""
     return ops.unary("token embeddings x sqrt(width)", x, [])
 
 
@@ -236,11 +237,12 @@ MODEL_TYPES = (
     ModelType("gemma3_text", read_gemma3_text, "gemma3_text"),
     ModelType("gemma3", read_gemma3, "gemma3_text"),
 )
-SHARED = {"embed": embed, "head": head, "norm": norm, "tensors": tensors, "problem": problem}
+SHARED = {"finetune": True, "embed_module": True, "embed": embed, "head": head, "norm": norm, "tensors": tensors,
+          "problem": problem}  # fmt: skip
 FAMILIES = (
     Family("gemma", ("Gemma",), layer, **SHARED),
     Family("gemma2", ("Gemma 2",), layer, norms=(4,), layer_inputs=layer_inputs, attentions=("eager",), **SHARED),
     Family("gemma3_text", ("Gemma 3",), layer, norms=(4,), layer_inputs=layer_inputs, qk_norms=True, **SHARED),
-)  # fine-tuning: unmeasured
+)
 ORDER = 60  # where the registry lists it (calc.families)
 PRESETS = {"gemma-2-9b": "Gemma", "gemma-2-27b": "Gemma", "gemma-3-12b": "Gemma", "gemma-3-27b": "Gemma"}

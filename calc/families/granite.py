@@ -48,6 +48,6 @@ def head(ops: Ops, logits: T) -> T:
 
 
 MODEL_TYPES = (ModelType("granite", read_granite, "granite"),)
-FAMILIES = (Family("granite", ("Granite",), layer, embed=embed, head=head),)  # fine-tuning: unmeasured
+FAMILIES = (Family("granite", ("Granite",), layer, finetune=True, embed=embed, head=head),)
 ORDER = 110  # where the registry lists it (calc.families)
 PRESETS = {"granite-3.3-8b": "Granite"}  # calc/configs/NAME.json -> its group in the list

@@ -31,6 +31,6 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
 
 MODEL_TYPES = (ModelType("ministral", read_ministral, "ministral"),)
 FAMILIES = (
-    Family("ministral", ("Ministral",), layer, window_mask=window_mask, sdpa_mask=sdpa_mask),
-)  # tuning: unmeasured
+    Family("ministral", ("Ministral",), layer, finetune=True, window_mask=window_mask, sdpa_mask=sdpa_mask),
+)
 ORDER = 140  # where the registry lists it (calc.families)

@@ -64,5 +64,5 @@ MODEL_TYPES = (
     ModelType("ministral3", read_ministral3, "ministral3"),
     ModelType("mistral3", read_mistral3, "ministral3"),
 )
-FAMILIES = (Family("ministral3", ("Ministral 3",), layer, sdpa_mask=sdpa_mask),)  # fine-tuning: unmeasured
+FAMILIES = (Family("ministral3", ("Ministral 3",), layer, finetune=True, sdpa_mask=sdpa_mask),)
 ORDER = 150  # where the registry lists it (calc.families)

@@ -129,10 +129,10 @@ def rope_tables(shape: Shape) -> int:
 
 MODEL_TYPES = (ModelType("olmo2", read_olmo2, "olmo2"), ModelType("olmo3", read_olmo3, "olmo3"))
 FAMILIES = (
-    Family("olmo2", ("OLMo 2",), layer, tensors=tensors, rope_fp32=True),
-    Family("olmo3", ("OLMo 3",), layer, tensors=tensors, window_mask=window_mask, sdpa_mask=sdpa_mask,
+    Family("olmo2", ("OLMo 2",), layer, finetune=True, tensors=tensors, rope_fp32=True),
+    Family("olmo3", ("OLMo 3",), layer, finetune=True, tensors=tensors, window_mask=window_mask, sdpa_mask=sdpa_mask,
            rope_tables=rope_tables, rope_fp32=True),
-)  # fmt: skip  # fine-tuning: unmeasured
+)  # fmt: skip
 ORDER = 120  # where the registry lists it (calc.families)
 # calc/configs/NAME.json -> its group in the list: allenai/OLMo-2-1124-13B's config.json, as copied in
 # github.com/mauer4/Attention-From-Scratch (weights/allenai/OLMo-2-1124-13B/config.json)

@@ -57,6 +57,6 @@ def window_mask(shape: Shape) -> bool:
 
 
 MODEL_TYPES = (ModelType("qwen3", read_qwen3, "qwen3"),)
-FAMILIES = (Family("qwen3", ("Qwen3",), layer, window_mask=window_mask, tensors=tensors),)  # fine-tuning: unmeasured
+FAMILIES = (Family("qwen3", ("Qwen3",), layer, finetune=True, window_mask=window_mask, tensors=tensors),)
 ORDER = 100  # where the registry lists it (calc.families)
 PRESETS = {"qwen3-8b": "Qwen", "qwen3-32b": "Qwen"}  # calc/configs/NAME.json -> its group in the list

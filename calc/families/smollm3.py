@@ -61,7 +61,7 @@ def window_mask(shape: Shape) -> bool:
 
 
 MODEL_TYPES = (ModelType("smollm3", read_smollm3, "smollm3"),)
-FAMILIES = (Family("smollm3", ("SmolLM3",), layer, window_mask=window_mask, sdpa_mask=sdpa_mask),)  # tuning: unmeasured
+FAMILIES = (Family("smollm3", ("SmolLM3",), layer, finetune=True, window_mask=window_mask, sdpa_mask=sdpa_mask),)
 ORDER = 130  # where the registry lists it (calc.families)
 # calc/configs/NAME.json -> its group in the list: HuggingFaceTB/SmolLM3-3B's config.json, as copied in
 # github.com/fetchwiki/HuggingFaceTB-SmolLM3-3B (config.json)

@@ -28,14 +28,16 @@ import json
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import calc_cli  # noqa: E402
 import hf_models  # noqa: E402
+import measure_families  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 import torch  # noqa: E402
@@ -78,7 +80,35 @@ RUNS = [  # (model, seq, micro-batch, tuning)
     (hf_models.Model("mistral", 4, 64, 4, 1, 176, 256), 256, 1, Tune("lora", 4, 8, ALL)),
     (hf_models.Model("qwen2", 3, 128, 8, 2, 344, 1000), 64, 2, Tune("lora", 8, 16, ("q", "k", "v", "o"))),
 ]
+FAMILIES = measure_families.FAMILIES  # a tiny model of each family, its own features kept (sliding windows...)
+GEMMA3 = replace(FAMILIES["gemma3_text"], layers=4)  # a sliding and a full layer twice (sliding_window_pattern 2)
+RUNS += [  # the families issue 18 adds, each from its config.json (`--hf-config`)
+    (FAMILIES["qwen3"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["qwen3"], 128, 2, Tune("lora", 8, 16, ("q", "v"))),
+    (FAMILIES["granite"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["gemma"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["gemma"], 128, 2, Tune("freeze", freeze_layers=1)),  # the scaled embedding's output made the leaf
+    (FAMILIES["gemma2"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (GEMMA3, 128, 2, Tune("lora", 8, 16, ALL)),
+    (GEMMA3, 128, 2, Tune("lora", 16, 32, ("q", "v"))),
+    (FAMILIES["olmo2"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["olmo2"], 128, 2, Tune("lora", 4, 8, ("q", "v"))),
+    (FAMILIES["olmo3"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["smollm3"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["ministral"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["ministral3"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["phi3"], 128, 2, Tune("freeze", freeze_layers=1)),  # frozen layers only: LoRA is refused (fused)
+]
+SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
+
+
+def runs_attention(m: hf_models.Model) -> tuple[str, ...]:
+    """The attention implementations its family's code accepts (Gemma 2's: eager; calc refuses the others)."""
+    from calc import families
+
+    family = families.MODEL_TYPES[m.model_type].family
+    return families.FAMILIES[family].attentions
 
 
 def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) -> torch.nn.Module:
@@ -118,8 +148,28 @@ def measure_step(m, precision, attention, checkpointing, seq, b, tune: Tune, dev
 
 
 def cli_args(m, seq, b, precision, attention, checkpointing, tune: Tune, device: str = "cpu") -> list[str]:
-    """The command a user types to predict this step."""
-    return measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, device) + tune.flags()
+    """The command a user types to predict this step: Llama's, Mistral's and Qwen2's shape as flags, another
+    family's config.json (`--hf-config`, its own features kept)."""
+    if m.model_type in SHAPE_FLAGS:
+        return measure_transformers.cli_args(m, seq, b, precision, attention, checkpointing, device) + tune.flags()
+    config = calc_cli.config_file(config_name(m), m.config())
+    run = ["--hf-config", config, "--seq", seq, "--micro-batch", b, "--walk", "eager", "--recipe", precision]
+    run += ["--attention", attention, "--recompute", checkpointing, "--device", device]
+    return [str(a) for a in run] + tune.flags()
+
+
+def config_name(m: hf_models.Model) -> str:
+    """The name of a run's config.json, as its recorded command shows it: the model type and its layers."""
+    return f"lora-{m.model_type}-l{m.layers}"
+
+
+def recorded_args(row: dict) -> list[str]:
+    """A recorded row's command as flags, its config.json (recorded beside it, "config") written again."""
+    args = row["command"].split()[3:]
+    if "config" in row:
+        i = args.index("--hf-config") + 1
+        args[i] = str(calc_cli.config_file(args[i].removesuffix(".json"), row["config"]))
+    return args
 
 
 def measure(m, seq, b, tune, precision, attention, checkpointing, device: str = "cpu") -> dict:
@@ -142,7 +192,8 @@ def measure(m, seq, b, tune, precision, attention, checkpointing, device: str = 
         "predicted_peak": pred["peak"],
         "predicted_peak_event": pred["peak_event"],
         "ratio": round(pred["peak"] / got["measured_peak"], 4),
-        "command": "python -m calc " + " ".join(args),
+        "command": "python -m calc " + " ".join(calc_cli._shown(a) for a in args),
+        **({} if m.model_type in SHAPE_FLAGS else {"config": m.config()}),
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
@@ -151,7 +202,7 @@ def repredict() -> dict:
     """docs/data/lora.json with every run predicted again from its recorded command, its measurements kept."""
     data = json.loads(RESULTS.read_text())
     for row in data["runs"]:
-        pred = measure_transformers.predict(row["command"].split()[3:])
+        pred = measure_transformers.predict(recorded_args(row))
         row.update(trainable_params=pred["trainable_params"], predicted_peak=pred["peak"],
                    predicted_peak_event=pred["peak_event"], ratio=round(pred["peak"] / row["measured_peak"], 4))
     return data
@@ -176,11 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and i not in args.only:
             continue
         for precision, attention, checkpointing in GRID:
+            if attention not in runs_attention(m):
+                continue
             row = measure(m, seq, b, tune, precision, attention, checkpointing, args.device)
             rows.append(row)
             print(
-                f"{i} {row['model_type']:8} kv{m.kv_heads} {row['tune']:28} {precision:9} {attention:5} "
+                f"{i} {row['model_type']:11} kv{m.kv_heads} {row['tune']:28} {precision:9} {attention:5} "
                 f"{checkpointing:4} {row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f}"
+                f" tensors {row['predicted_peak'] / row['measured_peak_tensors']:.4f}"
                 f" trainable {row['measured_trainable']} / {row['trainable_params']}",
                 flush=True,
             )
