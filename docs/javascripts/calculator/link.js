@@ -92,8 +92,9 @@ export function createLink(root, config, f, notice, takeConfig) {
     if (!fromLink.size) return false;
     const named = flagsIn(result.message).filter((name) => fromLink.has(name));
     const culprits = fromLink.has(result.field) ? [result.field] : named.length ? named : [...fromLink];
-    const dropped = culprits.includes(result.field) ? "" : `; the link's ${culprits.map((n) => labelOf(n) ?? n).join(", ")} dropped`;
-    say(result.field ?? culprits[0], result.message + dropped);
+    const names = culprits.map((n) => labelOf(n) ?? n).join(", ");
+    const also = culprits.includes(result.field) ? "" : `; the link's ${names} dropped`;
+    say(result.field ?? culprits[0], result.message + also);
     for (const name of culprits) { f.resetField(name); fromLink.delete(name); }
     showNotice();
     return true;
@@ -107,7 +108,7 @@ export function createLink(root, config, f, notice, takeConfig) {
     const value = f.state.extras.get(name);
     f.state.extras.delete(name);
     f.state.overrides.delete(name);
-    say(name, result.message, `${name}=${value} from the link no longer applies and was dropped ` +
+    say(name, result.message, `${name} ${quote(value)} from the link no longer applies and was dropped ` +
       `(${withLabels(result.message, labelOf)}).`);
     showNotice();
     return true;
