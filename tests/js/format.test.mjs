@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { capacityText, quote, receivedText, sizeText, unitFor, withLabels } from "../../docs/javascripts/calculator/format.js";
+import { capacityText, flagsIn, quote, receivedText, sizeText, unitFor, withLabels } from "../../docs/javascripts/calculator/format.js";
 
 test("sizes read in the unit their magnitude suits, with separators, rounded half up", () => {
   assert.equal(sizeText(110_700_000_000), "110.7 GB");
@@ -41,4 +41,10 @@ test("a long value is quoted cut, with its length", () => {
 test("bytes received are said with or without a known total", () => {
   assert.equal(receivedText(3_140_000), "3.1 MB received");
   assert.equal(receivedText(3_140_000, 5_200_000), "3.1 of 5.2 MB");
+});
+
+test("the fields a message names are its flags, each whole", () => {
+  assert.deepEqual(flagsIn("each token goes to 1 to 8 experts (--experts), got 0"), ["experts"]);
+  assert.deepEqual(flagsIn("--experts-per-token beside --walk eager"), ["experts-per-token", "walk"]);
+  assert.deepEqual(flagsIn("must be at least 1, got 0"), []);
 });

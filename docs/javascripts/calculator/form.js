@@ -43,7 +43,8 @@ export function createForm(root, config) {
     return el.type === "checkbox" ? String(el.checked) : el.value.trim();
   };
   const hfMode = () => valueOf("preset") === HF_CONFIG;
-  const applies = (name) => !appliesTo.has(name) || appliesTo.get(name).includes(valueOf("finetune"));
+  // Whether a field applies to a fine-tuning (the form's, unless another is named: a fit row's own).
+  const applies = (name, mode = valueOf("finetune")) => !appliesTo.has(name) || appliesTo.get(name).includes(mode);
   function showApplicable() {
     const mode = valueOf("finetune");
     for (const box of root.querySelectorAll("[data-show-for]")) box.hidden = !box.dataset.showFor.split(" ").includes(mode);

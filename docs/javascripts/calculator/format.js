@@ -71,6 +71,9 @@ export function withLabels(message, labelOf) {
   });
 }
 
+// The fields a message of calc's names as flags ("each token goes to 1 to 8 experts (--experts)" -> ["experts"]).
+export const flagsIn = (message) => [...String(message).matchAll(/--([a-z][a-z0-9-]*)/g)].map((m) => m[1]);
+
 // Progress while the runtime downloads: "3.1 MB received", or "3.1 of 5.2 MB" when the total is known.
 export function receivedText(received, total = 0) {
   const mb = (n) => (n / 1e6).toFixed(1);

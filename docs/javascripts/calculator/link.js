@@ -1,12 +1,12 @@
 // The address and the form: a link's settings into the fields (each value that cannot be used named in a
 // notice, only its field falling back), and the address rewritten for the numbers on show.
-import { formatInt, quote, withLabels } from "./format.js";
+import { flagsIn, formatInt, quote, withLabels } from "./format.js";
 import { linkQuery, readLink } from "./url.js";
 import { HF_CONFIG, matchChoice, parseBool } from "./values.js";
 
 export function createLink(root, config, f, notice, takeConfig) {
-  const problems = [];  // [{name, message}]: what the link asked for that could not be used
-  const say = (name, message) => problems.push({ name, message });
+  const problems = [];  // [{name, message, line}]: what the link asked for that could not be used
+  const say = (name, message, line = null) => problems.push({ name, message, line });
 
   // One value of the link into its field (or, with no control here, kept to send as it is).
   function apply(key, raw) {
@@ -74,24 +74,42 @@ export function createLink(root, config, f, notice, takeConfig) {
     const intro = document.createElement("span");
     intro.textContent = "Some of this link's settings could not be used as given; the rest apply. Fields named here show their defaults unless the line says otherwise:";
     const list = document.createElement("ul");
-    for (const { name, message } of problems) {
+    for (const { name, message, line } of problems) {
       const li = document.createElement("li");
       li.dataset.linkProblem = name;
-      li.textContent = `${labelOf(name) ?? name}: ${withLabels(message, labelOf)}.`;
+      li.textContent = line ?? `${labelOf(name) ?? name}: ${withLabels(message, labelOf)}.`;
       list.appendChild(li);
     }
     notice.replaceChildren(intro, list);
     notice.dataset.kind = "link";  // it stays: the reader should see what the link lost
     notice.hidden = false;
   }
-  // calc refused a value: if the link set it, only that field falls back (all of the link's, if calc names a
-  // field the link did not set), and the notice says which and why. False when the link is not to blame.
+  // calc refused a value: if the link set it, only that field falls back. Where calc names a field the link did
+  // not set, the link's fields its message names fall back (`?experts=8` for "experts-per-token: ... (--experts)"),
+  // all of the link's only where it names none; the notice says which and why. False when the link is not to blame.
   function refused(result) {
     const fromLink = f.state.fromLink;
     if (!fromLink.size) return false;
-    const culprits = fromLink.has(result.field) ? [result.field] : [...fromLink];
-    say(result.field ?? culprits[0], result.message);
+    const named = flagsIn(result.message).filter((name) => fromLink.has(name));
+    const culprits = fromLink.has(result.field) ? [result.field] : named.length ? named : [...fromLink];
+    const names = culprits.map((n) => labelOf(n) ?? n).join(", ");
+    const also = culprits.includes(result.field) ? "" : `; the link's ${names} dropped`;
+    say(result.field ?? culprits[0], result.message + also);
     for (const name of culprits) { f.resetField(name); fromLink.delete(name); }
+    showNotice();
+    return true;
+  }
+  // calc refused a setting the link carries with no field here (`lora-alpha` once Trains is full): nothing on
+  // the page could remove it, so it is dropped from what is sent and from the address, in one line naming it.
+  // False when calc named no such setting.
+  function dropped(result) {
+    const name = result.field;
+    if (!name || f.field(name) || !f.state.extras.has(name)) return false;
+    const value = f.state.extras.get(name);
+    f.state.extras.delete(name);
+    f.state.overrides.delete(name);
+    say(name, result.message, `${name} ${quote(value)} from the link no longer applies and was dropped ` +
+      `(${withLabels(result.message, labelOf)}).`);
     showNotice();
     return true;
   }
@@ -106,5 +124,5 @@ export function createLink(root, config, f, notice, takeConfig) {
     const url = `${location.pathname}${query ? `?${query}` : ""}${hash}`;
     if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(history.state, "", url);
   }
-  return { read, write, refused, problems };
+  return { read, write, refused, dropped, problems };
 }

@@ -68,7 +68,7 @@ function mount(root) {
     const result = await numbers;
     if (result.superseded || ticket !== asked) return;
     performance.mark("calc:answered");
-    if (!result.ok && link.refused(result)) { update(); return; }
+    if (!result.ok && (link.refused(result) || link.dropped(result))) { update(); return; }
     f.state.fromLink.clear();
     if (!result.ok && result.field === "seq" && seqKept) {  // the typed sequence does not suit the new model
       msg.notes.set("seq", `Reset to the model's own sequence length: calc refused ${f.valueOf("seq")} for it ` +

@@ -122,8 +122,11 @@ export function createPlanner(root, config, f, { ask, update }) {
     const button = event.target.closest("[data-fit-use]");
     if (!button || button.disabled) return;
     const values = fromRow(button.closest("tr"), Object.entries(fitFields));
-    // A full fine-tuning row has no rank or targets (empty, or Python's None): they go back to their defaults.
-    for (const [name, value] of Object.entries(values)) if ([undefined, "", "null", "None"].includes(value)) delete values[name];
+    // A row's field that is empty (Python's None) or does not apply to its own fine-tuning (a full row's rank 0
+    // and no targets) is not the row's to set: it goes back to its default, so LoRA chosen later starts there.
+    for (const [name, value] of Object.entries(values)) {
+      if ([undefined, "", "null", "None"].includes(value) || !f.applies(name, values.finetune)) delete values[name];
+    }
     load(values);
   });
   roveWithArrows(planner.body, "[data-plan-use]");
