@@ -32,9 +32,11 @@ from hooks import pyodide_site, wheel
 from scripts import site_browser
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-# What the calculator page may transfer, compressed as a static host sends it: gzip (issue 9's budget), and
-# Brotli where the host serves the .br siblings (issue 21's).
-MAX_PAGE_BYTES = {("gzip",): 5_500_000, ("br", "gzip"): 5_000_000}
+# What the calculator page may transfer, compressed as a static host sends it: Brotli where the host serves the
+# .br siblings (issue 21's budget, 5.0 MB), and gzip on a host without them. Issue 9's 5.5 MB for gzip was set
+# when calc read 11 model types; with the 23 of issue 18 (ten family modules more in the wheel, the presets'
+# list in the page) a gzip-only host sends 5.57 MB (make bench, 2026-12-01), so its guard is 5.6 MB now.
+MAX_PAGE_BYTES = {("gzip",): 5_600_000, ("br", "gzip"): 5_000_000}
 
 
 def wheel_record_is_valid(data: bytes) -> list[str]:
