@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..inventory import Tensor, block
+from ..parts.experts import sorted_pairs
 from ..parts.ops import Ops
 from ..replay import T
 from ..shape import Shape
@@ -196,18 +197,7 @@ def experts(ops: Ops, x: T, scores: T, index: T, layer: str) -> T:
     sh = st.shape
     h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
     s, a, pb = n * k, x.unit, st.param_bytes
-    ids = ops.new(s, 8, f"{layer}: expert ids, sorted", "torch.sort: values")
-    perm = ops.new(s, 8, f"{layer}: sort permutation", "torch.sort: indices")
-    rp.drop(ops.new(s, 8, f"{layer}: sort's buffer", "torch.sort"))
-    rows = ops.new(s, 8, f"{layer}: token of each pair", "perm // k")
-    for t in (ids, perm, rows):
-        t.requires_grad = False
-    gathered = ops.new(s * h, a, f"{layer}: tokens in expert order", "hidden_states[perm // k]")
-    rp.node("index", gathered, saved=[rows], inputs=[(x, x.nbytes, "new")])
-    sample = ops.new(s, scores.unit, f"{layer}: routing weights in expert order", "sample_weights[perm]")
-    rp.node("index", sample, saved=[perm], inputs=[(scores, scores.nbytes, "new")])
-    counts = ops.new(s, 4, f"{layer}: expert ids as float for histc", "expert_ids_g.float()")
-    counts.requires_grad = False
+    ids, perm, rows, gathered, sample, counts = sorted_pairs(ops, x, scores, layer)
     name = f"{layer} mlp.experts"
     unit = max(a, pb if st.autocast else st.act)  # grouped_mm runs in the weights' dtype (not autocast's)
     proj = ops.new(s * 2 * f, unit, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")

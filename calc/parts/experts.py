@@ -91,6 +91,28 @@ def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool
     return moe
 
 
+def sorted_pairs(ops: Ops, x: T, weights: T, layer: str) -> tuple[T, T, T, T, T, T]:
+    """grouped_mm_experts_forward's first part: the k x tokens (token, expert) pairs sorted by expert
+    (torch.sort's values and indices, its buffer freed), each pair's token, the tokens gathered in that order
+    and the routing `weights` too, the expert ids as floats for histc: (ids, perm, rows, gathered, sample,
+    counts)."""
+    rp, st = ops.rp, ops.st
+    s, h = st.tokens * st.shape.experts_per_token, st.shape.hidden
+    ids = ops.new(s, 8, f"{layer}: expert ids, sorted", "torch.sort: values")
+    perm = ops.new(s, 8, f"{layer}: sort permutation", "torch.sort: indices")
+    rp.drop(ops.new(s, 8, f"{layer}: sort's buffer", "torch.sort"))
+    rows = ops.new(s, 8, f"{layer}: token of each pair", "perm // k")
+    for t in (ids, perm, rows):
+        t.requires_grad = False
+    gathered = ops.new(s * h, x.unit, f"{layer}: tokens in expert order", "hidden_states[perm // k]")
+    rp.node("index", gathered, saved=[rows], inputs=[(x, x.nbytes, "new")])
+    sample = ops.new(s, weights.unit, f"{layer}: routing weights in expert order", "sample_weights[perm]")
+    rp.node("index", sample, saved=[perm], inputs=[(weights, weights.nbytes, "new")])
+    counts = ops.new(s, 4, f"{layer}: expert ids as float for histc", "expert_ids_g.float()")
+    counts.requires_grad = False
+    return ids, perm, rows, gathered, sample, counts
+
+
 def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     """transformers' default experts implementation, "grouped_mm" (integrations/moe.py,
     grouped_mm_experts_forward), on the tokens `x` and their k routing `weights` (tokens x k): the k x tokens
@@ -102,19 +124,8 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     sh = st.shape
     h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
     s, a, pb = n * k, x.unit, st.param_bytes
-    ids = ops.new(s, 8, f"{layer}: expert ids, sorted", "torch.sort: values")
-    perm = ops.new(s, 8, f"{layer}: sort permutation", "torch.sort: indices")
-    rp.drop(ops.new(s, 8, f"{layer}: sort's buffer", "torch.sort"))
-    rows = ops.new(s, 8, f"{layer}: token of each pair", "perm // k")
-    for t in (ids, perm, rows):
-        t.requires_grad = False
-    gathered = ops.new(s * h, a, f"{layer}: tokens in expert order", "hidden_states[perm // k]")
-    rp.node("index", gathered, saved=[rows], inputs=[(x, x.nbytes, "new")])
+    ids, perm, rows, gathered, sample, counts = sorted_pairs(ops, x, weights, layer)
     wu = weights.unit
-    sample = ops.new(s, wu, f"{layer}: routing weights in expert order", "sample_weights[perm]")
-    rp.node("index", sample, saved=[perm], inputs=[(weights, weights.nbytes, "new")])
-    counts = ops.new(s, 4, f"{layer}: expert ids as float for histc", "expert_ids_g.float()")
-    counts.requires_grad = False
     name = f"{layer} mlp.experts"
     proj = ops.new(s * 2 * f, a, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
     up_weight = (f"{name}.gate_up_proj", e * 2 * f * h * pb, "param")
