@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..inventory import Tensor, block
-from ..parts.experts import sorted_pairs
+from ..parts.experts import sorted_pairs, summed_back
 from ..parts.ops import Ops
 from ..replay import T
 from ..shape import Shape
@@ -220,15 +220,7 @@ def experts(ops: Ops, x: T, scores: T, index: T, layer: str) -> T:
     rp.node("mul", weighted, saved=ops.pair(down, sample),
             inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=[s * h * out])  # fmt: skip
     rp.drop(down)
-    inverse = ops.new(s, 8, f"{layer}: inverse permutation", "torch.empty_like(perm)")
-    inverse.requires_grad = False
-    rp.drop(ops.new(s, 8, f"{layer}: arange", "torch.arange(S)"))
-    ordered = ops.new(s * h, out, f"{layer}: experts' output in token order", "weighted_out[inv_perm]")
-    rp.node("index", ordered, saved=[inverse], inputs=[(weighted, weighted.nbytes, "new")])
-    rp.drop(weighted)
-    moe = ops.new(n * h, out, f"{layer}: experts' output summed over k", "view(tokens, k, h).sum(1)")
-    # its gradient: SumBackward0's expand, which ViewBackward0 reshapes to k x tokens rows (a copy)
-    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "new")])
+    moe, ordered, inverse = summed_back(ops, weighted, layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, down_bias,
             why="grouped_mm_experts_forward returns")  # fmt: skip
     if moe.unit != a:

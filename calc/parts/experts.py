@@ -113,6 +113,24 @@ def sorted_pairs(ops: Ops, x: T, weights: T, layer: str) -> tuple[T, T, T, T, T,
     return ids, perm, rows, gathered, sample, counts
 
 
+def summed_back(ops: Ops, weighted: T, layer: str) -> tuple[T, T, T]:
+    """grouped_mm_experts_forward's last part: the weighted k x tokens rows back in token order (an inverse
+    permutation, torch.arange's buffer freed) and summed over the k; `weighted` is let go. (moe, ordered,
+    inverse): the caller drops the last two with the rest as the forward returns."""
+    rp, st = ops.rp, ops.st
+    s, n, h, unit = st.tokens * st.shape.experts_per_token, st.tokens, st.shape.hidden, weighted.unit
+    inverse = ops.new(s, 8, f"{layer}: inverse permutation", "torch.empty_like(perm)")
+    inverse.requires_grad = False
+    rp.drop(ops.new(s, 8, f"{layer}: arange", "torch.arange(S)"))
+    ordered = ops.new(s * h, unit, f"{layer}: experts' output in token order", "weighted_out[inv_perm]")
+    rp.node("index", ordered, saved=[inverse], inputs=[(weighted, weighted.nbytes, "new")])
+    rp.drop(weighted)
+    moe = ops.new(n * h, unit, f"{layer}: experts' output summed over k", "view(tokens, k, h).sum(1)")
+    # its gradient: SumBackward0's expand, which ViewBackward0 reshapes to k x tokens rows (a copy)
+    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "new")])
+    return moe, ordered, inverse
+
+
 def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     """transformers' default experts implementation, "grouped_mm" (integrations/moe.py,
     grouped_mm_experts_forward), on the tokens `x` and their k routing `weights` (tokens x k): the k x tokens
@@ -149,15 +167,7 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     rp.node("mul", weighted, saved=ops.pair(down, sample),
             inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
     rp.drop(down)
-    inverse = ops.new(s, 8, f"{layer}: inverse permutation", "torch.empty_like(perm)")
-    inverse.requires_grad = False
-    rp.drop(ops.new(s, 8, f"{layer}: arange", "torch.arange(S)"))
-    ordered = ops.new(s * h, unit, f"{layer}: experts' output in token order", "weighted_out[inv_perm]")
-    rp.node("index", ordered, saved=[inverse], inputs=[(weighted, weighted.nbytes, "new")])
-    rp.drop(weighted)
-    moe = ops.new(n * h, unit, f"{layer}: experts' output summed over k", "view(tokens, k, h).sum(1)")
-    # its gradient: SumBackward0's expand, which ViewBackward0 reshapes to k x tokens rows (a copy)
-    rp.node("sum", moe, inputs=[(ordered, ordered.nbytes, "new")])
+    moe, ordered, inverse = summed_back(ops, weighted, layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, why="grouped_mm_experts_forward returns")
     if moe.unit != a:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
