@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import partial
 
 from ..inventory import Tensor, block
 from ..parts.mlp import activation, mlp
@@ -16,7 +17,7 @@ from ..replay import T
 from ..shape import Shape
 from . import config as c
 from .family import Family, ModelType
-from .llama import decoder_layer
+from .llama import attend, decoder_layer
 
 
 def read_llama4_text(cfg: Mapping) -> dict:
@@ -151,13 +152,6 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T]:
     return q, k, v
 
 
-def attend(ops: Ops, q: T, k: T, v: T, mask: T | None, layer: str):
-    """Llama 4's attention: under sdpa with the chunked mask its states come with K and V repeated already."""
-    if ops.st.attention == "sdpa":
-        return ops.sdpa(q, k, v, layer, mask, repeated=True)
-    return ops.eager_attention(q, k, v, mask, layer)
-
-
 def expert_bmm(ops: Ops, x: T, name: str, width_in: int, width_out: int, label: str) -> T:
     """torch.bmm of the experts' tokens (E x tokens x width_in) with a parameter (E x width_in x width_out):
     it saves both; autocast casts the input to 16 bits and the weight too (cached until the region ends, and
@@ -258,8 +252,9 @@ def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str) -> T:
 
 
 def layer(ops: Ops, x: T, cos: T, sin: T, mask: T | None) -> T:
-    """Llama4TextDecoderLayer: LlamaDecoderLayer with Llama 4's query and key states and its sparse block."""
-    return decoder_layer(ops, x, cos, sin, mask, states=states, moe=moe_tail, attention=attend)
+    """Llama4TextDecoderLayer: LlamaDecoderLayer with Llama 4's query and key states and its sparse block; under
+    sdpa with the chunked mask its states come with K and V repeated already."""
+    return decoder_layer(ops, x, cos, sin, mask, states=states, moe=moe_tail, attention=partial(attend, repeated=True))
 
 
 def half_head(shape: Shape) -> int:

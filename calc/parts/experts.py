@@ -26,22 +26,10 @@ def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str, block: 
 
 def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool | None = None) -> T:
     """MixtralSparseMoeBlock, or Qwen2MoeSparseMoeBlock where the shape has a shared expert's gate;
-    Qwen3MoeSparseMoeBlock with `renorm` (its norm_topk_prob) and `cast` given (None: Mixtral's or Qwen2-MoE's).
-
-    Router (MixtralTopKRouter, Qwen2MoeTopKRouter): F.linear to E logits, softmax in fp32, topk; Mixtral
-    renormalises the k weights (an in-place division, which clones its input for backward); Qwen2-MoE
-    (norm_topk_prob false, its default) casts them to the logits' dtype; Qwen3-MoE renormalises them where
-    norm_topk_prob is on, then casts them. Experts: transformers' default
-    experts implementation, "grouped_mm" (integrations/moe.py, grouped_mm_experts_forward): the k x tokens
-    (token, expert) pairs sorted by expert, the tokens gathered in that order, one grouped matmul to 2 x the
-    expert width over every expert's weights, act(gate) * up, one grouped matmul back, times the routing
-    weights, scattered back and summed over the k (grouped_experts). Every tensor has k x tokens rows, however
-    the router spreads them: the memory does not depend on the routing (the per-expert counts only set the
-    offsets). grouped_mm is not autocast's: it runs in the weights' dtype (fp32 under autocast). Qwen2-MoE adds the
-    shared expert (a gated MLP, before the router) scaled by sigmoid(shared_expert_gate(x))."""
-    rp, st = ops.rp, ops.st
-    sh = st.shape
-    h, n, e, k = sh.hidden, st.tokens, sh.experts, sh.experts_per_token
+    Qwen3MoeSparseMoeBlock with `renorm` (its norm_topk_prob) and `cast` given (None: Mixtral's or Qwen2-MoE's):
+    the shared expert (Qwen2-MoE's, before the router), the router (topk_router), the experts
+    (grouped_experts), the gated shared expert added (gated_shared)."""
+    rp, sh = ops.rp, ops.st.shape
     qwen = sh.shared_expert_gate
     renorm = not qwen if renorm is None else renorm
     cast = qwen if cast is None else cast
@@ -49,8 +37,22 @@ def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool
     if sh.shared_expert_ffn:  # Qwen2MoeMLP: down(act(gate(x)) * up(x))
         name, label = f"{layer} mlp.shared_expert.", f"{layer}: shared expert's "
         shared = mlp(ops, x, sh.shared_expert_ffn, name, label, False, True, "output")
-    # the router
-    logits = ops.linear(x, h, e, f"{layer} mlp.gate", False, f"{layer}: router logits")
+    logits, weights, index = topk_router(ops, x, layer, renorm, cast)
+    moe = grouped_experts(ops, x, weights, layer)
+    if shared is not None:
+        moe = gated_shared(ops, x, moe, shared, layer)
+    rp.drop(logits, weights, index, why="the sparse block returns")
+    return moe
+
+
+def topk_router(ops: Ops, x: T, layer: str, renorm: bool, cast: bool) -> tuple[T, T, T]:
+    """The router (MixtralTopKRouter, Qwen2MoeTopKRouter, Qwen3MoeTopKRouter): F.linear to E logits, softmax
+    in fp32, topk; Mixtral renormalises the k weights (`renorm`: an in-place division, which clones its input
+    for backward); Qwen2-MoE (norm_topk_prob false, its default) casts them to the logits' dtype (`cast`);
+    Qwen3-MoE renormalises them where norm_topk_prob is on, then casts them. (logits, weights, indices)."""
+    rp, st = ops.rp, ops.st
+    n, e, k = st.tokens, st.shape.experts, st.shape.experts_per_token
+    logits = ops.linear(x, st.shape.hidden, e, f"{layer} mlp.gate", False, f"{layer}: router logits")
     wide = logits if logits.unit == 4 else ops.unary(f"{layer}: router logits in fp32", logits, [], 4)
     probs = ops.new(n * e, 4, f"{layer}: router probabilities", "softmax saves its result")
     rp.node("softmax", probs, saved=[probs], inputs=[(wide, wide.nbytes, "new")])
@@ -73,22 +75,26 @@ def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool
         wide_weights = weights
         weights = ops.unary(f"{layer}: routing weights in 16 bits", wide_weights, [], logits.unit)
         rp.drop(wide_weights)
-    moe = grouped_experts(ops, x, weights, layer)
-    if shared is not None:
-        score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
-        sig = ops.new(n, score.unit, f"{layer}: sigmoid of the gate score", "sigmoid saves its result")
-        rp.node("sigmoid", sig, saved=[sig], inputs=[(score, score.nbytes, "new")])
-        rp.drop(score)
-        unit = max(sig.unit, shared.unit)
-        scaled = ops.new(n * h, unit, f"{layer}: gated shared expert", "mul saves both operands")
-        rp.node("mul", scaled, saved=ops.pair(sig, shared),
-                inputs=[(sig, sig.nbytes, "new"), (shared, shared.nbytes, "new")], work=[n * h * unit])  # fmt: skip
-        rp.drop(sig, shared)
-        total = ops.add(moe, scaled, f"{layer}: experts + shared expert")
-        rp.drop(moe, scaled)
-        moe = total
-    rp.drop(logits, weights, index, why="the sparse block returns")
-    return moe
+    return logits, weights, index
+
+
+def gated_shared(ops: Ops, x: T, moe: T, shared: T, layer: str) -> T:
+    """Qwen2MoeSparseMoeBlock's shared expert scaled by sigmoid(shared_expert_gate(x)) and added to the
+    experts' output, which is let go (and the shared expert's)."""
+    rp, st = ops.rp, ops.st
+    n, h = st.tokens, st.shape.hidden
+    score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
+    sig = ops.new(n, score.unit, f"{layer}: sigmoid of the gate score", "sigmoid saves its result")
+    rp.node("sigmoid", sig, saved=[sig], inputs=[(score, score.nbytes, "new")])
+    rp.drop(score)
+    unit = max(sig.unit, shared.unit)
+    scaled = ops.new(n * h, unit, f"{layer}: gated shared expert", "mul saves both operands")
+    rp.node("mul", scaled, saved=ops.pair(sig, shared),
+            inputs=[(sig, sig.nbytes, "new"), (shared, shared.nbytes, "new")], work=[n * h * unit])  # fmt: skip
+    rp.drop(sig, shared)
+    total = ops.add(moe, scaled, f"{layer}: experts + shared expert")
+    rp.drop(moe, scaled)
+    return total
 
 
 def sorted_pairs(ops: Ops, x: T, weights: T, layer: str) -> tuple[T, T, T, T, T, T]:
