@@ -60,14 +60,10 @@ def tensors(shape: Shape, moe: bool) -> list[Tensor]:
     return block(shape, moe)
 
 
-def no_rope(shape: Shape, layer: int) -> bool:
-    """Llama4TextAttention.use_rope is off on every no_rope_interval-th layer (from 1)."""
-    return bool(shape.no_rope_interval) and layer % shape.no_rope_interval == 0
-
-
 def chunked(shape: Shape, layer: int) -> bool:
-    """layer_types: chunked_attention on the layers with RoPE, full_attention on the others."""
-    return not no_rope(shape, layer)
+    """layer_types: chunked_attention on the layers with RoPE (Llama4TextAttention.use_rope: not on every
+    no_rope_interval-th layer, Shape.rotary), full_attention on the others."""
+    return shape.rotary(layer)
 
 
 def rotate(ops: Ops, x: T, freqs: T, label: str) -> tuple[T, T]:
@@ -117,7 +113,7 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T]:
     q = ops.linear(normed, h, sh.q_width, f"{layer} q_proj", sh.bias, f"{layer}: Q")
     k = ops.linear(normed, h, sh.kv_width, f"{layer} k_proj", sh.bias, f"{layer}: K")
     v = ops.linear(normed, h, sh.kv_width, f"{layer} v_proj", sh.bias, f"{layer}: V")
-    if not no_rope(sh, rp.layer):
+    if sh.rotary(rp.layer):
         wide = [t if t.unit == 4 else ops.unary(f"{layer}: {w} in fp32", t, [], 4) for t, w in ((q, "Q"), (k, "K"))]
         rotated = []
         for t, w in zip(wide, ("Q", "K"), strict=True):
