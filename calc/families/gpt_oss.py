@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..inventory import Tensor, block
-from ..parts.experts import sorted_pairs, summed_back
+from ..parts.experts import routing_weighted, sorted_pairs, summed_back
 from ..parts.ops import Ops
 from ..replay import T
 from ..shape import Shape
@@ -198,14 +198,7 @@ def experts(ops: Ops, x: T, scores: T, index: T, layer: str) -> T:
     rp.drop(inner)
     down, down_bias = biased(ops, down, ids, f"{name}.down_proj_bias", h, f"{layer}: experts' output")
     rp.drop(bias)  # selected_biases is rebound to the down projection's
-    out = max(unit, sample.unit)
-    if sample.unit != out:  # the 16-bit weights promoted for the product
-        rp.drop(ops.new(s, out, f"{layer}: routing weights promoted", "type promotion"))
-    weighted = ops.new(s * h, out, f"{layer}: experts' output x routing weight", "mul saves both operands")
-    rp.node("mul", weighted, saved=ops.pair(down, sample),
-            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=[s * h * out])  # fmt: skip
-    rp.drop(down)
-    moe, ordered, inverse = summed_back(ops, weighted, layer)
+    moe, ordered, inverse = summed_back(ops, routing_weighted(ops, down, sample, layer), layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, down_bias,
             why="grouped_mm_experts_forward returns")  # fmt: skip
     if moe.unit != a:

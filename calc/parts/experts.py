@@ -119,6 +119,29 @@ def sorted_pairs(ops: Ops, x: T, weights: T, layer: str) -> tuple[T, T, T, T, T,
     return ids, perm, rows, gathered, sample, counts
 
 
+def routing_weighted(ops: Ops, down: T, sample: T, layer: str) -> T:
+    """grouped_mm_experts_forward's proj_out * sample_weights_g.unsqueeze(-1): each pair's output times its
+    routing weight (the mul saves both); `down` is let go. Routing weights narrower than the output (a 16-bit
+    router's under autocast, where grouped_mm runs in the fp32 weights' dtype: Qwen2-MoE's cast weights,
+    GPT-OSS's softmax in the logits' dtype) are promoted for the product, and again in backward, where
+    MulBackward0's grad x weights (mul_tensor_backward) is a CPU op of two dtypes: TensorIterator copies the
+    narrower input to the common dtype (TensorIteratorBase::compute_types), alive beside grad x the output
+    before its sum to one value a pair."""
+    rp, st = ops.rp, ops.st
+    s, h = sample.nbytes // sample.unit, st.shape.hidden
+    unit = max(down.unit, sample.unit)
+    promoted = sample.unit != unit
+    if promoted:  # the 16-bit weights promoted for the product
+        rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
+    weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
+    # backward: grad x the weights (promoted again where they are 16-bit) and grad x the output, before its sum
+    work = [s * h * unit] + ([s * unit] if promoted else [])
+    rp.node("mul", weighted, saved=ops.pair(down, sample),
+            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
+    rp.drop(down)
+    return weighted
+
+
 def summed_back(ops: Ops, weighted: T, layer: str) -> tuple[T, T, T]:
     """grouped_mm_experts_forward's last part: the weighted k x tokens rows back in token order (an inverse
     permutation, torch.arange's buffer freed) and summed over the k; `weighted` is let go. (moe, ordered,
@@ -149,7 +172,6 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
     s, a, pb = n * k, x.unit, st.param_bytes
     ids, perm, rows, gathered, sample, counts = sorted_pairs(ops, x, weights, layer)
-    wu = weights.unit
     name = f"{layer} mlp.experts"
     proj = ops.new(s * 2 * f, a, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
     up_weight = (f"{name}.gate_up_proj", e * 2 * f * h * pb, "param")
@@ -164,16 +186,7 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     rp.node("grouped_mm", down, saved=[inner],
             inputs=[(f"{name}.down_proj", e * h * f * pb, "param"), (inner, inner.nbytes, "new")])  # fmt: skip
     rp.drop(inner)
-    unit = max(a, wu)
-    if wu != unit:  # the 16-bit weights promoted for the product
-        rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
-    weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
-    # backward: grad x the weights (promoted again where they are 16-bit) and grad x the output, before its sum
-    work = [s * h * unit] + ([s * unit] if wu != unit else [])
-    rp.node("mul", weighted, saved=ops.pair(down, sample),
-            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
-    rp.drop(down)
-    moe, ordered, inverse = summed_back(ops, weighted, layer)
+    moe, ordered, inverse = summed_back(ops, routing_weighted(ops, down, sample, layer), layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, why="grouped_mm_experts_forward returns")
     if moe.unit != a:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
