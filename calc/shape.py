@@ -112,6 +112,22 @@ class Shape:
         """Layers whose FFN is a mixture of experts."""
         return max(0, self.layers - self.dense_layers) if self.experts else 0
 
+    def slides(self, layer: int) -> bool:
+        """Whether layer `layer` (1 = the first) attends through the sliding window rather than to the whole
+        sequence: the one source of that fact, which configs spell two ways. layer_types' letter where given
+        (Gemma 2 and 3; a pattern shorter than the layers repeats), else every layer where there is a window
+        but the global_layers (OLMo 3, SmolLM3, Ministral)."""
+        if self.layer_types:
+            return self.layer_types[(layer - 1) % len(self.layer_types)] == "s"
+        return bool(self.sliding_window) and layer not in self.global_layers
+
+    def rotary(self, layer: int) -> bool:
+        """Whether layer `layer` (1 = the first) applies its rotary positions (where the model has them): the
+        one source of that fact, which configs spell two ways: not the no_rope_layers (SmolLM3) nor every
+        no_rope_interval-th layer (Llama 4's no_rope_layer_interval)."""
+        every = self.no_rope_interval
+        return layer not in self.no_rope_layers and not (every and layer % every == 0)
+
     def as_dict(self) -> dict:
         """The fields as an answer's config gives them: those few models have (the per-layer lists, a partial
         rotary width, soft-caps, layer types) only where the model has them."""

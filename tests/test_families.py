@@ -252,6 +252,24 @@ def test_gpt_oss_reads_its_biases_and_sinks_and_runs_eager_attention_only(capsys
     assert "--experts: GPT-OSS's every MLP is a mixture of experts" in capsys.readouterr().err
 
 
+def test_gpt_oss_promotes_its_16_bit_routing_weights_in_backward_as_the_grouped_experts_do():
+    """GPT-OSS's router softmaxes in the logits' dtype, 16 bits under autocast, while grouped_mm runs in the
+    fp32 weights' dtype: MulBackward0's grad x weights on the CPU copies the weights to fp32 (k x tokens x 4
+    bytes), as for Qwen2-MoE's cast weights (calc.parts.experts.routing_weighted); in fp32 no copy."""
+    cfg = {"model_type": "gpt_oss", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "vocab_size": 128}  # fmt: skip
+    shape, pairs = shape_from_config(cfg), 64 * 2
+
+    def copies(recipe: str) -> list[int]:
+        step = calc.step(shape, 64, 1, recipe, "none", walk="eager", device="cpu", attention="eager")
+        return [e["bytes"] for e in step["events"] if e["label"] == "mul backward working memory"
+                and e["bytes"] == pairs * 4]  # fmt: skip
+
+    assert copies("autocast") == [pairs * 4] * shape.layers
+    assert copies("fp32-full") == []
+
+
 def calc_cli_config(cfg: dict) -> str:
     """A config.json written where a user would keep it."""
     import tempfile

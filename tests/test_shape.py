@@ -124,3 +124,24 @@ def test_every_preset_is_in_one_group():
     active = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704, "qwen3-235b-a22b": 22_190_763_520,
               "gpt-oss-20b": 4_187_440_704, "deepseek-v3": 37_552_282_624}  # fmt: skip
     assert all(r["active"] == active.get(r["name"], r["params"]) for r in rows)
+
+
+def test_each_layers_window_and_rotary_positions_come_from_one_place():
+    """Shape.slides and Shape.rotary answer for every spelling configs give: Gemma's layer_types letters (a
+    pattern repeating over more layers), OLMo 3's global_layers, SmolLM3's no_rope_layers, Llama 4's interval."""
+    gemma = calc.PRESETS["gemma-2-9b"]
+    assert [gemma.slides(i) for i in (1, 2, 43, 44)] == [True, False, True, False]
+    olmo = calc.Shape(layers=8, sliding_window=64, global_layers=(4, 8))
+    assert [i for i in range(1, 9) if not olmo.slides(i)] == [4, 8]
+    assert not any(calc.Shape(global_layers=(4,)).slides(i) for i in range(1, 33))  # no window, no layer slides
+    smol = calc.PRESETS["smollm3-3b"]
+    assert [i for i in range(1, smol.layers + 1) if not smol.rotary(i)] == list(smol.no_rope_layers)
+    assert [i for i in range(1, 9) if not calc.Shape(layers=8, no_rope_interval=4).rotary(i)] == [4, 8]
+
+
+def test_a_gemma_of_more_layers_than_its_layer_types_is_walked():
+    """--layers beyond a Gemma preset's layer_types repeats its pattern, in the eager walk's layer kinds too."""
+    from calc.cli import main
+
+    assert main(["--preset", "gemma-2-9b", "--layers", "44", "--walk", "eager", "--attention", "eager",
+                 "--seq", "64", "--json"]) == 0  # fmt: skip

@@ -21,15 +21,10 @@ from dataclasses import dataclass
 
 def dense_or_moe(shape, index: int) -> Hashable:
     """The default kind of layer `index` (from 1): a mixture of experts after the first `dense_layers`, or
-    a dense layer (every layer of a model without experts); and, where it is one, a layer without rotary
-    positions (Shape.no_rope_layers) or a full-attention layer among sliding ones (Shape.global_layers,
-    Shape.layer_types)."""
+    a dense layer (every layer of a model without experts); and whether it has rotary positions
+    (Shape.rotary) and slides (Shape.slides)."""
     kind = "moe" if shape.experts and index > shape.dense_layers else "dense"
-    no_rope = index in shape.no_rope_layers or bool(shape.no_rope_interval and index % shape.no_rope_interval == 0)
-    marks = (no_rope, index in shape.global_layers)
-    if shape.layer_types:  # config.layer_types (Gemma 2, Gemma 3): "s" a sliding layer, "f" a full one
-        marks += (shape.layer_types[index - 1] == "f",)
-    return (kind, *marks) if any(marks) else kind
+    return kind, shape.rotary(index), shape.slides(index)
 
 
 @dataclass(frozen=True)

@@ -98,13 +98,6 @@ def causal(cfg: Mapping) -> None:
         raise c.ConfigError("use_bidirectional_attention is not supported: calc replays causal attention")
 
 
-def sliding(shape: Shape, layer: int) -> bool:
-    """Whether layer `layer` (1 to L) attends through the window: config.layer_types, or every layer alike."""
-    if not shape.layer_types:
-        return bool(shape.sliding_window)
-    return shape.layer_types[(layer - 1) % len(shape.layer_types)] == "s"
-
-
 def tensors(shape: Shape, moe: bool) -> list[Tensor]:
     """Llama's block (with Gemma 2's four norms) and, for Gemma 3, the two head norms' gains."""
     if shape.family != "gemma3_text":
@@ -205,7 +198,7 @@ def layer_inputs(ops: Ops, cos: T | None, sin: T | None, mask: T | None):
     if window is not None:
         window.requires_grad = False
         made.append(window)
-    kinds = {sliding(sh, i) for i in range(1, sh.layers + 1)}
+    kinds = {sh.slides(i) for i in range(1, sh.layers + 1)}
     local = (cos, sin)
     if sh.family == "gemma3_text" and True in kinds and cos is not None:
         d = sh.head_dim  # Gemma3RotaryEmbedding(x, position_ids, "sliding_attention"): (1, s, head_dim) each
@@ -213,7 +206,7 @@ def layer_inputs(ops: Ops, cos: T | None, sin: T | None, mask: T | None):
         for t in local:
             t.requires_grad = False
         made += local
-    per_layer = [(*local, window) if sliding(sh, i) else (cos, sin, mask) for i in range(1, sh.layers + 1)]
+    per_layer = [(*local, window) if sh.slides(i) else (cos, sin, mask) for i in range(1, sh.layers + 1)]
     return per_layer, made
 
 

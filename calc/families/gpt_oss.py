@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..inventory import Tensor, block
-from ..parts.experts import sorted_pairs, summed_back
+from ..parts.experts import routing_weighted, sorted_pairs, summed_back
 from ..parts.ops import Ops
 from ..replay import T
 from ..shape import Shape
@@ -81,24 +81,15 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T]:
     return qr, kr, v
 
 
-def sink_attention(ops: Ops, q: T, k: T, v: T, mask: T, layer: str) -> tuple[T, T]:
-    """GPT-OSS's eager_attention_forward: Q K^T x scaling + mask; the sinks (one logit a head, expanded over
-    the rows) concatenated as a last column; minus each row's max (max saves its indices); softmax in that
-    dtype (saves its result); the sink column sliced off (a view); cast to V's dtype; times V. Returns the
-    output and the weights the layer holds until it returns."""
+def sinks(ops: Ops, masked: T, v: T, layer: str) -> T:
+    """GPT-OSS's eager_attention_forward after the masked scores (Ops.eager_attention's `weigh`): the sinks (one
+    logit a head, expanded over the rows) concatenated as a last column; minus each row's max (max saves its
+    indices); softmax in that dtype (saves its result); the sink column sliced off (a view); dropout; cast to
+    V's dtype. attn_weights holds the masked scores until it is rebound to these weights."""
     rp, st = ops.rp, ops.st
     sh = st.shape
     rows = sh.heads * st.tokens
     scores, wide = rows * st.seq, rows * (st.seq + 1)
-    (kr, k_copy), (vr, v_copy) = ops.repeat_kv(k, "K"), ops.repeat_kv(v, "V")
-    qc, kc = ops.operand(q, "Q"), ops.operand(kr, "K", k_copy)
-    raw = ops.new(scores, ops.mm, f"{layer}: scores QK^T", "bmm: heads x s x s values a sequence")
-    rp.node("bmm", raw, saved=ops.pair(qc, kc), inputs=[(qc, qc.nbytes, "new"), (kc, kc.nbytes, "new")])
-    rp.drop(qc, kc)
-    scaled = ops.unary(f"{layer}: scaled scores", raw, [])  # times a Python float saves nothing
-    rp.drop(raw)
-    masked = ops.add(scaled, mask, f"{layer}: masked scores")
-    rp.drop(scaled)
     unit = max(masked.unit, st.act)  # the sinks are in the model's dtype
     combined = ops.new(wide, unit, f"{layer}: scores and sinks", "torch.cat([scores, sinks], -1)")
     rp.node("cat", combined, inputs=[(masked, masked.nbytes, "pass"), (f"{layer} self_attn.sinks",
@@ -119,18 +110,12 @@ def sink_attention(ops: Ops, q: T, k: T, v: T, mask: T, layer: str) -> tuple[T, 
     kept = rp.view(probs, scores, f"{layer}: probabilities without the sinks")  # probs[..., :-1]
     rp.node("slice", kept, inputs=[(probs, probs.nbytes, "new")])
     dropped = ops.dropout(kept, f"{layer}: attention probabilities")
-    weights = dropped if dropped.unit == vr.unit else ops.unary(f"{layer}: probabilities in V's dtype", dropped, [],
-                                                                 vr.unit)  # fmt: skip
+    weights = dropped if dropped.unit == v.unit else ops.unary(f"{layer}: probabilities in V's dtype", dropped, [],
+                                                                v.unit)  # fmt: skip
     if weights is not dropped:
         rp.drop(dropped)
     rp.drop(masked, probs, kept)  # attn_weights is rebound; probs and scores go as the function returns
-    pc, vc = ops.operand(weights, "attention probabilities", True), ops.operand(vr, "V", v_copy)
-    out = ops.new(st.tokens * sh.heads * sh.head_dim, ops.mm, f"{layer}: attention output", "bmm")
-    rp.node("bmm", out, saved=ops.pair(pc, vc), inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
-    rp.drop(pc, vc)
-    y = ops.unary(f"{layer}: attention output, contiguous", out, [])
-    rp.drop(out, kr, vr)
-    return y, weights
+    return weights
 
 
 def router(ops: Ops, x: T, layer: str) -> tuple[T, T, T]:
@@ -213,14 +198,7 @@ def experts(ops: Ops, x: T, scores: T, index: T, layer: str) -> T:
     rp.drop(inner)
     down, down_bias = biased(ops, down, ids, f"{name}.down_proj_bias", h, f"{layer}: experts' output")
     rp.drop(bias)  # selected_biases is rebound to the down projection's
-    out = max(unit, sample.unit)
-    if sample.unit != out:  # the 16-bit weights promoted for the product
-        rp.drop(ops.new(s, out, f"{layer}: routing weights promoted", "type promotion"))
-    weighted = ops.new(s * h, out, f"{layer}: experts' output x routing weight", "mul saves both operands")
-    rp.node("mul", weighted, saved=ops.pair(down, sample),
-            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=[s * h * out])  # fmt: skip
-    rp.drop(down)
-    moe, ordered, inverse = summed_back(ops, weighted, layer)
+    moe, ordered, inverse = summed_back(ops, routing_weighted(ops, down, sample, layer), layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, down_bias,
             why="grouped_mm_experts_forward returns")  # fmt: skip
     if moe.unit != a:
@@ -238,7 +216,7 @@ def layer(ops: Ops, x: T, cos: T, sin: T, mask: T) -> T:
     layer = "layer {layer}"
     normed = ops.rms_norm(x, f"{layer} input_layernorm")
     q, k, v = states(ops, normed, cos, sin, layer)
-    attn, weights = sink_attention(ops, q, k, v, mask, layer)
+    attn, weights = ops.eager_attention(q, k, v, mask, layer, weigh=sinks)
     o = ops.linear(attn, sh.q_width, sh.hidden, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")
     rp.drop(attn, q, k, v, normed)
     mid = ops.add(x, o, f"{layer}: residual after attention")

@@ -44,14 +44,13 @@ def add(ops: Ops, residual: T, x: T, label: str) -> T:
     return ops.add(residual, x, label)
 
 
-def attend(ops: Ops, q: T, k: T, v: T, mask: T | None, layer: str) -> tuple[T, T | None]:
+def attend(ops: Ops, q: T, k: T, v: T, mask: T | None, layer: str, repeated: bool = False) -> tuple[T, T | None]:
     """The attention function the config's attn_implementation picks: eager_attention_forward, or sdpa
-    (given a mask where the model passes one to sdpa: a sliding window shorter than the sequence)."""
+    (given a mask where the model passes one to sdpa: a sliding window no longer than the sequence, Llama 4's
+    chunks; `repeated`: its states come with K and V repeated already, Ops.sdpa)."""
     if ops.st.attention != "sdpa":
         return ops.eager_attention(q, k, v, mask, layer)
-    if mask is not None:
-        return ops.sdpa_masked(q, k, v, mask, layer)
-    return ops.sdpa(q, k, v, layer)
+    return ops.sdpa(q, k, v, layer, mask, repeated)
 
 
 def feed_forward(ops: Ops, normed: T, layer: str) -> T:

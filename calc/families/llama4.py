@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import partial
 
 from ..inventory import Tensor, block
 from ..parts.mlp import activation, mlp
@@ -16,7 +17,7 @@ from ..replay import T
 from ..shape import Shape
 from . import config as c
 from .family import Family, ModelType
-from .llama import decoder_layer
+from .llama import attend, decoder_layer
 
 
 def read_llama4_text(cfg: Mapping) -> dict:
@@ -59,14 +60,10 @@ def tensors(shape: Shape, moe: bool) -> list[Tensor]:
     return block(shape, moe)
 
 
-def no_rope(shape: Shape, layer: int) -> bool:
-    """Llama4TextAttention.use_rope is off on every no_rope_interval-th layer (from 1)."""
-    return bool(shape.no_rope_interval) and layer % shape.no_rope_interval == 0
-
-
 def chunked(shape: Shape, layer: int) -> bool:
-    """layer_types: chunked_attention on the layers with RoPE, full_attention on the others."""
-    return not no_rope(shape, layer)
+    """layer_types: chunked_attention on the layers with RoPE (Llama4TextAttention.use_rope: not on every
+    no_rope_interval-th layer, Shape.rotary), full_attention on the others."""
+    return shape.rotary(layer)
 
 
 def rotate(ops: Ops, x: T, freqs: T, label: str) -> tuple[T, T]:
@@ -116,7 +113,7 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T]:
     q = ops.linear(normed, h, sh.q_width, f"{layer} q_proj", sh.bias, f"{layer}: Q")
     k = ops.linear(normed, h, sh.kv_width, f"{layer} k_proj", sh.bias, f"{layer}: K")
     v = ops.linear(normed, h, sh.kv_width, f"{layer} v_proj", sh.bias, f"{layer}: V")
-    if not no_rope(sh, rp.layer):
+    if sh.rotary(rp.layer):
         wide = [t if t.unit == 4 else ops.unary(f"{layer}: {w} in fp32", t, [], 4) for t, w in ((q, "Q"), (k, "K"))]
         rotated = []
         for t, w in zip(wide, ("Q", "K"), strict=True):
@@ -149,13 +146,6 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T]:
         rp.drop(k, v)
         k, v = kr, vr
     return q, k, v
-
-
-def attend(ops: Ops, q: T, k: T, v: T, mask: T | None, layer: str):
-    """Llama 4's attention: under sdpa with the chunked mask its states come with K and V repeated already."""
-    if ops.st.attention == "sdpa":
-        return ops.sdpa(q, k, v, layer, mask, repeated=True)
-    return ops.eager_attention(q, k, v, mask, layer)
 
 
 def expert_bmm(ops: Ops, x: T, name: str, width_in: int, width_out: int, label: str) -> T:
@@ -258,8 +248,9 @@ def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str) -> T:
 
 
 def layer(ops: Ops, x: T, cos: T, sin: T, mask: T | None) -> T:
-    """Llama4TextDecoderLayer: LlamaDecoderLayer with Llama 4's query and key states and its sparse block."""
-    return decoder_layer(ops, x, cos, sin, mask, states=states, moe=moe_tail, attention=attend)
+    """Llama4TextDecoderLayer: LlamaDecoderLayer with Llama 4's query and key states and its sparse block; under
+    sdpa with the chunked mask its states come with K and V repeated already."""
+    return decoder_layer(ops, x, cos, sin, mask, states=states, moe=moe_tail, attention=partial(attend, repeated=True))
 
 
 def half_head(shape: Shape) -> int:

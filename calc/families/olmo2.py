@@ -106,7 +106,7 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
 
 def layer_mask(ops: Ops, mask: T | None) -> T | None:
     """The mask a layer gets: under sdpa only the sliding layers are given one (the full ones' is None)."""
-    if ops.st.attention == "sdpa" and ops.rp.layer in ops.st.shape.global_layers:
+    if ops.st.attention == "sdpa" and not ops.st.shape.slides(ops.rp.layer):
         return None
     return mask
 
@@ -124,7 +124,7 @@ def window_mask(shape: Shape) -> bool:
 
 def rope_tables(shape: Shape) -> int:
     """Olmo3Model's rotary tables: one (cos, sin) pair for each layer type present."""
-    return 2 if shape.sliding_window and shape.global_layers else 1
+    return len({shape.slides(i) for i in range(1, shape.layers + 1)})
 
 
 MODEL_TYPES = (ModelType("olmo2", read_olmo2, "olmo2"), ModelType("olmo3", read_olmo3, "olmo3"))

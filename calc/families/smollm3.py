@@ -44,7 +44,7 @@ def read_smollm3(cfg: Mapping) -> dict:
 def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
     """SmolLM3DecoderLayer: LlamaDecoderLayer; a layer in no_rope_layers rotates neither query nor key
     (use_rope false), a full-attention layer gets no mask under sdpa."""
-    if ops.rp.layer in ops.st.shape.no_rope_layers:
+    if not ops.st.shape.rotary(ops.rp.layer):
         cos = sin = None
     return decoder_layer(ops, x, cos, sin, layer_mask(ops, mask))
 

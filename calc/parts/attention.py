@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..replay import T
-from .linear import AUTOCAST
 
 
 class Attention:
@@ -46,12 +47,14 @@ class Attention:
         return y, sh.kv_heads > 1
 
     def eager_attention(self, q: T, k: T, v: T, mask: T | None, layer: str, softcap: bool = False,
-                        contiguous: str = "") -> T:  # fmt: skip
+                        contiguous: str = "", weigh: Callable | None = None) -> T:  # fmt: skip
         """transformers' eager_attention_forward (modeling_llama.py): repeat_kv, Q K^T, scale, add the mask,
         softmax in fp32, dropout, times V, transpose(1, 2).contiguous(). With `softcap` (modeling_gemma2.py)
         the scaled scores are soft-capped before the mask (Base.softcap: one more s x s tensor saved).
         `contiguous`: which of "QK" are laid out (b, heads, s, d) already (DeepSeek-V3's query and key states),
-        where matmul copies no head-split view."""
+        where matmul copies no head-split view. `weigh` (ops, scores, V, layer) -> weights: what a model's
+        own eager_attention_forward makes of the masked scores in place of probabilities' softmax and dropout
+        (GPT-OSS's sinks), letting the scores go where its code does."""
         rp, st = self.rp, self.st
         sh = st.shape
         scores = sh.heads * st.seq * st.tokens
@@ -68,15 +71,7 @@ class Attention:
             masked = self.add(x, mask, f"{layer}: masked scores")
             rp.drop(x)
             x = masked
-        probs = self.new(scores, 4, f"{layer}: softmax (fp32)", "softmax saves its result")
-        rp.node("softmax", probs, saved=[probs], inputs=[(x, x.nbytes, "new")])
-        rp.drop(x)
-        if q.unit != 4:  # .to(query.dtype)
-            cast = self.unary(f"{layer}: softmax in 16 bits", probs, [], q.unit)
-            rp.drop(probs)
-            probs = cast
-        dropped = self.dropout(probs, f"{layer}: attention probabilities")
-        rp.drop(probs)
+        dropped = weigh(self, x, vr, layer) if weigh else self.probabilities(x, q.unit, layer)
         pc, vc = self.operand(dropped, "attention probabilities", True), self.operand(vr, "V", v_contiguous)
         out = self.new(st.tokens * sh.heads * sh.v_head_dim, self.mm, f"{layer}: attention output", "bmm")
         rp.node("bmm", out, saved=self.pair(pc, vc), inputs=[(pc, pc.nbytes, "new"), (vc, vc.nbytes, "new")])
@@ -84,6 +79,21 @@ class Attention:
         y = self.unary(f"{layer}: attention output, contiguous", out, [])
         rp.drop(out, kr, vr)
         return y, dropped  # the layer holds the returned weights (`hidden_states, _ = ...`) until it returns
+
+    def probabilities(self, x: T, unit: int, layer: str) -> T:
+        """eager_attention_forward's softmax of the scores `x` in fp32 (which lets them go), .to(query.dtype)
+        (`unit`), and dropout: the attention weights."""
+        rp = self.rp
+        probs = self.new(x.nbytes // x.unit, 4, f"{layer}: softmax (fp32)", "softmax saves its result")
+        rp.node("softmax", probs, saved=[probs], inputs=[(x, x.nbytes, "new")])
+        rp.drop(x)
+        if unit != 4:  # .to(query.dtype)
+            cast = self.unary(f"{layer}: softmax in 16 bits", probs, [], unit)
+            rp.drop(probs)
+            probs = cast
+        dropped = self.dropout(probs, f"{layer}: attention probabilities")
+        rp.drop(probs)
+        return dropped
 
     def sdpa_math(self, q: T, k: T, v: T, layer: str):
         """PyTorch's math fallback for scaled_dot_product_attention (dropout in training on the CPU): the
@@ -112,12 +122,12 @@ class Attention:
         transpose(1, 2) is contiguous, and the log-sum-exp (fp32, heads x s a sequence); no s x s scores.
         Its backward makes the three gradients and a working buffer the size of the output.
 
-        With a boolean `mask` (a sliding window no longer than the sequence) transformers' sdpa_attention_forward
-        repeats K and V itself (use_gqa_in_sdpa: no enable_gqa with a mask) and passes attn_mask, is_causal
-        False; the CPU kernel takes it as a float mask of the query's dtype (convert_boolean_attn_mask_cpu:
-        zeros_like, contiguous b x 1 x s x s, masked_fill_ where logical_not(mask), a boolean temporary) and
-        saves it for backward. A `mask` given `repeated`: the caller
-        repeated K and V already (Llama 4's chunked layers)."""
+        With a boolean `mask` (a sliding window no longer than the sequence, Llama 4's chunks) transformers'
+        sdpa_attention_forward repeats K and V itself (repeat_kv; use_gqa_in_sdpa is false with a mask) and
+        passes attn_mask, is_causal False; the CPU kernel takes it as a float mask of the query's dtype
+        (convert_boolean_attn_mask_cpu: zeros_like, contiguous b x 1 x s x s, the expanded batch made whole,
+        masked_fill_ where logical_not(mask), a boolean temporary) and saves it for backward, each layer its
+        own. A `mask` given `repeated`: the caller repeated K and V already (Llama 4's chunked layers)."""
         rp, st = self.rp, self.st
         sh = st.shape
         copies = []
@@ -128,15 +138,15 @@ class Attention:
         bias = []
         if mask is not None:
             values = st.micro_batch * st.seq * st.seq
-            bias = [self.new(values, q.unit, f"{layer}: float attention mask", "zeros_like(attn_mask), query's dtype")]
+            bias = [self.new(values, q.unit, f"{layer}: the mask as floats", "convert_boolean_attn_mask: zeros_like")]
             bias[0].requires_grad = False
-            inverse = self.new(values, 1, f"{layer}: logical_not(attn_mask)", "masked_fill_'s condition")
-            rp.drop(inverse)
+            why = "convert_boolean_attn_mask: masked_fill_'s mask"
+            rp.drop(self.new(values, 1, f"{layer}: logical_not(mask)", why))
         out = self.new(st.tokens * sh.heads * sh.v_head_dim, self.mm, f"{layer}: attention output", "sdpa output")
         lse = self.new(sh.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
         # the CPU kernel's backward writes all three gradients; autograd frees those nothing needs at once
         unused = [t.nbytes for t in (q, k, v) if not t.requires_grad]
-        rp.node("sdpa", out, saved=[*bias, q, k, v, out, lse],
+        rp.node("sdpa", out, saved=[q, k, v, out, lse, *bias],
                 inputs=[(q, q.nbytes, "new"), (k, k.nbytes, "new"), (v, v.nbytes, "new")],
                 work=[out.nbytes, *unused])  # fmt: skip
         rp.drop(lse, q, k, v, *bias, *copies)
@@ -150,30 +160,3 @@ class Attention:
         y = self.unary(f"{layer}: attention output, contiguous", out, [])
         self.rp.drop(out)
         return y
-
-    def sdpa_masked(self, q: T, k: T, v: T, mask: T, layer: str) -> T:
-        """transformers' sdpa_attention_forward given a mask (a sliding window shorter than the sequence):
-        with a mask it repeats the key/value heads itself (repeat_kv; use_gqa_in_sdpa is false), and passes
-        is_causal=False. PyTorch's CPU flash kernel then takes the boolean mask as a float one,
-        convert_boolean_attn_mask: zeros_like(mask) in the query's dtype, b x s x s (the expanded batch made
-        whole), masked_fill_ with -inf where logical_not(mask) (a b x s x s bool, freed); the kernel's node
-        saves that float mask beside q, k, v, its output and the log-sum-exp, each layer its own."""
-        rp, st = self.rp, self.st
-        (kr, _), (vr, _) = self.repeat_kv(k, "K"), self.repeat_kv(v, "V")
-        unit = AUTOCAST if self.autocast else q.unit  # the query's dtype inside the kernel
-        n = st.micro_batch * st.seq * st.seq
-        # the kernel's inputs as it sees them: autocast's 16-bit casts, else the tensors themselves
-        qs, ks, vs = (self.operand(t, what, True) for t, what in ((q, "Q"), (kr, "K"), (vr, "V")))
-        float_mask = self.new(n, unit, f"{layer}: the mask as floats", "convert_boolean_attn_mask: zeros_like")
-        float_mask.requires_grad = False
-        rp.drop(self.new(n, 1, f"{layer}: logical_not(mask)", "convert_boolean_attn_mask: masked_fill_'s mask"))
-        out = self.new(st.tokens * st.shape.heads * st.shape.head_dim, self.mm, f"{layer}: attention output",
-                       "sdpa output")  # fmt: skip
-        lse = self.new(st.shape.heads * st.tokens, 4, f"{layer}: log-sum-exp", "sdpa saves logsumexp")
-        unused = [t.nbytes for t in (qs, ks, vs) if not t.requires_grad]
-        rp.node("sdpa", out, saved=[qs, ks, vs, out, lse, float_mask],
-                inputs=[(qs, qs.nbytes, "new"), (ks, ks.nbytes, "new"), (vs, vs.nbytes, "new")],
-                work=[out.nbytes, *unused])  # fmt: skip
-        rp.drop(lse, qs, ks, vs, float_mask, kr, vr)
-        return self.sdpa_output(out, q, layer), None
-

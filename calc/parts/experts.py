@@ -26,22 +26,10 @@ def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str, block: 
 
 def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool | None = None) -> T:
     """MixtralSparseMoeBlock, or Qwen2MoeSparseMoeBlock where the shape has a shared expert's gate;
-    Qwen3MoeSparseMoeBlock with `renorm` (its norm_topk_prob) and `cast` given (None: Mixtral's or Qwen2-MoE's).
-
-    Router (MixtralTopKRouter, Qwen2MoeTopKRouter): F.linear to E logits, softmax in fp32, topk; Mixtral
-    renormalises the k weights (an in-place division, which clones its input for backward); Qwen2-MoE
-    (norm_topk_prob false, its default) casts them to the logits' dtype; Qwen3-MoE renormalises them where
-    norm_topk_prob is on, then casts them. Experts: transformers' default
-    experts implementation, "grouped_mm" (integrations/moe.py, grouped_mm_experts_forward): the k x tokens
-    (token, expert) pairs sorted by expert, the tokens gathered in that order, one grouped matmul to 2 x the
-    expert width over every expert's weights, act(gate) * up, one grouped matmul back, times the routing
-    weights, scattered back and summed over the k (grouped_experts). Every tensor has k x tokens rows, however
-    the router spreads them: the memory does not depend on the routing (the per-expert counts only set the
-    offsets). grouped_mm is not autocast's: it runs in the weights' dtype (fp32 under autocast). Qwen2-MoE adds the
-    shared expert (a gated MLP, before the router) scaled by sigmoid(shared_expert_gate(x))."""
-    rp, st = ops.rp, ops.st
-    sh = st.shape
-    h, n, e, k = sh.hidden, st.tokens, sh.experts, sh.experts_per_token
+    Qwen3MoeSparseMoeBlock with `renorm` (its norm_topk_prob) and `cast` given (None: Mixtral's or Qwen2-MoE's):
+    the shared expert (Qwen2-MoE's, before the router), the router (topk_router), the experts
+    (grouped_experts), the gated shared expert added (gated_shared)."""
+    rp, sh = ops.rp, ops.st.shape
     qwen = sh.shared_expert_gate
     renorm = not qwen if renorm is None else renorm
     cast = qwen if cast is None else cast
@@ -49,8 +37,22 @@ def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool
     if sh.shared_expert_ffn:  # Qwen2MoeMLP: down(act(gate(x)) * up(x))
         name, label = f"{layer} mlp.shared_expert.", f"{layer}: shared expert's "
         shared = mlp(ops, x, sh.shared_expert_ffn, name, label, False, True, "output")
-    # the router
-    logits = ops.linear(x, h, e, f"{layer} mlp.gate", False, f"{layer}: router logits")
+    logits, weights, index = topk_router(ops, x, layer, renorm, cast)
+    moe = grouped_experts(ops, x, weights, layer)
+    if shared is not None:
+        moe = gated_shared(ops, x, moe, shared, layer)
+    rp.drop(logits, weights, index, why="the sparse block returns")
+    return moe
+
+
+def topk_router(ops: Ops, x: T, layer: str, renorm: bool, cast: bool) -> tuple[T, T, T]:
+    """The router (MixtralTopKRouter, Qwen2MoeTopKRouter, Qwen3MoeTopKRouter): F.linear to E logits, softmax
+    in fp32, topk; Mixtral renormalises the k weights (`renorm`: an in-place division, which clones its input
+    for backward); Qwen2-MoE (norm_topk_prob false, its default) casts them to the logits' dtype (`cast`);
+    Qwen3-MoE renormalises them where norm_topk_prob is on, then casts them. (logits, weights, indices)."""
+    rp, st = ops.rp, ops.st
+    n, e, k = st.tokens, st.shape.experts, st.shape.experts_per_token
+    logits = ops.linear(x, st.shape.hidden, e, f"{layer} mlp.gate", False, f"{layer}: router logits")
     wide = logits if logits.unit == 4 else ops.unary(f"{layer}: router logits in fp32", logits, [], 4)
     probs = ops.new(n * e, 4, f"{layer}: router probabilities", "softmax saves its result")
     rp.node("softmax", probs, saved=[probs], inputs=[(wide, wide.nbytes, "new")])
@@ -73,22 +75,26 @@ def moe_block(ops: Ops, x: T, layer: str, renorm: bool | None = None, cast: bool
         wide_weights = weights
         weights = ops.unary(f"{layer}: routing weights in 16 bits", wide_weights, [], logits.unit)
         rp.drop(wide_weights)
-    moe = grouped_experts(ops, x, weights, layer)
-    if shared is not None:
-        score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
-        sig = ops.new(n, score.unit, f"{layer}: sigmoid of the gate score", "sigmoid saves its result")
-        rp.node("sigmoid", sig, saved=[sig], inputs=[(score, score.nbytes, "new")])
-        rp.drop(score)
-        unit = max(sig.unit, shared.unit)
-        scaled = ops.new(n * h, unit, f"{layer}: gated shared expert", "mul saves both operands")
-        rp.node("mul", scaled, saved=ops.pair(sig, shared),
-                inputs=[(sig, sig.nbytes, "new"), (shared, shared.nbytes, "new")], work=[n * h * unit])  # fmt: skip
-        rp.drop(sig, shared)
-        total = ops.add(moe, scaled, f"{layer}: experts + shared expert")
-        rp.drop(moe, scaled)
-        moe = total
-    rp.drop(logits, weights, index, why="the sparse block returns")
-    return moe
+    return logits, weights, index
+
+
+def gated_shared(ops: Ops, x: T, moe: T, shared: T, layer: str) -> T:
+    """Qwen2MoeSparseMoeBlock's shared expert scaled by sigmoid(shared_expert_gate(x)) and added to the
+    experts' output, which is let go (and the shared expert's)."""
+    rp, st = ops.rp, ops.st
+    n, h = st.tokens, st.shape.hidden
+    score = ops.linear(x, h, 1, f"{layer} mlp.shared_expert_gate", False, f"{layer}: shared expert's gate score")
+    sig = ops.new(n, score.unit, f"{layer}: sigmoid of the gate score", "sigmoid saves its result")
+    rp.node("sigmoid", sig, saved=[sig], inputs=[(score, score.nbytes, "new")])
+    rp.drop(score)
+    unit = max(sig.unit, shared.unit)
+    scaled = ops.new(n * h, unit, f"{layer}: gated shared expert", "mul saves both operands")
+    rp.node("mul", scaled, saved=ops.pair(sig, shared),
+            inputs=[(sig, sig.nbytes, "new"), (shared, shared.nbytes, "new")], work=[n * h * unit])  # fmt: skip
+    rp.drop(sig, shared)
+    total = ops.add(moe, scaled, f"{layer}: experts + shared expert")
+    rp.drop(moe, scaled)
+    return total
 
 
 def sorted_pairs(ops: Ops, x: T, weights: T, layer: str) -> tuple[T, T, T, T, T, T]:
@@ -111,6 +117,29 @@ def sorted_pairs(ops: Ops, x: T, weights: T, layer: str) -> tuple[T, T, T, T, T,
     counts = ops.new(s, 4, f"{layer}: expert ids as float for histc", "expert_ids_g.float()")
     counts.requires_grad = False
     return ids, perm, rows, gathered, sample, counts
+
+
+def routing_weighted(ops: Ops, down: T, sample: T, layer: str) -> T:
+    """grouped_mm_experts_forward's proj_out * sample_weights_g.unsqueeze(-1): each pair's output times its
+    routing weight (the mul saves both); `down` is let go. Routing weights narrower than the output (a 16-bit
+    router's under autocast, where grouped_mm runs in the fp32 weights' dtype: Qwen2-MoE's cast weights,
+    GPT-OSS's softmax in the logits' dtype) are promoted for the product, and again in backward, where
+    MulBackward0's grad x weights (mul_tensor_backward) is a CPU op of two dtypes: TensorIterator copies the
+    narrower input to the common dtype (TensorIteratorBase::compute_types), alive beside grad x the output
+    before its sum to one value a pair."""
+    rp, st = ops.rp, ops.st
+    s, h = sample.nbytes // sample.unit, st.shape.hidden
+    unit = max(down.unit, sample.unit)
+    promoted = sample.unit != unit
+    if promoted:  # the 16-bit weights promoted for the product
+        rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
+    weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
+    # backward: grad x the weights (promoted again where they are 16-bit) and grad x the output, before its sum
+    work = [s * h * unit] + ([s * unit] if promoted else [])
+    rp.node("mul", weighted, saved=ops.pair(down, sample),
+            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
+    rp.drop(down)
+    return weighted
 
 
 def summed_back(ops: Ops, weighted: T, layer: str) -> tuple[T, T, T]:
@@ -143,7 +172,6 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
     s, a, pb = n * k, x.unit, st.param_bytes
     ids, perm, rows, gathered, sample, counts = sorted_pairs(ops, x, weights, layer)
-    wu = weights.unit
     name = f"{layer} mlp.experts"
     proj = ops.new(s * 2 * f, a, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
     up_weight = (f"{name}.gate_up_proj", e * 2 * f * h * pb, "param")
@@ -158,16 +186,7 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     rp.node("grouped_mm", down, saved=[inner],
             inputs=[(f"{name}.down_proj", e * h * f * pb, "param"), (inner, inner.nbytes, "new")])  # fmt: skip
     rp.drop(inner)
-    unit = max(a, wu)
-    if wu != unit:  # the 16-bit weights promoted for the product
-        rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
-    weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
-    # backward: grad x the weights (promoted again where they are 16-bit) and grad x the output, before its sum
-    work = [s * h * unit] + ([s * unit] if wu != unit else [])
-    rp.node("mul", weighted, saved=ops.pair(down, sample),
-            inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
-    rp.drop(down)
-    moe, ordered, inverse = summed_back(ops, weighted, layer)
+    moe, ordered, inverse = summed_back(ops, routing_weighted(ops, down, sample, layer), layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, why="grouped_mm_experts_forward returns")
     if moe.unit != a:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
