@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from functools import lru_cache
 
 from . import finetune
@@ -150,6 +150,15 @@ def _rows(shared: _Layouts, par: Parallel, groups: list[list[int]], per_worker: 
     return found
 
 
+def run_to_end(steps: Generator[None, None, list[dict]]) -> list[dict]:
+    """What a generator of slices (plan_steps, fit_card_steps) returns, every slice run at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
 def plan(
     shape: Shape,
     seq: int,
@@ -161,6 +170,22 @@ def plan(
     max_devices: int = 4096,
     limit: int = 50,
 ) -> list[dict]:
+    """plan_steps' layouts, worked out at once."""
+    return run_to_end(plan_steps(shape, seq, global_batch, capacity, recipe, sequence_parallel, flash, max_devices,
+                                 limit))  # fmt: skip
+
+
+def plan_steps(
+    shape: Shape,
+    seq: int,
+    global_batch: int,
+    capacity: int,
+    recipe: str = "mixed",
+    sequence_parallel: bool = False,
+    flash: bool = False,
+    max_devices: int = 4096,
+    limit: int = 50,
+) -> Generator[None, None, list[dict]]:
     """Layouts (dp, tp, pp, ZeRO stage, recomputation, micro-batch) whose per-device peak fits in
     `capacity` bytes: fewest devices first, then the least extra compute, then the largest
     micro-batch (fewest accumulation steps), the lowest ZeRO stage (least communication) and the
@@ -172,7 +197,10 @@ def plan(
     combined with pipeline parallelism, which DeepSpeed's pipeline engine does not support.
 
     The layouts share their sizes and walk templates (_Layouts), and a layout or micro-batch whose floor
-    already exceeds `capacity` is not walked: the list is the one walking every layout gives."""
+    already exceeds `capacity` is not walked: the list is the one walking every layout gives.
+
+    A generator that yields after each layout and ZeRO stage it walks (a slice of bounded work) and returns
+    the list: the page's worker answers a reader's change between slices (calc.web.Sliced, issue 21)."""
     layouts = []
     for tp in TP_DEGREES:
         for pp in _divisors(shape.layers):
@@ -198,6 +226,7 @@ def plan(
             if check(shape, par):
                 break
             found += _rows(shared, par, groups, per_worker, capacity)
+            yield
         found.sort(
             key=lambda f: (f["devices"], f["extra_compute"], -f["micro_batch"], f["zero"], f["peak"], f["ep"])
         )
@@ -239,10 +268,26 @@ def fit_card(
     limit: int = 60,
     adapter_dtype: str = "fp32",
 ) -> list[dict]:
+    """fit_card_steps' fine-tunings, worked out at once."""
+    return run_to_end(fit_card_steps(shape, seq, capacity, recipe, optimizer, paged, flash, limit, adapter_dtype))
+
+
+def fit_card_steps(
+    shape: Shape,
+    seq: int,
+    capacity: int,
+    recipe: str = "mixed",
+    optimizer: str = "adamw",
+    paged: bool = False,
+    flash: bool = False,
+    limit: int = 60,
+    adapter_dtype: str = "fp32",
+) -> Generator[None, None, list[dict]]:
     """Fine-tunings that fit one card of `capacity` bytes: for each mode, rank, targets and recomputation,
     the largest micro-batch whose peak fits, LoRA's adapters in `adapter_dtype`. Cheapest first: least extra
     compute (recomputation), then the largest micro-batch, then the lowest peak. `flash`: attention keeps no
-    s x s scores. A mixture of experts is not modelled (returns [])."""
+    s x s scores. A mixture of experts is not modelled (returns []). A generator, as plan_steps is: it yields
+    after each fine-tuning it tries, and returns the list."""
     if shape.moe_layers:
         return []
     activation_bytes = RECIPES[recipe].activations
@@ -251,6 +296,7 @@ def fit_card(
     for tune in fit_variants(shape, optimizer, paged, adapter_dtype):
         if finetune.check(shape, tune):
             continue
+        yield
         trainable = None
         for recompute in RECOMPUTE:
             if flash and recompute == "selective":

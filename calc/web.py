@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Generator
 
 from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
 from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
 from .loops import BARE
 from .optimizers import OPTIMIZERS
-from .plan import fit_card, plan, plan_problem
+from .plan import fit_card_steps, plan_problem, plan_steps, run_to_end
 from .recipes import RECIPES, TABLE_ROWS
 from .units import format_gb, format_gib, format_size, params_label
 from .walk import peak
@@ -143,7 +145,13 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
 
 
 def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
-    """The planner's layouts ("plan", or "plan_refused" with no rows) and the fit list ("fit"), each where asked."""
+    """planned_steps' answer, worked out at once."""
+    return run_to_end(planned_steps(inputs, want_plan, want_fit))
+
+
+def planned_steps(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
+    """The planner's layouts ("plan", or "plan_refused" with no rows) and the fit list ("fit"), each where asked:
+    a generator of calc.plan's slices that returns them."""
     shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
     result = {}
     problem = want_plan and plan_problem(inputs["walk"], inputs["tune"])
@@ -151,7 +159,7 @@ def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
         result["plan"] = []
         result["plan_refused"] = {"field": problem[0], "message": problem[1]}
     elif want_plan:
-        result["plan"] = plan(
+        result["plan"] = yield from plan_steps(
             shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
         )
         for row in result["plan"]:
@@ -159,19 +167,20 @@ def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
     tune = inputs["tune"]
     if want_fit:
         capacity, recipe = inputs["capacity"], inputs["recipe"]
-        result["fit"] = fit_card(shape, seq, capacity, recipe, tune.optimizer, tune.paged, par.flash,
-                                 adapter_dtype=tune.adapter_dtype)
+        result["fit"] = yield from fit_card_steps(shape, seq, capacity, recipe, tune.optimizer, tune.paged,
+                                                  par.flash, adapter_dtype=tune.adapter_dtype)
         for row in result["fit"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     return result
 
 
-def plan_only(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
+def plan_only(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
     """What the page's planner draws, without the step's numbers (the change before it drew them): the
-    layouts, the fit list, and the run they are for (its shape and sequence, the capacity, the global batch)."""
+    layouts, the fit list, and the run they are for (its shape and sequence, the capacity, the global batch).
+    A generator of the planner's slices (planned_steps) that returns it."""
     run = {"shape": inputs["shape"].as_dict(), "seq": inputs["seq"]}
     ask = {"capacity": inputs["capacity"], "global_batch": inputs["global_batch"]}
-    return {"ok": True, "config": run, **ask, **planned(inputs, want_plan, want_fit)}
+    return {"ok": True, "config": run, **ask, **(yield from planned_steps(inputs, want_plan, want_fit))}
 
 
 def sweep_for(inputs: dict) -> dict:
@@ -202,10 +211,35 @@ def sweep_for(inputs: dict) -> dict:
 
 
 def handle(request: str) -> str:
+    """answer_steps' answer, worked out at once."""
+    return run_to_end(answer_steps(request))
+
+
+class Sliced:
+    """handle(request)'s answer, worked out a slice at a time: the page's worker runs a slice of a plan, answers a
+    reader's change that came meanwhile, then goes on (issue 21). The answer is handle's, byte for byte."""
+
+    def __init__(self, request: str):
+        self._steps = answer_steps(request)
+
+    def step(self, seconds: float) -> str | None:
+        """Work for about `seconds` (at least one slice: one layout, one fine-tuning); the answer once done."""
+        end = time.perf_counter() + seconds
+        while True:
+            try:
+                next(self._steps)
+            except StopIteration as done:
+                return done.value
+            if time.perf_counter() >= end:
+                return None
+
+
+def answer_steps(request: str) -> Generator[None, None, str]:
     """{"inputs": {field: value}, "sweep": bool, "plan": bool, "fit": bool, "numbers": bool} -> {"ok": true, ...}
     or {"ok": false, "field", "message"}. With "numbers": false (and "sweep": true) the answer is
     {"ok": true, "sweep": ...} alone: the page asks for the numbers first, then for their sweep. With
-    "numbers": false, "sweep": false and "plan" or "fit", it is plan_only's: the planner's rows alone."""
+    "numbers": false, "sweep": false and "plan" or "fit", it is plan_only's: the planner's rows alone. A
+    generator that returns the answer: it yields between the planner's slices (Sliced runs them)."""
     try:
         payload = json.loads(request)
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
@@ -215,7 +249,7 @@ def handle(request: str) -> str:
         if payload.get("numbers", True) is False and payload.get("sweep", True):
             return json.dumps({"ok": True, "sweep": sweep_for(inputs)})
         if payload.get("numbers", True) is False and (payload.get("plan", False) or payload.get("fit", False)):
-            return json.dumps(plan_only(inputs, payload.get("plan", False), payload.get("fit", False)))
+            return json.dumps((yield from plan_only(inputs, payload.get("plan", False), payload.get("fit", False))))
         result = compute(inputs, payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False))
         return json.dumps(result)
     except InputError as e:

@@ -31,6 +31,7 @@ the calculator page with Brotli; input-to-chart p95 under 30 ms; a redraw while 
 1.5x an idle one (medians); the planner's median under 50 ms.
 Usage: python scripts/bench_site.py [--runs 7] [--changes 60] [--site site] [--json out.json]
        python scripts/bench_site.py --quick   # 2 loads of each, 20 changes, 8 plans: a few minutes, rough
+       python scripts/bench_site.py --planner-only --pairs 16   # the planner's pairs alone, on a busy machine
 """
 
 from __future__ import annotations
@@ -376,6 +377,22 @@ def table(report: dict) -> list[str]:
     return lines
 
 
+def planner_only(site: Path, pairs: int) -> int:
+    """The planner's pairs alone (planner_session): the redraw while it works over the idle one, as the ratio of
+    the medians and as the median of each pair's ratio, which a machine whose load drifts sways less."""
+    with bench_root(site) as root, site_browser.serve(root) as base, sync_playwright() as p:
+        browser = site_browser.launch(p)
+        session = planner_session(browser, base, pairs)
+        browser.close()
+    idle, busy, plans = session["idle"], session["busy"], session["plans"]
+    each = statistics.median(b / i for b, i in zip(busy, idle, strict=True))
+    print(f"{PLANNER_PRESET}, {pairs} pairs: redraw idle / while planning, medians {statistics.median(idle):.1f} / "
+          f"{statistics.median(busy):.1f} ms, ratio {statistics.median(busy) / statistics.median(idle):.2f} "
+          f"(median of each pair's ratio {each:.2f}); the planner's answer, median {statistics.median(plans):.1f} ms; "
+          f"{session['runtimes']} runtime(s)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7, help="cold loads of each page in each condition (default 7)")
@@ -386,7 +403,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the loads' shuffled order")
     parser.add_argument("--snapshot", action="store_true", help="also measure a memory snapshot (not shipped)")
+    parser.add_argument("--planner-only", action="store_true", help="only the planner's pairs (--pairs of them)")
     args = parser.parse_args()
+    if args.planner_only:
+        return planner_only(args.site, args.pairs)
     if args.quick:
         args.runs, args.changes, args.pairs = 2, 20, 4
     else:

@@ -161,6 +161,56 @@ def test_the_tables_captions_stay_in_their_boxes(open_page, width):
             assert spans["sideways"] > 0, "the table fits the phone: nothing was scrolled"
 
 
+def test_at_390_px_the_tables_headers_are_one_line_with_no_band_under_the_caption(open_page):
+    """A phone: the tables scroll sideways, and their headers keep to one line (wrapped, "Micro-batches per step"
+    made the header row four lines tall, an empty band between the caption and the short headers)."""
+    page, _ = open_page(wait_live=False, viewport={"width": 390, "height": 900})
+    for box_selector in ("[data-planner] .calc-plan-scroll", "[data-fit] .calc-plan-scroll"):
+        rows = page.evaluate(
+            """(selector) => { const box = document.querySelector(selector);
+                 const height = (e) => e.getBoundingClientRect().height;
+                 return {head: height(box.querySelector('thead tr')), row: height(box.querySelector('tbody tr')),
+                         gap: box.querySelector('thead').getBoundingClientRect().top -
+                              box.querySelector('caption').getBoundingClientRect().bottom,
+                         sideways: box.scrollWidth - box.clientWidth}; }""",
+            box_selector,
+        )
+        assert rows["head"] <= 1.2 * rows["row"] and abs(rows["gap"]) <= 1, (box_selector, rows)
+        assert rows["sideways"] > 0, "the table fits the phone: it need not scroll"
+
+
+# A worker that never gets ready: the page stays on its build-time rows.
+SILENT_WORKER = "onmessage = () => {};"
+
+
+def test_the_planners_status_says_what_its_rows_are_before_and_after_live(open_page):
+    """The build-time status counts its rows as the live planner does (a full list is "the first N"); an edit made
+    before the page is live says the rows wait for the live planner, and undoing it says what they are again.
+    Live, an input refused then mended back to the rows' own question says their status, not the refusal."""
+    route = ("**/calc-worker.mjs*", lambda r: r.fulfill(status=200, content_type="text/javascript", body=SILENT_WORKER))
+    page, _ = open_page(wait_live=False, route=route)
+    limit = page.evaluate("() => JSON.parse(document.querySelector('[data-calc-config]').textContent).planLimit")
+    assert len(cli_plan()) == limit  # the default question fills the list
+    built = f"The first {limit} layouts that fit (computed when this site was built)."
+    status = page.locator("[data-plan-status]")
+    assert status.text_content() == built
+    page.fill('[data-calc-form] [name="global-batch"]', "512")
+    page.wait_for_selector("[data-planner][data-plan-state=pending]")
+    assert "planning for yours once the live calculator starts" in status.text_content()
+    page.fill('[data-calc-form] [name="global-batch"]', "1024")
+    page.wait_for_selector("[data-planner][data-plan-state=ready]")
+    assert status.text_content() == built
+
+    live, recorder = open_page()
+    assert live.text_content("[data-plan-status]") == built
+    live.fill('[data-calc-form] [name="global-batch"]', "0")
+    live.wait_for_selector("[data-planner][data-plan-state=error]")
+    change(live, "global-batch", "1024")
+    live.wait_for_selector("[data-planner][data-plan-state=ready]")
+    assert live.text_content("[data-plan-status]") == built
+    assert recorder.errors == []
+
+
 def test_when_nothing_fits_each_table_says_so_across_its_columns(open_page):
     """A 1 GB device: the live planner and fit list have no row to load, and each says why in one cell as wide as
     its table, starting at its left edge."""

@@ -4,7 +4,6 @@ redraw, large sizes, a sub-path 404 page, visible focus and every page's width."
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -271,10 +270,10 @@ def test_without_progress_messages_the_bar_is_indeterminate_and_goes_once_live(o
 
 # ------------------------------------------------------------------ the planner never delays a redraw
 
-def test_a_redraw_while_the_planner_runs_waits_for_that_plan_only(open_page):
-    """One runtime for the page (issue 21): an edit made while a plan is being computed is drawn as soon as that
-    plan is done, before any newer plan: within 150 ms of it (median). Issue 21's aim (at most 1.5 x an idle
-    redraw) needs calc's planner to be fast; the wait for the plan under way is printed."""
+def test_a_redraw_while_the_planner_runs_is_answered_before_that_plan_is_done(open_page):
+    """One runtime for the page (issue 21): the worker works out a plan in slices and answers a reader's change
+    between them, so an edit made while a plan is being computed is drawn before that plan is done. The times
+    are printed."""
     page, recorder = open_page("?preset=llama-2-70b")
     page.wait_for_selector("[data-planner][data-plan-source=live][data-plan-state=ready]", timeout=LIVE_TIMEOUT_MS)
     waits, plans, drawn = [], [], []
@@ -316,9 +315,8 @@ def test_a_redraw_while_the_planner_runs_waits_for_that_plan_only(open_page):
         page.wait_for_selector("[data-planner][data-plan-state=ready]", timeout=LIVE_TIMEOUT_MS)
     done_ms = [ms and round(ms) for ms in plans]
     print(f"while the planner ran: numbers redrawn in {[round(ms) for ms in waits]} ms, with the sweep in "
-          f"{[round(ms) for ms in drawn]} ms; the plan under way was done after {done_ms} ms")
-    assert all(done is not None and done <= first for done, first in zip(plans, waits, strict=True))
-    assert statistics.median(w - done for w, done in zip(waits, plans, strict=True)) < 150
+          f"{[round(ms) for ms in drawn]} ms; the plan under way was done after {done_ms} ms (None: after the sweep)")
+    assert all(done is None or first < done for done, first in zip(plans, waits, strict=True))  # None: not yet
     assert_page_shows(page, answer_for({"preset": "llama-2-70b", "global-batch": batch, "seq": str(2048 + i)}))
     assert recorder.errors == []
 

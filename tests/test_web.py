@@ -168,6 +168,24 @@ def test_the_planner_asks_for_its_rows_alone():
     assert bad["ok"] is False and bad["field"] == "seq"
 
 
+def test_the_planners_answer_in_slices_is_handles_byte_for_byte():
+    """The page's worker runs the planner a slice at a time (web.Sliced, issue 21) and answers a reader's change
+    between slices: the answer is handle's, byte for byte, and a plan takes many slices (each one layout or one
+    fine-tuning), while any other question is answered in its first."""
+    plan_ask = {"sweep": False, "plan": True, "fit": True, "numbers": False}
+    asks = [{"inputs": {"preset": preset, "global-batch": "512"}, **plan_ask}
+            for preset in ("llama-2-70b", "mixtral-8x7b", "gpt2")]
+    asks += [{"inputs": {"finetune": "lora"}, **plan_ask}, {"inputs": {"seq": "0"}, **plan_ask}, {"inputs": {}},
+             {"inputs": {}, "sweep": True, "numbers": False}, "not json"]
+    for ask in asks:
+        request = ask if isinstance(ask, str) else json.dumps(ask)
+        sliced, answer, slices = web.Sliced(request), None, 0
+        while answer is None:
+            answer, slices = sliced.step(0), slices + 1  # one slice a call
+        assert answer == web.handle(request)
+        assert (slices > 10) == (ask in asks[:4]), (ask, slices)
+
+
 def test_a_deep_eager_walk_is_refused_on_the_page_naming_the_layers():
     """The eager walk's event list grows with the layers (some 70 kB of JSON a layer): past PAGE_EAGER_LAYERS the
     page's answer would not fit the browser, so the page refuses it on Layers (the CLI still answers), while

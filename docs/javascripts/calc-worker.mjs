@@ -4,8 +4,13 @@
 //   assets/wheels/    calc's wheel and the site's pyodide-lock.json (made by pyodide-build), which holds
 //                     the wheel's sha256: loadPackage("calc") refuses a wheel whose bytes differ.
 // Messages to the page: {progress: {done, total, label}} while loading, with {download: {received}} (bytes
-// downloaded so far) between them, then {type: "ready"} or {type: "failed", message}; then {id, answer} or {id, error, fatal} for each
-// {id, request} (fatal: Python can no longer run here, and the page starts a new worker).
+// downloaded so far) between them, then {type: "ready"} or {type: "failed", message}; then, for each
+// {id, kind, request}, {id, answer} or {id, error, fatal} (fatal: Python can no longer run here, and the page
+// starts a new worker), or {id, superseded: true} when a newer question of its kind came first.
+// The questions are answered most urgent kind first (KINDS), one kind's newest only: a reader's change (the
+// numbers, then their sweep) before the planner's, and the planner's (calc.web.Sliced) a slice of a few ms at
+// a time, back to the event loop after each, so a change that comes while a plan runs is answered before the
+// plan's next slice (issue 21). A {drop: kind} drops that kind's question.
 import { loadPyodide } from "../assets/pyodide/pyodide.mjs";
 
 const assets = new URL("../assets/", import.meta.url);
@@ -61,7 +66,7 @@ async function whyNotLoaded() {
   }
 }
 
-const handle = (async () => {
+const web = (async () => {
   progress(0);
   const pyodide = await loadPyodide({
     indexURL: new URL("pyodide/", assets).href,
@@ -70,22 +75,96 @@ const handle = (async () => {
   });
   if (!pyodide.loadedPackages.calc) throw new Error(await whyNotLoaded());
   progress(1);
-  const entry = pyodide.pyimport("calc.web").handle;
+  const module = pyodide.pyimport("calc.web");
   progress(STEPS.length, "Ready");
-  return entry;
+  return { handle: module.handle, Sliced: module.Sliced };
 })();
 
-handle.then(
+web.then(
   () => postMessage({ type: "ready" }),
   (error) => postMessage({ type: "failed", message: String(error?.message ?? error) }),
 );
 
-onmessage = async ({ data }) => {
+const KINDS = ["numbers", "sweep", "plan"];  // most urgent first (calculator/worker.js asks them)
+const SLICE_S = 0.004;  // a plan's slice, in seconds: what a reader's change may wait for (at least one layout)
+const waiting = new Map();  // kind -> {id, request}: its newest question not yet begun
+let sliced = null;  // the plan being worked out: {id, job} (job: a calc.web.Sliced)
+let woken = false;
+
+// Back to the event loop, then work on: a MessageChannel's message, which no timer clamps, runs after the
+// questions that came meanwhile.
+const channel = new MessageChannel();
+channel.port1.onmessage = () => { woken = false; work(); };
+function later() {
+  if (!woken) channel.port2.postMessage(null);
+  woken = true;
+}
+function supersede(question) {
+  if (question) postMessage({ id: question.id, superseded: true });
+}
+function stopPlan() {
   try {
-    postMessage({ id: data.id, answer: (await handle)(data.request) });
-  } catch (error) {
-    // After a fatal error (a stack overflow in the WebAssembly, say) Pyodide refuses every later call.
-    const fatal = Boolean(error?.pyodide_fatal_error) || /fatal/i.test(String(error?.message ?? error));
-    postMessage({ id: data.id, error: String(error?.message ?? error), fatal });
+    sliced?.job.destroy();
+  } catch {
+    // a Python that failed for good frees nothing more
   }
+  sliced = null;
+}
+function failure(id, error) {
+  // After a fatal error (a stack overflow in the WebAssembly, say) Pyodide refuses every later call.
+  const fatal = Boolean(error?.pyodide_fatal_error) || /fatal/i.test(String(error?.message ?? error));
+  postMessage({ id, error: String(error?.message ?? error), fatal });
+}
+
+onmessage = ({ data }) => {
+  const kind = data.drop ?? (KINDS.includes(data.kind) ? data.kind : "numbers");
+  supersede(waiting.get(kind));
+  waiting.delete(kind);
+  if (kind === "plan" && sliced) {
+    supersede(sliced);
+    stopPlan();
+  }
+  if (!data.drop) waiting.set(kind, data);
+  later();
 };
+
+// One step of work: the most urgent question waiting, answered whole (a plan begun), or the plan's next slice.
+async function work() {
+  let calc;
+  try {
+    calc = await web;
+  } catch {
+    return;  // "failed" was said; the page starts no question
+  }
+  const kind = KINDS.find((k) => waiting.has(k));
+  if (kind === "plan") {
+    const { id, request } = waiting.get(kind);
+    waiting.delete(kind);
+    try {
+      sliced = { id, job: calc.Sliced(request) };
+    } catch (error) {
+      failure(id, error);
+    }
+  } else if (kind) {
+    const { id, request } = waiting.get(kind);
+    waiting.delete(kind);
+    try {
+      postMessage({ id, answer: calc.handle(request) });
+    } catch (error) {
+      failure(id, error);
+    }
+  } else if (sliced) {
+    const { id, job } = sliced;
+    try {
+      const answer = job.step(SLICE_S);
+      if (answer !== undefined) {
+        stopPlan();
+        postMessage({ id, answer });
+      }
+    } catch (error) {
+      stopPlan();
+      failure(id, error);
+    }
+  }
+  if (waiting.size || sliced) later();
+}

@@ -7,6 +7,9 @@ import { loadFields, planQuestion } from "./values.js";
 // A plan is asked once the reader pauses, after the chart is drawn: typing is never made to wait for one.
 const PLAN_DELAY_MS = 250;
 const datasetKey = (name) => name.replace(/-(.)/g, (_, c) => c.toUpperCase());  // "micro-batch" -> "microBatch"
+// How many layouts a table lists, said as the live planner and the build-time table both say it: the list stops
+// at `limit`, and a full one is the first that fit, not all.
+const countedLayouts = (n, limit) => n >= limit ? `The first ${n} layouts that fit` : `${n} layout${n === 1 ? "" : "s"} fit`;
 
 export function createPlanner(root, config, f, { ask, update }) {
   const layout = config.fields.layout;
@@ -55,8 +58,8 @@ export function createPlanner(root, config, f, { ask, update }) {
   function schedule() {
     clearTimeout(planner.timer);
     markLoaded();
-    if (question() === planner.shown) {
-      if (planner.root.dataset.planState === "pending") state("ready", planner.readyMessage);
+    if (question() === planner.shown) {  // back to the rows on show: their status again, whatever was said since
+      if (planner.root.dataset.planState !== "ready") state("ready", planner.readyMessage);
       return;
     }
     setLoadButtons();
@@ -79,8 +82,7 @@ export function createPlanner(root, config, f, { ask, update }) {
     setLoadButtons();
     planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
-    const counted = plan.length >= config.planLimit ? `The first ${plan.length} layouts that fit` :
-      `${plan.length} layout${plan.length === 1 ? "" : "s"} fit`;  // the list stops at planLimit
+    const counted = countedLayouts(plan.length, config.planLimit);
     planner.readyMessage = refused ? reason : `${counted} (computed in your browser in ${formatInt(Math.round(ms))} ms).`;
     planner.root.dataset.planSource = "live";
     markLoaded();
@@ -129,11 +131,22 @@ export function createPlanner(root, config, f, { ask, update }) {
     }
     load(values);
   });
+  // Before the worker is ready the rows stay the build-time ones: a question that differs says it waits for the
+  // live planner (an edit made meanwhile, or a link's settings), and the same question again says what the rows are.
+  function waitForLive(whose) {
+    if (live) return;
+    if (question() !== planner.shown) {
+      state("pending", `The layouts below are for the default settings; planning for ${whose} once the live calculator starts…`);
+    } else if (planner.root.dataset.planState !== "ready") state("ready", planner.readyMessage);
+  }
+  f.form.addEventListener("input", () => queueMicrotask(() => waitForLive("yours")));  // once the form has followed
   roveWithArrows(planner.body, "[data-plan-use]");
   roveWithArrows(fitView.body, "[data-fit-use]");
 
   planner.shown = question();  // the build-time table answers the defaults
-  planner.readyMessage = planner.status.textContent;
+  const built = planner.body.querySelectorAll("tr[data-plan-row]").length;
+  planner.readyMessage = `${countedLayouts(built, config.planLimit)} (computed when this site was built).`;
+  planner.status.textContent = planner.readyMessage;
   return {
     schedule, markLoaded, setLoadButtons, state,
     cancel() { clearTimeout(planner.timer); },
@@ -142,12 +155,9 @@ export function createPlanner(root, config, f, { ask, update }) {
       planner.loadNote.textContent = "The Load buttons need the live calculator, which could not start.";
       live = false;
       setLoadButtons();
+      if (question() === planner.shown) state("ready", planner.readyMessage);  // the fields are the defaults again
     },
     // The link's question differs from the build-time table's: it says the table waits for the live answer.
-    waitForLink() {
-      if (question() !== planner.shown) {
-        state("pending", "The layouts below are for the default settings; planning for this link's once the live calculator starts…");
-      }
-    },
+    waitForLink() { waitForLive("this link's"); },
   };
 }

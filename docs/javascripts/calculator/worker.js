@@ -1,8 +1,9 @@
 // The page's one worker (calc-worker.mjs: calc.web.handle in Pyodide), shared by the calculator, the planner
-// and the fit list: one runtime per page (issue 21). Questions have a kind; the worker answers one at a time,
-// the most urgent kind first (a reader's change before its sweep, both before a plan), and a newer question
-// of a kind supersedes one of that kind still waiting (latest request wins). A fatal Python error restarts
-// the worker, and the question is answered with an error that says so.
+// and the fit list: one runtime per page (issue 21). Questions have a kind, and each goes to the worker as it is
+// asked; the worker answers the most urgent kind first (a reader's change before its sweep, both before a plan),
+// works out a plan in slices so that a change asked meanwhile is answered before the plan goes on, and a newer
+// question of a kind supersedes the one of that kind still unanswered (latest request wins). A fatal Python
+// error restarts the worker, and the question is answered with an error that says so.
 
 // Most urgent first: what a change draws at once, then its sweep, then the planner's layouts and fit list.
 export const KINDS = ["numbers", "sweep", "plan"];
@@ -49,26 +50,29 @@ function start(url, onProgress, early) {
 // The client: ask(kind, request) -> Promise(calc's answer, or SUPERSEDED). ready: a promise of the first start.
 // onRestart(message) is told when a fatal error made it start a new runtime.
 export function connect(url, { onProgress = () => {}, onRestart = () => {}, early = null } = {}) {
-  const waiting = new Map();  // kind -> {request, resolve}: at most one per kind
+  const asked = new Map();  // kind -> {kind, request, resolve, id}: its newest question not answered (id: sent)
   let thread = null;
-  let current = null;  // the question with the worker: {resolve}
   let nextId = 0;
   let ready = start(url, onProgress, early);
 
+  function send(question) {
+    question.id = nextId++;
+    thread.postMessage({ id: question.id, kind: question.kind, request: JSON.stringify(question.request) });
+  }
   function adopt(started) {
     thread = started;
     thread.onanswer = (data) => {
-      if (!current || data.id !== current.id) return;
-      const { resolve } = current;
-      current = null;
+      const question = [...asked.values()].find((q) => q.id === data.id);
+      if (!question || data.superseded) return;  // its kind was asked again: answered SUPERSEDED already
+      asked.delete(question.kind);
       if (data.fatal) restart(data.error);
-      if (data.error) resolve({ ok: false, field: null, message: data.error });
-      else resolve(JSON.parse(data.answer));
-      pump();
+      if (data.error) question.resolve({ ok: false, field: null, message: data.error });
+      else question.resolve(JSON.parse(data.answer));
     };
-    pump();
+    for (const question of asked.values()) send(question);  // asked while no worker was ready
   }
   // Python in Pyodide cannot go on after a fatal error: a new worker, a new runtime, and the reader is told.
+  // The questions the old one had not answered go to the new one.
   function restart(message) {
     thread.terminate();
     thread = null;
@@ -76,27 +80,20 @@ export function connect(url, { onProgress = () => {}, onRestart = () => {}, earl
     ready = start(url, () => {}, null);
     ready.then(adopt, (error) => onRestart(`it could not start again: ${error.message}`));
   }
-  function pump() {
-    if (!thread || current) return;
-    const kind = KINDS.find((k) => waiting.has(k));
-    if (!kind) return;
-    const { request, resolve } = waiting.get(kind);
-    waiting.delete(kind);
-    current = { id: nextId++, resolve };
-    thread.postMessage({ id: current.id, request: JSON.stringify(request) });
-  }
   function ask(kind, request) {
     if (!KINDS.includes(kind)) throw new Error(`unknown kind of question: ${kind}`);
     return new Promise((resolve) => {
-      waiting.get(kind)?.resolve(SUPERSEDED);
-      waiting.set(kind, { request, resolve });
-      pump();
+      asked.get(kind)?.resolve(SUPERSEDED);  // the worker drops it too, on the newer one's arrival
+      const question = { kind, request, resolve, id: null };
+      asked.set(kind, question);
+      if (thread) send(question);
     });
   }
-  // Drop a question still waiting (the form moved on); one with the worker runs to its end.
+  // Drop a question not yet answered (the form moved on).
   function drop(kind) {
-    waiting.get(kind)?.resolve(SUPERSEDED);
-    waiting.delete(kind);
+    asked.get(kind)?.resolve(SUPERSEDED);
+    asked.delete(kind);
+    thread?.postMessage({ drop: kind });
   }
   ready.then(adopt, () => {});
   return { ready: ready.then(() => ({ ask, drop })), ask, drop };
