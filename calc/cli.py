@@ -9,7 +9,17 @@ import sys
 from .api import step, table
 from .finetune import ADAPTER_DTYPES, MODES, TARGETS
 from .hf import MAX_CHARS, READERS
-from .inputs import BOOL_FIELDS, CARDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
+from .inputs import (
+    BESIDE_FIELDS,
+    BOOL_FIELDS,
+    CARDS,
+    CHOICE_FIELDS,
+    COUNT_FIELDS,
+    INT_FIELDS,
+    WALKS,
+    InputError,
+    parse_inputs,
+)
 from .loops import ADAMW_IMPLS, LOOPS, LOSSES
 from .optimizers import OPTIMIZERS
 from .plan import fit_card, plan, plan_problem
@@ -17,6 +27,7 @@ from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
+from .web import eager_beside
 
 HEADERS = ("Recipe", "Weights", "Gradients", "Optimiser", "Master", "Activations", "Logits", "Peak")
 
@@ -200,6 +211,10 @@ def format_summary(result: dict) -> str:
     n = result["peak"]
     lines.append(f"  {'peak':<12} {n:>20,} bytes  {format_gb(n):>8} GB  {format_gib(n)} GiB")
     lines.append(f"  peak event:  {result['peak_event']}")
+    if "eager" in result:  # the page's figure beside the deck's (calc.web.eager_beside)
+        e = result["eager"]
+        lines.append(f"  eager walk:  {e['peak']:>20,} bytes  {e['display']['gb']:>8} GB  ({e['how']}), at "
+                     f"{e['peak_event']}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -284,11 +299,20 @@ def mode_problem(args: argparse.Namespace, raw: dict, walk: str) -> tuple[str, s
     given = {k for k, v in raw.items() if v is not None}
     unread = {**UNREAD[mode], **({} if mode == "step" else UNREAD["step"])} if mode == "table" else UNREAD[mode]
     field = next((f for f in unread if f in given), None)
-    if field:
-        return field, unread[field]
-    if "device" in given and walk != "eager":
-        return "device", "applies to --walk eager (the deck's accounting is the same on every device)"
-    return None
+    return (field, unread[field]) if field else None
+
+
+def eager_figure(inputs: dict, raw: dict) -> tuple[dict | None, tuple[str, str] | None]:
+    """(the eager walk's figure beside the deck walk's step, as the page shows it: calc.web.eager_beside, or
+    None where no field given only it reads; a problem (field, message) where these inputs have none)."""
+    field = inputs["walk"] == "deck" and next((f for f in BESIDE_FIELDS if raw.get(f) is not None), None)
+    if not field:
+        return None, None
+    figure = eager_beside(inputs)
+    if not figure["available"]:
+        return None, (field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: "
+                             f"{figure['reason']}")  # fmt: skip
+    return figure, None
 
 
 def _main(argv: list[str] | None, prog: str | None) -> int:
@@ -298,7 +322,9 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     try:
         if raw["hf-config"] is not None:
             raw["hf-config"] = read_config(raw["hf-config"])
-        inputs = parse_inputs(raw)
+        # the step (not --table, --plan, --fit-card) answers the loop's fields as the page does: the eager walk's
+        # figure beside the deck walk's (eager_figure)
+        inputs = parse_inputs(raw, eager_beside=not (args.plan or args.table or args.fit_card))
     except InputError as e:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)
         return 2
@@ -306,6 +332,8 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     tune = inputs["tune"]
     problem = mode_problem(args, raw, inputs["walk"])
     problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], tune))
+    beside, refused = (None, None) if problem or args.plan or args.table or args.fit_card else eager_figure(inputs, raw)
+    problem = problem or refused
     if problem:
         print(f"error: --{problem[0]}: {problem[1]}", file=sys.stderr)
         return 2
@@ -341,6 +369,8 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         tune=tune,
         loop=inputs["loop"],
     )
+    if beside:
+        result["eager"] = beside
     if args.json:
         print(json.dumps(result, indent=1))
     elif args.events:
