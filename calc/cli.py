@@ -44,7 +44,16 @@ COUNT_HELP = {
 }
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: the model's fields, the step's, the layout's, the fine-tuning's, the loop's, and how to
+    print the answer (each group a function below, in --help's order)."""
     p = _Parser(prog=prog, description="Memory needed to train a transformer on one device.")
+    for add in (_model_options, _step_options, _parallel_options, _tuning_options, _loop_options, _output_options):
+        add(p)
+    return p
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    """The model: a preset or a config.json, and the shape fields that override it."""
     p.add_argument("--preset", help=f"start from a published shape: {', '.join(PRESETS)} (default llama-7b)")
     p.add_argument(
         "--hf-config",
@@ -62,6 +71,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--capacity-factor", metavar="C", help="each expert takes at most C k tokens / E (default 0: dropless)"
     )
+
+
+def _step_options(p: argparse.ArgumentParser) -> None:
+    """The step: its sequence, micro-batch, recipe, recomputation, walk, attention and device."""
     p.add_argument("--seq", metavar="N", help="sequence length s (default 4096)")
     p.add_argument("--micro-batch", metavar="N", help="sequences per step b (default 1)")
     p.add_argument("--recipe", metavar="|".join(RECIPES), help="precision/optimiser recipe (default mixed)")
@@ -78,6 +91,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "(the eager walk's default), or eager, which keeps them (the deck walk's default)",
     )
     p.add_argument("--device", metavar="cuda|cpu", help="the eager walk: where the step runs (AdamW foreach or not)")
+
+
+def _parallel_options(p: argparse.ArgumentParser) -> None:
+    """The layout over devices, and the planner's and fit list's global batch and capacity."""
     par = p.add_argument_group("several devices (bytes and peak become per device)")
     par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
     par.add_argument("--tp", metavar="N", help="tensor-parallel ranks (default 1)")
@@ -95,6 +112,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
     par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan and --fit-card (default 80)")
     par.add_argument("--card", metavar="NAME", help=f"a card's memory instead of --capacity-gb: {', '.join(CARDS)}")
+
+
+def _tuning_options(p: argparse.ArgumentParser) -> None:
+    """Fine-tuning: which parameters train, the optimizer, LoRA's fields."""
     tune = p.add_argument_group("fine-tuning (one device)")
     tune.add_argument(
         "--finetune",
@@ -121,6 +142,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers): not counted",
     )
+
+
+def _loop_options(p: argparse.ArgumentParser) -> None:
+    """The loop around the eager walk's step (calc.loops)."""
     loop = p.add_argument_group("the loop around the step (--walk eager)")
     loop.add_argument(
         "--loop",
@@ -143,6 +168,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "and the fp32 upcast one of 8 chunks at a time; liger-fused: Liger's fused linear cross-entropy, the "
         "gradients made in the forward, one tile at a time (--device cuda; from source, not measured)",
     )
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """What is printed: JSON, the table, the events, the plan or the fit list."""
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--table", action="store_true", help="print the deck's four-recipe table in GB")
@@ -159,7 +188,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="list the fine-tunings (full, LoRA, QLoRA; ranks, targets, recomputation, micro-batch) that fit one "
         "card of --capacity-gb or --card, cheapest first",
     )
-    return p
 
 
 def format_table(rows: list[dict]) -> str:
@@ -293,7 +321,7 @@ UNREAD = {
 }
 
 
-def mode_problem(args: argparse.Namespace, raw: dict, walk: str) -> tuple[str, str] | None:
+def mode_problem(args: argparse.Namespace, raw: dict) -> tuple[str, str] | None:
     """(field, message) for a given field the chosen output mode does not read, or None."""
     mode = next((m for m in ("plan", "fit_card", "table") if getattr(args, m)), "step")
     given = {k for k, v in raw.items() if v is not None}
@@ -317,56 +345,26 @@ def eager_figure(inputs: dict, raw: dict) -> tuple[dict | None, tuple[str, str] 
 
 def _main(argv: list[str] | None, prog: str | None) -> int:
     args = build_parser(prog).parse_args(argv)
-    modes = ("json", "table", "events", "plan", "fit_card")
-    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in modes}
     try:
-        if raw["hf-config"] is not None:
-            raw["hf-config"] = read_config(raw["hf-config"])
-        # the step (not --table, --plan, --fit-card) answers the loop's fields as the page does: the eager walk's
-        # figure beside the deck walk's (eager_figure)
-        inputs = parse_inputs(raw, eager_beside=not (args.plan or args.table or args.fit_card))
+        inputs, beside = validated(args)
     except InputError as e:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)
         return 2
-    shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
-    tune = inputs["tune"]
-    problem = mode_problem(args, raw, inputs["walk"])
-    problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], tune))
-    beside, refused = (None, None) if problem or args.plan or args.table or args.fit_card else eager_figure(inputs, raw)
-    problem = problem or refused
-    if problem:
-        print(f"error: --{problem[0]}: {problem[1]}", file=sys.stderr)
-        return 2
-    if args.fit_card:
-        if shape.moe_layers:
-            print("error: --fit-card: fine-tuning a mixture of experts is not modelled yet", file=sys.stderr)
-            return 2
-        rows = fit_card(shape, seq, inputs["capacity"], inputs["recipe"], tune.optimizer, tune.paged, par.flash,
-                        adapter_dtype=tune.adapter_dtype)
-        print(json.dumps(rows, indent=1) if args.json else format_fit(rows, inputs["capacity"]))
-        return 0
-    if args.plan:
-        rows = plan(
-            shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
-        )
-        print(json.dumps(rows, indent=1) if args.json else format_plan(rows, inputs["capacity"]))
-        return 0
-    if args.table:
-        rows = table(shape, seq, inputs["micro_batch"], par, inputs["grad_accum"])
-        print(json.dumps(rows, indent=1) if args.json else format_table(rows))
+    if args.fit_card or args.plan or args.table:
+        print(rows_text(args, inputs))
         return 0
     result = step(
-        shape,
-        seq,
+        inputs["shape"],
+        inputs["seq"],
         inputs["micro_batch"],
         inputs["recipe"],
         inputs["recompute"],
-        par=par,
+        par=inputs["par"],
         walk=inputs["walk"],
         grad_accum=inputs["grad_accum"],
         attention=inputs["attention"],
         device=inputs["device"],
-        tune=tune,
+        tune=inputs["tune"],
         loop=inputs["loop"],
     )
     if beside:
@@ -378,3 +376,39 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     else:
         print(format_summary(result))
     return 0
+
+
+def validated(args: argparse.Namespace) -> tuple[dict, dict | None]:
+    """(calc.inputs.parse_inputs' answer for the flags, the eager walk's figure beside the deck walk's step or
+    None), or InputError naming the field the chosen output mode cannot use."""
+    modes = ("json", "table", "events", "plan", "fit_card")
+    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in modes}
+    if raw["hf-config"] is not None:
+        raw["hf-config"] = read_config(raw["hf-config"])
+    rows = args.plan or args.table or args.fit_card
+    # the step (not --table, --plan, --fit-card) answers the loop's fields as the page does: the eager walk's
+    # figure beside the deck walk's (eager_figure)
+    inputs = parse_inputs(raw, eager_beside=not rows)
+    problem = mode_problem(args, raw)
+    problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], inputs["tune"]))
+    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)
+    problem = problem or refused
+    if problem:
+        raise InputError(*problem)
+    if args.fit_card and inputs["shape"].moe_layers:
+        raise InputError("fit-card", "fine-tuning a mixture of experts is not modelled yet")
+    return inputs, beside
+
+
+def rows_text(args: argparse.Namespace, inputs: dict) -> str:
+    """What --fit-card, --plan or --table prints: its rows, as JSON or as a table."""
+    shape, seq, par, tune, capacity = inputs["shape"], inputs["seq"], inputs["par"], inputs["tune"], inputs["capacity"]
+    if args.fit_card:
+        rows = fit_card(shape, seq, capacity, inputs["recipe"], tune.optimizer, tune.paged, par.flash,
+                        adapter_dtype=tune.adapter_dtype)  # fmt: skip
+        return json.dumps(rows, indent=1) if args.json else format_fit(rows, capacity)
+    if args.plan:
+        rows = plan(shape, seq, inputs["global_batch"], capacity, inputs["recipe"], par.sequence_parallel, par.flash)
+        return json.dumps(rows, indent=1) if args.json else format_plan(rows, capacity)
+    rows = table(shape, seq, inputs["micro_batch"], par, inputs["grad_accum"])
+    return json.dumps(rows, indent=1) if args.json else format_table(rows)
