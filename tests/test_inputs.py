@@ -105,3 +105,13 @@ def test_a_loop_without_an_eager_figure_is_refused():
     """Where the eager walk cannot answer (tensor parallel), the loop's fields have nothing to change."""
     rc, _, err = run(["--loop", "trainer", "--tp", "2"])
     assert rc == 2 and err.startswith("error: --loop: applies to the eager walk's figure") and "one device" in err
+
+
+@pytest.mark.parametrize("module", ["calc/inputs.py", "calc/cli.py"])
+def test_no_function_is_long(module):
+    """Issue 17: parse_inputs (90 lines) and build_parser (117) became small named functions, each at most 60."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / module).read_text())
+    long = {f.name: f.end_lineno - f.lineno + 1 for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+    assert {name: n for name, n in long.items() if n > 60} == {}
