@@ -7,24 +7,12 @@ import json
 import sys
 
 from .api import step, table
-from .finetune import ADAPTER_DTYPES, MODES, TARGETS
-from .hf import MAX_CHARS, READERS
-from .inputs import (
-    BESIDE_FIELDS,
-    BOOL_FIELDS,
-    CARDS,
-    CHOICE_FIELDS,
-    COUNT_FIELDS,
-    INT_FIELDS,
-    WALKS,
-    InputError,
-    parse_inputs,
-)
-from .loops import ADAMW_IMPLS, LOOPS, LOSSES
+from .fields import GROUPS, Field
+from .hf import MAX_CHARS
+from .inputs import BESIDE_FIELDS, InputError, parse_inputs
 from .optimizers import OPTIMIZERS
 from .plan import fit_card, plan, plan_problem
-from .presets import PRESETS
-from .recipes import RECIPES, RECOMPUTE
+from .recipes import RECIPES
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
 from .web import eager_beside
@@ -37,137 +25,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-COUNT_HELP = {
-    "head-size": "0: width / heads",
-    # calc.shape.Shape.sliding_window: the deck's terms do not change with it; the eager walk counts the masks
-    "sliding-window": "0: none; the eager walk counts the masks Gemma 2's and 3's code builds for it",
-}
-
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser: the model's fields, the step's, the layout's, the fine-tuning's, the loop's, and how to
-    print the answer (each group a function below, in --help's order)."""
+    """The CLI's parser: every field of calc.fields' table in its group, then how to print the answer."""
     p = _Parser(prog=prog, description="Memory needed to train a transformer on one device.")
-    for add in (_model_options, _step_options, _parallel_options, _tuning_options, _loop_options, _output_options):
-        add(p)
+    for title, fields in GROUPS:
+        group = p.add_argument_group(title) if title else p
+        for field in fields:
+            add_field(group, field)
+    _output_options(p)
     return p
 
 
-def _model_options(p: argparse.ArgumentParser) -> None:
-    """The model: a preset or a config.json, and the shape fields that override it."""
-    p.add_argument("--preset", help=f"start from a published shape: {', '.join(PRESETS)} (default llama-7b)")
-    p.add_argument(
-        "--hf-config",
-        metavar="PATH",
-        help=f"start from a transformers config.json instead (model_type {', '.join(READERS)}); flags override it",
-    )
-    for field in INT_FIELDS:
-        p.add_argument(f"--{field}", metavar="N")
-    for field in COUNT_FIELDS:
-        p.add_argument(f"--{field}", metavar="N", help=COUNT_HELP.get(field, "0: none"))
-    for field in BOOL_FIELDS:
-        p.add_argument(f"--{field}", action=argparse.BooleanOptionalAction, default=None)
-    for field, (_, choices) in CHOICE_FIELDS.items():
-        p.add_argument(f"--{field}", metavar="|".join(choices))
-    p.add_argument(
-        "--capacity-factor", metavar="C", help="each expert takes at most C k tokens / E (default 0: dropless)"
-    )
-
-
-def _step_options(p: argparse.ArgumentParser) -> None:
-    """The step: its sequence, micro-batch, recipe, recomputation, walk, attention and device."""
-    p.add_argument("--seq", metavar="N", help="sequence length s (default 4096)")
-    p.add_argument("--micro-batch", metavar="N", help="sequences per step b (default 1)")
-    p.add_argument("--recipe", metavar="|".join(RECIPES), help="precision/optimiser recipe (default mixed)")
-    p.add_argument("--recompute", metavar="|".join(RECOMPUTE), help="activation recomputation (default none)")
-    p.add_argument(
-        "--walk",
-        metavar="|".join(WALKS),
-        help="deck: the deck's walk (default); eager: what PyTorch eager autograd allocates (one device)",
-    )
-    p.add_argument(
-        "--attention",
-        metavar="sdpa|eager",
-        help="transformers' attn_implementation, in every walk: sdpa, a fused kernel that keeps no s x s scores "
-        "(the eager walk's default), or eager, which keeps them (the deck walk's default)",
-    )
-    p.add_argument("--device", metavar="cuda|cpu", help="the eager walk: where the step runs (AdamW foreach or not)")
-
-
-def _parallel_options(p: argparse.ArgumentParser) -> None:
-    """The layout over devices, and the planner's and fit list's global batch and capacity."""
-    par = p.add_argument_group("several devices (bytes and peak become per device)")
-    par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
-    par.add_argument("--tp", metavar="N", help="tensor-parallel ranks (default 1)")
-    par.add_argument("--pp", metavar="N", help="pipeline stages (default 1)")
-    par.add_argument("--ep", metavar="N", help="expert-parallel ranks among the dp workers, E/ep experts each")
-    par.add_argument("--zero", metavar="0|1|2|3", help="ZeRO stage over the dp workers (default 0)")
-    par.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
-    par.add_argument(
-        "--flash",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="FlashAttention: the same as --attention sdpa (--no-flash: --attention eager)",
-    )
-    par.add_argument("--grad-accum", metavar="N", help="micro-batches per step and worker (default: pp)")
-    par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
-    par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan and --fit-card (default 80)")
-    par.add_argument("--card", metavar="NAME", help=f"a card's memory instead of --capacity-gb: {', '.join(CARDS)}")
-
-
-def _tuning_options(p: argparse.ArgumentParser) -> None:
-    """Fine-tuning: which parameters train, the optimizer, LoRA's fields."""
-    tune = p.add_argument_group("fine-tuning (one device)")
-    tune.add_argument(
-        "--finetune",
-        metavar="|".join(MODES),
-        help="full (default): every parameter trains; lora, qlora: adapters on a frozen (NF4) base; freeze: the "
-        "first --freeze-layers blocks and the embedding frozen",
-    )
-    tune.add_argument("--optimizer", metavar="|".join(OPTIMIZERS), help="default adamw")
-    tune.add_argument("--lora-rank", metavar="R", help="LoRA's rank r (default 8)")
-    tune.add_argument("--lora-alpha", metavar="A", help="LoRA's alpha (default 16; scales the update, no memory)")
-    tune.add_argument(
-        "--lora-targets", metavar="LIST", help=f"comma list of {','.join(TARGETS)}, or all-linear (default q,v)"
-    )
-    tune.add_argument(
-        "--adapter-dtype",
-        metavar="|".join(ADAPTER_DTYPES),
-        help="lora, qlora: the adapters' dtype; fp32 (default, peft's get_peft_model upcasts 16-bit adapters), "
-        "model: the model's dtype (autocast_adapter_dtype=False)",
-    )
-    tune.add_argument("--freeze-layers", metavar="N", help="--finetune freeze: the first N blocks (default 0)")
-    tune.add_argument(
-        "--paged-optimizer",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers): not counted",
-    )
-
-
-def _loop_options(p: argparse.ArgumentParser) -> None:
-    """The loop around the eager walk's step (calc.loops)."""
-    loop = p.add_argument_group("the loop around the step (--walk eager)")
-    loop.add_argument(
-        "--loop",
-        metavar="|".join(LOOPS),
-        help="bare (default): loss.backward(), optimizer.step(), zero_grad(); trainer: transformers' Trainer as it "
-        "comes (its labels tensor, all micro-batches fetched first, fused AdamW); sft: TRL's SFTTrainer (its "
-        "collator and chunked head)",
-    )
-    loop.add_argument(
-        "--adamw-impl",
-        metavar="|".join(ADAMW_IMPLS),
-        help="AdamW's implementation (default PyTorch's pick: foreach on cuda, single on cpu; Trainer and TRL pick "
-        "fused, optim adamw_torch_fused)",
-    )
-    loop.add_argument(
-        "--loss",
-        metavar="|".join(LOSSES),
-        help="transformers: ForCausalLMLoss on the logits (default); trl-chunked: TRL's chunked log-prob head, no "
-        "logits (the default with --loop sft); torchtune-chunked: torchtune's CEWithChunkedOutputLoss, the head "
-        "and the fp32 upcast one of 8 chunks at a time; liger-fused: Liger's fused linear cross-entropy, the "
-        "gradients made in the forward, one tile at a time (--device cuda; from source, not measured)",
-    )
+def add_field(group, field: Field) -> None:
+    """One field of calc.fields as an option: a switch (--x, --no-x) or --x VALUE."""
+    if field.switch:
+        group.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=None, help=field.help)
+    else:
+        group.add_argument(f"--{field.name}", metavar=field.metavar, help=field.help)
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:

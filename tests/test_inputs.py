@@ -115,3 +115,12 @@ def test_no_function_is_long(module):
     tree = ast.parse((Path(__file__).resolve().parents[1] / module).read_text())
     long = {f.name: f.end_lineno - f.lineno + 1 for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
     assert {name: n for name, n in long.items() if n > 60} == {}
+
+
+def test_the_cli_is_built_from_one_field_table():
+    """calc.fields lists every field calc.inputs validates, each once (issue 17: the parser derives from it)."""
+    from calc.fields import GROUPS
+    from calc.inputs import FIELDS
+
+    names = [f.name for _, fields in GROUPS for f in fields]
+    assert sorted(names) == sorted(FIELDS) and len(set(names)) == len(names)
