@@ -79,7 +79,7 @@ def format_events(result: dict) -> str:
         lines.append(
             f"{i:>4}  {e['phase']:<9} {e['category']:<11} {e['bytes']:>+18,} {e['total']:>18,}  {e['label']}{mark}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *eager_lines(result)])
 
 
 def format_summary(result: dict) -> str:
@@ -113,11 +113,16 @@ def format_summary(result: dict) -> str:
     n = result["peak"]
     lines.append(f"  {'peak':<12} {n:>20,} bytes  {format_gb(n):>8} GB  {format_gib(n)} GiB")
     lines.append(f"  peak event:  {result['peak_event']}")
-    if "eager" in result:  # the page's figure beside the deck's (calc.web.eager_beside)
-        e = result["eager"]
-        lines.append(f"  eager walk:  {e['peak']:>20,} bytes  {e['display']['gb']:>8} GB  ({e['how']}), at "
-                     f"{e['peak_event']}")  # fmt: skip
-    return "\n".join(lines)
+    return "\n".join([*lines, *eager_lines(result)])
+
+
+def eager_lines(result: dict) -> list[str]:
+    """The eager walk's figure beside the deck walk's step, where the answer has it (calc.web.eager_beside, as
+    the page shows it), in one line; else none."""
+    if "eager" not in result:
+        return []
+    e = result["eager"]
+    return [f"  eager walk:  {e['peak']:>20,} bytes  {e['display']['gb']:>8} GB  ({e['how']}), at {e['peak_event']}"]
 
 
 def format_plan(rows: list[dict], capacity: int) -> str:

@@ -97,8 +97,9 @@ def test_a_page_link_with_a_loop_is_the_clis_answer():
     eager = json.loads(run(["--walk", "eager", "--loop", "trainer", "--adamw-impl", "single", "--seq", "1024",
                             "--json"])[1])  # fmt: skip
     assert cli["eager"] == got["eager"] and cli["eager"]["peak"] == eager["peak"]
-    rc, text, _ = run(["--loop", "trainer", "--seq", "1024"])
-    assert rc == 0 and "eager walk:" in text and "transformers' Trainer" in text
+    for mode in ([], ["--events"]):  # printed in the summary and after the events alike
+        rc, text, _ = run(["--loop", "trainer", "--seq", "1024", *mode])
+        assert rc == 0 and text.splitlines()[-1].startswith("  eager walk:") and "transformers' Trainer" in text
 
 
 def test_a_loop_without_an_eager_figure_is_refused():
