@@ -7,16 +7,15 @@ import json
 import sys
 
 from .api import step, table
-from .finetune import ADAPTER_DTYPES, MODES, TARGETS
-from .hf import MAX_CHARS, READERS
-from .inputs import BOOL_FIELDS, CARDS, CHOICE_FIELDS, COUNT_FIELDS, INT_FIELDS, WALKS, InputError, parse_inputs
-from .loops import ADAMW_IMPLS, LOOPS, LOSSES
+from .fields import GROUPS, Field
+from .hf import MAX_CHARS
+from .inputs import BESIDE_FIELDS, InputError, parse_inputs
 from .optimizers import OPTIMIZERS
 from .plan import fit_card, plan, plan_problem
-from .presets import PRESETS
-from .recipes import RECIPES, RECOMPUTE
+from .recipes import RECIPES
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
+from .web import eager_beside
 
 HEADERS = ("Recipe", "Weights", "Gradients", "Optimiser", "Master", "Activations", "Logits", "Peak")
 
@@ -26,112 +25,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-COUNT_HELP = {
-    "head-size": "0: width / heads",
-    # calc.shape.Shape.sliding_window: the deck's terms do not change with it; the eager walk counts the masks
-    "sliding-window": "0: none; the eager walk counts the masks Gemma 2's and 3's code builds for it",
-}
-
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: every field of calc.fields' table in its group, then how to print the answer."""
     p = _Parser(prog=prog, description="Memory needed to train a transformer on one device.")
-    p.add_argument("--preset", help=f"start from a published shape: {', '.join(PRESETS)} (default llama-7b)")
-    p.add_argument(
-        "--hf-config",
-        metavar="PATH",
-        help=f"start from a transformers config.json instead (model_type {', '.join(READERS)}); flags override it",
-    )
-    for field in INT_FIELDS:
-        p.add_argument(f"--{field}", metavar="N")
-    for field in COUNT_FIELDS:
-        p.add_argument(f"--{field}", metavar="N", help=COUNT_HELP.get(field, "0: none"))
-    for field in BOOL_FIELDS:
-        p.add_argument(f"--{field}", action=argparse.BooleanOptionalAction, default=None)
-    for field, (_, choices) in CHOICE_FIELDS.items():
-        p.add_argument(f"--{field}", metavar="|".join(choices))
-    p.add_argument(
-        "--capacity-factor", metavar="C", help="each expert takes at most C k tokens / E (default 0: dropless)"
-    )
-    p.add_argument("--seq", metavar="N", help="sequence length s (default 4096)")
-    p.add_argument("--micro-batch", metavar="N", help="sequences per step b (default 1)")
-    p.add_argument("--recipe", metavar="|".join(RECIPES), help="precision/optimiser recipe (default mixed)")
-    p.add_argument("--recompute", metavar="|".join(RECOMPUTE), help="activation recomputation (default none)")
-    p.add_argument(
-        "--walk",
-        metavar="|".join(WALKS),
-        help="deck: the deck's walk (default); eager: what PyTorch eager autograd allocates (one device)",
-    )
-    p.add_argument(
-        "--attention",
-        metavar="sdpa|eager",
-        help="transformers' attn_implementation, in every walk: sdpa, a fused kernel that keeps no s x s scores "
-        "(the eager walk's default), or eager, which keeps them (the deck walk's default)",
-    )
-    p.add_argument("--device", metavar="cuda|cpu", help="the eager walk: where the step runs (AdamW foreach or not)")
-    par = p.add_argument_group("several devices (bytes and peak become per device)")
-    par.add_argument("--dp", metavar="N", help="data-parallel workers (default 1)")
-    par.add_argument("--tp", metavar="N", help="tensor-parallel ranks (default 1)")
-    par.add_argument("--pp", metavar="N", help="pipeline stages (default 1)")
-    par.add_argument("--ep", metavar="N", help="expert-parallel ranks among the dp workers, E/ep experts each")
-    par.add_argument("--zero", metavar="0|1|2|3", help="ZeRO stage over the dp workers (default 0)")
-    par.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
-    par.add_argument(
-        "--flash",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="FlashAttention: the same as --attention sdpa (--no-flash: --attention eager)",
-    )
-    par.add_argument("--grad-accum", metavar="N", help="micro-batches per step and worker (default: pp)")
-    par.add_argument("--global-batch", metavar="N", help="sequences per optimizer step, for --plan (default 1024)")
-    par.add_argument("--capacity-gb", metavar="GB", help="device memory, for --plan and --fit-card (default 80)")
-    par.add_argument("--card", metavar="NAME", help=f"a card's memory instead of --capacity-gb: {', '.join(CARDS)}")
-    tune = p.add_argument_group("fine-tuning (one device)")
-    tune.add_argument(
-        "--finetune",
-        metavar="|".join(MODES),
-        help="full (default): every parameter trains; lora, qlora: adapters on a frozen (NF4) base; freeze: the "
-        "first --freeze-layers blocks and the embedding frozen",
-    )
-    tune.add_argument("--optimizer", metavar="|".join(OPTIMIZERS), help="default adamw")
-    tune.add_argument("--lora-rank", metavar="R", help="LoRA's rank r (default 8)")
-    tune.add_argument("--lora-alpha", metavar="A", help="LoRA's alpha (default 16; scales the update, no memory)")
-    tune.add_argument(
-        "--lora-targets", metavar="LIST", help=f"comma list of {','.join(TARGETS)}, or all-linear (default q,v)"
-    )
-    tune.add_argument(
-        "--adapter-dtype",
-        metavar="|".join(ADAPTER_DTYPES),
-        help="lora, qlora: the adapters' dtype; fp32 (default, peft's get_peft_model upcasts 16-bit adapters), "
-        "model: the model's dtype (autocast_adapter_dtype=False)",
-    )
-    tune.add_argument("--freeze-layers", metavar="N", help="--finetune freeze: the first N blocks (default 0)")
-    tune.add_argument(
-        "--paged-optimizer",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers): not counted",
-    )
-    loop = p.add_argument_group("the loop around the step (--walk eager)")
-    loop.add_argument(
-        "--loop",
-        metavar="|".join(LOOPS),
-        help="bare (default): loss.backward(), optimizer.step(), zero_grad(); trainer: transformers' Trainer as it "
-        "comes (its labels tensor, all micro-batches fetched first, fused AdamW); sft: TRL's SFTTrainer (its "
-        "collator and chunked head)",
-    )
-    loop.add_argument(
-        "--adamw-impl",
-        metavar="|".join(ADAMW_IMPLS),
-        help="AdamW's implementation (default PyTorch's pick: foreach on cuda, single on cpu; Trainer and TRL pick "
-        "fused, optim adamw_torch_fused)",
-    )
-    loop.add_argument(
-        "--loss",
-        metavar="|".join(LOSSES),
-        help="transformers: ForCausalLMLoss on the logits (default); trl-chunked: TRL's chunked log-prob head, no "
-        "logits (the default with --loop sft); torchtune-chunked: torchtune's CEWithChunkedOutputLoss, the head "
-        "and the fp32 upcast one of 8 chunks at a time; liger-fused: Liger's fused linear cross-entropy, the "
-        "gradients made in the forward, one tile at a time (--device cuda; from source, not measured)",
-    )
+    for title, fields in GROUPS:
+        group = p.add_argument_group(title) if title else p
+        for field in fields:
+            add_field(group, field)
+    _output_options(p)
+    return p
+
+
+def add_field(group, field: Field) -> None:
+    """One field of calc.fields as an option: a switch (--x, --no-x) or --x VALUE."""
+    if field.switch:
+        group.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=None, help=field.help)
+    else:
+        group.add_argument(f"--{field.name}", metavar=field.metavar, help=field.help)
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """What is printed: JSON, the table, the events, the plan or the fit list."""
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--table", action="store_true", help="print the deck's four-recipe table in GB")
@@ -148,7 +62,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="list the fine-tunings (full, LoRA, QLoRA; ranks, targets, recomputation, micro-batch) that fit one "
         "card of --capacity-gb or --card, cheapest first",
     )
-    return p
 
 
 def format_table(rows: list[dict]) -> str:
@@ -166,7 +79,7 @@ def format_events(result: dict) -> str:
         lines.append(
             f"{i:>4}  {e['phase']:<9} {e['category']:<11} {e['bytes']:>+18,} {e['total']:>18,}  {e['label']}{mark}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *eager_lines(result)])
 
 
 def format_summary(result: dict) -> str:
@@ -200,7 +113,16 @@ def format_summary(result: dict) -> str:
     n = result["peak"]
     lines.append(f"  {'peak':<12} {n:>20,} bytes  {format_gb(n):>8} GB  {format_gib(n)} GiB")
     lines.append(f"  peak event:  {result['peak_event']}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *eager_lines(result)])
+
+
+def eager_lines(result: dict) -> list[str]:
+    """The eager walk's figure beside the deck walk's step, where the answer has it (calc.web.eager_beside, as
+    the page shows it), in one line; else none."""
+    if "eager" not in result:
+        return []
+    e = result["eager"]
+    return [f"  eager walk:  {e['peak']:>20,} bytes  {e['display']['gb']:>8} GB  ({e['how']}), at {e['peak_event']}"]
 
 
 def format_plan(rows: list[dict], capacity: int) -> str:
@@ -278,69 +200,54 @@ UNREAD = {
 }
 
 
-def mode_problem(args: argparse.Namespace, raw: dict, walk: str) -> tuple[str, str] | None:
+def mode_problem(args: argparse.Namespace, raw: dict) -> tuple[str, str] | None:
     """(field, message) for a given field the chosen output mode does not read, or None."""
     mode = next((m for m in ("plan", "fit_card", "table") if getattr(args, m)), "step")
     given = {k for k, v in raw.items() if v is not None}
     unread = {**UNREAD[mode], **({} if mode == "step" else UNREAD["step"])} if mode == "table" else UNREAD[mode]
     field = next((f for f in unread if f in given), None)
-    if field:
-        return field, unread[field]
-    if "device" in given and walk != "eager":
-        return "device", "applies to --walk eager (the deck's accounting is the same on every device)"
-    return None
+    return (field, unread[field]) if field else None
+
+
+def eager_figure(inputs: dict, raw: dict) -> tuple[dict | None, tuple[str, str] | None]:
+    """(the eager walk's figure beside the deck walk's step, as the page shows it: calc.web.eager_beside, or
+    None where no field given only it reads; a problem (field, message) where these inputs have none)."""
+    field = inputs["walk"] == "deck" and next((f for f in BESIDE_FIELDS if raw.get(f) is not None), None)
+    if not field:
+        return None, None
+    figure = eager_beside(inputs)
+    if not figure["available"]:
+        return None, (field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: "
+                             f"{figure['reason']}")  # fmt: skip
+    return figure, None
 
 
 def _main(argv: list[str] | None, prog: str | None) -> int:
     args = build_parser(prog).parse_args(argv)
-    modes = ("json", "table", "events", "plan", "fit_card")
-    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in modes}
     try:
-        if raw["hf-config"] is not None:
-            raw["hf-config"] = read_config(raw["hf-config"])
-        inputs = parse_inputs(raw)
+        inputs, beside = validated(args)
     except InputError as e:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)
         return 2
-    shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
-    tune = inputs["tune"]
-    problem = mode_problem(args, raw, inputs["walk"])
-    problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], tune))
-    if problem:
-        print(f"error: --{problem[0]}: {problem[1]}", file=sys.stderr)
-        return 2
-    if args.fit_card:
-        if shape.moe_layers:
-            print("error: --fit-card: fine-tuning a mixture of experts is not modelled yet", file=sys.stderr)
-            return 2
-        rows = fit_card(shape, seq, inputs["capacity"], inputs["recipe"], tune.optimizer, tune.paged, par.flash,
-                        adapter_dtype=tune.adapter_dtype)
-        print(json.dumps(rows, indent=1) if args.json else format_fit(rows, inputs["capacity"]))
-        return 0
-    if args.plan:
-        rows = plan(
-            shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
-        )
-        print(json.dumps(rows, indent=1) if args.json else format_plan(rows, inputs["capacity"]))
-        return 0
-    if args.table:
-        rows = table(shape, seq, inputs["micro_batch"], par, inputs["grad_accum"])
-        print(json.dumps(rows, indent=1) if args.json else format_table(rows))
+    if args.fit_card or args.plan or args.table:
+        print(rows_text(args, inputs))
         return 0
     result = step(
-        shape,
-        seq,
+        inputs["shape"],
+        inputs["seq"],
         inputs["micro_batch"],
         inputs["recipe"],
         inputs["recompute"],
-        par=par,
+        par=inputs["par"],
         walk=inputs["walk"],
         grad_accum=inputs["grad_accum"],
         attention=inputs["attention"],
         device=inputs["device"],
-        tune=tune,
+        tune=inputs["tune"],
         loop=inputs["loop"],
     )
+    if beside:
+        result["eager"] = beside
     if args.json:
         print(json.dumps(result, indent=1))
     elif args.events:
@@ -348,3 +255,39 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     else:
         print(format_summary(result))
     return 0
+
+
+def validated(args: argparse.Namespace) -> tuple[dict, dict | None]:
+    """(calc.inputs.parse_inputs' answer for the flags, the eager walk's figure beside the deck walk's step or
+    None), or InputError naming the field the chosen output mode cannot use."""
+    modes = ("json", "table", "events", "plan", "fit_card")
+    raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in modes}
+    if raw["hf-config"] is not None:
+        raw["hf-config"] = read_config(raw["hf-config"])
+    rows = args.plan or args.table or args.fit_card
+    # the step (not --table, --plan, --fit-card) answers the loop's fields as the page does: the eager walk's
+    # figure beside the deck walk's (eager_figure)
+    inputs = parse_inputs(raw, eager_beside=not rows)
+    problem = mode_problem(args, raw)
+    problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], inputs["tune"]))
+    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)
+    problem = problem or refused
+    if problem:
+        raise InputError(*problem)
+    if args.fit_card and inputs["shape"].moe_layers:
+        raise InputError("fit-card", "fine-tuning a mixture of experts is not modelled yet")
+    return inputs, beside
+
+
+def rows_text(args: argparse.Namespace, inputs: dict) -> str:
+    """What --fit-card, --plan or --table prints: its rows, as JSON or as a table."""
+    shape, seq, par, tune, capacity = inputs["shape"], inputs["seq"], inputs["par"], inputs["tune"], inputs["capacity"]
+    if args.fit_card:
+        rows = fit_card(shape, seq, capacity, inputs["recipe"], tune.optimizer, tune.paged, par.flash,
+                        adapter_dtype=tune.adapter_dtype)  # fmt: skip
+        return json.dumps(rows, indent=1) if args.json else format_fit(rows, capacity)
+    if args.plan:
+        rows = plan(shape, seq, inputs["global_batch"], capacity, inputs["recipe"], par.sequence_parallel, par.flash)
+        return json.dumps(rows, indent=1) if args.json else format_plan(rows, capacity)
+    rows = table(shape, seq, inputs["micro_batch"], par, inputs["grad_accum"])
+    return json.dumps(rows, indent=1) if args.json else format_table(rows)

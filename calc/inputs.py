@@ -9,6 +9,7 @@ from dataclasses import replace
 from . import families, finetune, loops
 from .activations import layer_bytes
 from .counts import param_counts
+from .families import listing
 from .hf import ConfigError, compact, parse, shape_from_text
 from .optimizers import OPTIMIZERS
 from .parallel import SINGLE, Parallel, check
@@ -76,6 +77,8 @@ RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "grad-accum": 1 << 20, "gl
 PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000, "ep": 1 << 16}
 PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
 DEFAULT_CAPACITY_GB = 80
+MAX_CAPACITY_GB = 100_000
+CAPACITY_MESSAGE = f"must be a number of GB above 0 and at most {MAX_CAPACITY_GB:,}, like 80 or 94.5 (3 decimals)"
 WALKS = ("deck", "eager")  # calc.walk (the default) or calc.eager (PyTorch eager autograd, one device)
 ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default first); the deck walk: sdpa is
 # FlashAttention (no s x s scores kept), eager keeps them (calc.inputs.attention_fields)
@@ -85,6 +88,17 @@ TUNE_LIMITS = {"lora-rank": 1 << 16, "lora-alpha": 1 << 16}
 LORA_FIELDS = ("lora-rank", "lora-alpha", "lora-targets", "adapter-dtype")
 # issue 19: the loop around the eager walk's step and AdamW's implementation (calc.loops)
 LOOP_FIELDS = ("loop", "adamw-impl", "loss")
+# Fields the deck walk does not read (issue 19), each with why: its activations are Korthikanti et al. 2022's
+# (§4, 34sbh + 5as^2b a layer: a GELU MLP and dropout masks whatever the model has; s x s scores, or none under
+# FlashAttention, whatever the window) and its accounting is the same on every device. The eager walk reads
+# each, and so does the page's eager figure beside the deck's (calc.web.eager_beside).
+DECK_UNREAD = {
+    "activation": "the deck walk's MLP is Korthikanti et al.'s, whatever its activation",
+    "dropout": "the deck walk counts Korthikanti et al.'s dropout masks whatever the model does",
+    "sliding-window": "the deck walk's attention has no window: Korthikanti et al.'s s x s scores",
+    "device": "the deck's accounting is the same on every device",
+}
+BESIDE_FIELDS = (*DECK_UNREAD, *LOOP_FIELDS)  # what the deck walk's step answers with the eager walk's figure
 # Common cards by their memory in GB (10^9 bytes), for --card: the planner's capacity.
 CARDS = {
     "rtx-3090": "24",  # GeForce RTX 3090 and 4090: 24 GB GDDR6X
@@ -208,17 +222,15 @@ def _base(given: Mapping[str, object]) -> Shape:
 
 
 def _capacity(raw: object) -> int:
-    """Device capacity in GB (10^9 bytes), up to three decimals, as exact bytes."""
+    """Device capacity in GB (10^9 bytes), up to three decimals, as exact bytes. Anything else (a sign, 0,
+    a fourth decimal, over 100,000 GB) gets the one message CAPACITY_MESSAGE."""
     text = str(raw).strip()
-    if not DECIMAL_GB.fullmatch(text):
-        raise InputError("capacity-gb", f"must be a number of GB like 80 or 94.5, got {quote(text)}")
     whole, _, frac = text.partition(".")
-    digits = len(whole.lstrip("0"))
-    if digits > MAX_DIGITS:
-        raise InputError("capacity-gb", f"must be at most 100,000 GB, got a number of {digits:,} digits")
+    if not DECIMAL_GB.fullmatch(text) or len(whole.lstrip("0")) > MAX_DIGITS:
+        raise InputError("capacity-gb", f"{CAPACITY_MESSAGE}, got {quote(text)}")
     capacity = int(whole) * GB + int(frac.ljust(3, "0")) * GB // 1000
-    if not 0 < capacity <= 100_000 * GB:
-        raise InputError("capacity-gb", f"must be more than 0 and at most 100,000 GB, got {text}")
+    if not 0 < capacity <= MAX_CAPACITY_GB * GB:
+        raise InputError("capacity-gb", f"{CAPACITY_MESSAGE}, got {quote(text)}")
     return capacity
 
 
@@ -231,10 +243,49 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
     default's) value. `eager_beside`: the answer carries the eager walk's figure beside the deck's (the
     page's, calc.web), which the loop's fields change, so the deck walk accepts them there. Raises
     InputError naming the first bad field."""
+    given = _given(raw)
+    shape = parse_shape(given)
+    run = _parse_run(given, shape)
+    walk, attention = run["walk"], run["attention"]
+    par = _parse_parallel(given, shape, run["flash"] and walk == "deck")
+    check_size(shape, run["seq"], run["micro_batch"], par)
+    grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
+    problem = walk == "eager" and eager_problem(shape, run["recompute"], par, grad_accum, attention)
+    problem = problem or given_problem(given, shape, walk, eager_beside)
+    if problem:
+        raise InputError(*problem)
+    global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
+    capacity = parse_capacity(given)
+    tune = parse_tuning(given, shape)
+    problem = not tune.default and tuning_problem(tune, walk, par, grad_accum, shape)
+    if problem:
+        raise InputError(*problem)
+    loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
+    return {
+        "shape": shape,
+        **{k: run[k] for k in ("seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device")},
+        "par": par,
+        "grad_accum": grad_accum,
+        "global_batch": global_batch,
+        "capacity": capacity,
+        "tune": tune,
+        # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
+        "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
+        "loop": loop,
+    }
+
+
+def _given(raw: Mapping[str, object]) -> dict:
+    """The fields given (an empty or None value is not given), each a known field."""
     given = {k: v for k, v in raw.items() if v is not None and v != ""}
     unknown = sorted(set(given) - set(FIELDS))
     if unknown:
         raise InputError(unknown[0], "is not a known field")
+    return given
+
+
+def parse_shape(given: Mapping[str, object]) -> Shape:
+    """The model: a preset's or a config's shape with the shape fields given, checked (check_shape)."""
     base = _base(given)
     changes: dict[str, object] = {}
     for field, (attr, largest) in INT_FIELDS.items():
@@ -258,7 +309,12 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
         changes["kv_heads"] = changes["heads"]  # keep multi-head attention multi-head
     shape = base.replace(name=base.name if not changes else "custom", **changes)
     check_shape(shape)
+    return shape
 
+
+def _parse_run(given: Mapping[str, object], shape: Shape) -> dict:
+    """The step's own fields: {"seq", "micro_batch", "recipe", "recompute", "walk", "attention", "flash",
+    "device"} (flash: the deck walk keeps no s x s scores, attention_fields)."""
     default_seq = min(DEFAULT_SEQ, shape.context) if shape.positions == "learned" else DEFAULT_SEQ
     seq = _int("seq", given.get("seq", default_seq), RUN_LIMITS["seq"])
     micro_batch = _int("micro-batch", given.get("micro-batch", 1), RUN_LIMITS["micro-batch"])
@@ -269,49 +325,76 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
     walk = _choice("walk", given.get("walk", "deck"), WALKS)
     attention, flash = attention_fields(given)
     device = _choice("device", given.get("device", DEVICES[0]), DEVICES)
+    return {"seq": seq, "micro_batch": micro_batch, "recipe": recipe, "recompute": recompute, "walk": walk,
+            "attention": attention, "flash": flash, "device": device}  # fmt: skip
+
+
+def _parse_parallel(given: Mapping[str, object], shape: Shape, flash: bool) -> Parallel:
+    """The layout over devices (calc.parallel.Parallel), checked against the shape; `flash`: the deck walk's
+    FlashAttention (the eager walk's attention is its own field, not a layout)."""
     degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
     zero = given.get("zero", 0)
     if str(zero).strip() not in ("0", "1", "2", "3"):
         raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {quote(zero)}")
     flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
-    flags["flash"] = flash and walk == "deck"  # the eager walk's attention is its own field, not a layout
+    flags["flash"] = flash
     par = Parallel(degrees["dp"], degrees["tp"], degrees["pp"], int(str(zero).strip()), **flags, ep=degrees["ep"])
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
-    check_size(shape, seq, micro_batch, par)
-    grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
-    problem = walk == "eager" and eager_problem(shape, recompute, par, grad_accum, attention)
-    if problem:
-        raise InputError(*problem)
-    global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
+    return par
+
+
+def parse_capacity(given: Mapping[str, object]) -> int:
+    """The device's memory in bytes, for the planner and the fit list: a card's (--card) or --capacity-gb."""
     if "card" in given and "capacity-gb" in given:
         raise InputError("card", "give a card or capacity-gb, not both")
     card = _choice("card", given["card"], tuple(CARDS)) if "card" in given else None
-    capacity = _capacity(CARDS[card] if card else given.get("capacity-gb", DEFAULT_CAPACITY_GB))
-    tune = parse_tuning(given, shape)
-    problem = not tune.default and tuning_problem(tune, walk, par, grad_accum, shape)
-    if problem:
-        raise InputError(*problem)
-    loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
-    return {
-        "shape": shape,
-        "seq": seq,
-        "micro_batch": micro_batch,
-        "recipe": recipe,
-        "recompute": recompute,
-        "walk": walk,
-        "attention": attention,
-        "device": device,
-        "par": par,
-        "grad_accum": grad_accum,
-        "global_batch": global_batch,
-        "capacity": capacity,
-        "tune": tune,
-        # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
-        "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
-        "loop": loop,
-    }
+    return _capacity(CARDS[card] if card else given.get("capacity-gb", DEFAULT_CAPACITY_GB))
+
+
+def given_problem(given: Mapping[str, object], shape: Shape, walk: str, eager_beside: bool = False
+                  ) -> tuple[str, str] | None:  # fmt: skip
+    """(field, message) for a field given (a flag typed, a page field the reader set, a link's parameter) that
+    nothing these inputs answer reads (issue 19: no field accepted and ignored), or None. A preset's or a
+    config.json's own values are never refused: every config has an activation, most a window. The eager
+    walk reads what the deck walk does not (DECK_UNREAD), and so does the page's eager figure beside the
+    deck's (`eager_beside`)."""
+    eager = walk == "eager" or eager_beside
+    field = not eager and next((f for f in DECK_UNREAD if f in given), None)
+    if field:
+        return field, f"applies to --walk eager ({DECK_UNREAD[field]})"
+    if "context" in given and shape.positions != "learned":
+        return "context", "applies to learned positions (a context x hidden table); rotary ones keep nothing for it"
+    if "head-bias" in given and (shape.tied or not shape.bias):
+        return "head-bias", "applies to an untied head with biases: give --no-tied and --bias too"
+    if "shared-expert-gate" in given and not shape.shared_expert_ffn:
+        return "shared-expert-gate", "applies to a shared expert (Qwen2-MoE's): give --shared-expert-ffn too"
+    fam = families.FAMILIES[shape.family]
+    if "norms-per-layer" in given and walk == "eager":
+        return "norms-per-layer", (f"the eager walk replays {fam.models[0]}'s code, whose blocks have their own norms: "
+                                   "leave it unset (the deck walk reads it)")  # fmt: skip
+    if "sliding-window" in given and eager and not window_read(shape):
+        return "sliding-window", (f"the eager walk replays no sliding window in {listing(fam.models)}'s code, and "
+                                  "the deck walk has none: leave it unset")  # fmt: skip
+    return None
+
+
+def window_read(shape: Shape) -> bool:
+    """Whether the eager walk reads the sliding window in this family's code: Gemma 2's and 3's masks for their
+    sliding layers (Family.layer_inputs), or a hook whose answer the window changes (the mask Phi-3's or
+    SmolLM3's model passes sdpa, the window mask Qwen3's or OLMo 3's makes beside the causal one)."""
+    fam = families.FAMILIES[shape.family]
+    if fam.layer_inputs:
+        return True
+    layers = range(1, shape.layers + 1)
+    probes = [
+        fam.sdpa_mask and (lambda s: fam.sdpa_mask(s, 1)),
+        fam.window_mask,
+        fam.window_layer and (lambda s: [fam.window_layer(s, i) for i in layers]),
+    ]
+    none, some = shape.replace(sliding_window=0), shape.replace(sliding_window=1)
+    return any(probe(none) != probe(some) for probe in probes if probe)
 
 
 def attention_fields(given: Mapping[str, object]) -> tuple[str, bool]:

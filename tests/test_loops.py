@@ -148,9 +148,9 @@ def test_every_new_flag_changes_the_eager_walk(flag):
 
 @pytest.mark.parametrize("flag", ["--loop", "--adamw-impl", "--loss"])
 def test_loop_flags_are_refused_by_the_deck_walk_in_one_line(flag):
-    """The deck walk has no loop: --loop, --adamw-impl and --loss are refused there, naming the walk that uses
-    them."""
-    args = ["--preset", "llama-3.2-1b", *NEW_FLAGS[flag]]
+    """The deck walk has no loop: --loop, --adamw-impl and --loss are refused by its table, naming the walk that
+    uses them (its step answers them with the eager walk's figure beside, as the page does: test_inputs.py)."""
+    args = ["--preset", "llama-3.2-1b", "--table", *NEW_FLAGS[flag]]
     out = subprocess.run([sys.executable, "-m", "calc", *args], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith(f"error: {flag}:") and "--walk eager" in out.stderr

@@ -164,7 +164,7 @@ def test_a_typed_sequence_is_kept_for_another_model_or_its_reset_is_said(open_pa
     change(page, "preset", "gpt2")
     settle(page)
     assert page.input_value('[name="seq"]') == "1024"
-    assert "Reset to the model's own sequence" in page.text_content('[data-hint-for="seq"]')
+    assert "Reset to the new model's own sequence" in page.text_content('[data-hint-for="seq"]')
     change(page, "seq", "512")
     paste(page, LLAMA2)
     settle(page)

@@ -61,7 +61,9 @@ export function createForm(root, config) {
   }
   const fillPreset = (name) => presets.has(name) && fillShape(presets.get(name));
   const fillFromAnswer = (shape) => fillShape(Object.fromEntries(shapeNames.map((n) => [n, shape[fields.shape[n]]])));
-  // A new model: the reader's shape fields go; a sequence the reader typed stays (calc says if it cannot).
+  // A new model (another preset, or "Clear, back to the presets"): the shape fields the reader or the link set
+  // go; the run's fields (a loop preset's included) and a sequence the reader typed stay. Where calc refuses
+  // that sequence for the new model, main.js resets it, and only it, to the model's own (messages.seqResetNote).
   function newModel() {
     state.overrides.clear();
     for (const name of shapeNames) state.extras.delete(name);

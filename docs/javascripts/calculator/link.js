@@ -1,8 +1,14 @@
 // The address and the form: a link's settings into the fields (each value that cannot be used named in a
 // notice, only its field falling back), and the address rewritten for the numbers on show.
-import { flagsIn, formatInt, quote, withLabels } from "./format.js";
+import { configProblem } from "./config-paste.js";
+import { flagsIn, quote, withLabels } from "./format.js";
 import { linkQuery, readLink } from "./url.js";
 import { HF_CONFIG, matchChoice, parseBool } from "./values.js";
+
+// Why a link's config.json was not taken, in the config box's own words (too long, nested too deep, not JSON,
+// not an object: config-paste.js), for the link's notice. Pure (tests/js/link.test.mjs).
+export const linkConfigProblem = (text, maxChars) =>
+  `refused, as the config box refuses it: ${configProblem(text, maxChars) ?? "it cannot be a config.json"}`;
 
 export function createLink(root, config, f, notice, takeConfig) {
   const problems = [];  // [{name, message, line}]: what the link asked for that could not be used
@@ -49,7 +55,7 @@ export function createLink(root, config, f, notice, takeConfig) {
       values.delete("preset");
       const text = values.get(HF_CONFIG);
       if (takeConfig(text)) f.state.fromLink.add(HF_CONFIG);
-      else say(HF_CONFIG, `${formatInt(text.length)} characters cannot be a config.json`);
+      else say(HF_CONFIG, linkConfigProblem(text, config.hfMaxChars));
     } else if (values.has("preset")) {
       const asked = String(values.get("preset")).trim().toLowerCase();
       if (f.presets.has(asked)) preset = asked;

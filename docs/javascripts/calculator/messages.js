@@ -3,6 +3,14 @@
 import { formatInt, receivedText, withLabels } from "./format.js";
 import { HF_CONFIG } from "./values.js";
 
+// The note beside the sequence when a new model (another preset, or "Clear, back to the presets") refused the
+// sequence the reader typed: what the page reset (the sequence alone, to the model's own; the reader's shape
+// fields went with the old model, the run's fields, a loop preset's included, stay) and calc's reason. Pure
+// (tests/js/messages.test.mjs).
+export const seqResetNote = (typed, reason) =>
+  `Reset to the new model's own sequence length, the one field the page reset (the run's other fields, a loop ` +
+  `preset's included, stay): calc refused ${typed} for it (${reason}).`;
+
 export function createMessages(root, config, f) {
   const status = root.querySelector("[data-calc-status]");
   const notice = root.querySelector("[data-calc-notice]");
@@ -12,7 +20,7 @@ export function createMessages(root, config, f) {
     label: root.querySelector("[data-progress-label]"),
     step: "",
   };
-  const notes = new Map();  // field -> what the page did to it (a sequence reset for a new model)
+  const notes = new Map();  // field -> what the page did to it (seqResetNote: a sequence reset for a new model)
   const labelOf = (name) => f.labelOf(name);
 
   function clearErrors() {

@@ -1,0 +1,14 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { linkConfigProblem } from "../../docs/javascripts/calculator/link.js";
+
+test("a link's config nested too deep says so, as the config box does (issue 20, minor b)", () => {
+  const deep = "[".repeat(5000) + "]".repeat(5000);
+  assert.match(linkConfigProblem(deep, 1_000_000), /refused.*nested 5,000 levels deep, where at most 32 are read/);
+});
+
+test("a link's config too long or not JSON says why too", () => {
+  assert.match(linkConfigProblem("x".repeat(11), 10), /11 characters .* at most 10 characters/);
+  assert.match(linkConfigProblem('{"model_type": ', 100), /not JSON/);
+});

@@ -1,0 +1,127 @@
+"""calc.inputs: a field typed that nothing reads is refused in one line naming it (issue 19), a config's own
+values never are; one message for a bad capacity (issue 20); the CLI's step answers the loop's fields with the
+eager walk's figure beside the deck's, as the page (calc.web) does, so the page's links are the CLI's."""
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from calc import web
+from calc.cli import main
+from calc.inputs import CAPACITY_MESSAGE, parse_inputs
+
+CONFIGS = Path(__file__).resolve().parents[1] / "calc" / "configs"
+
+
+def run(args: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of the CLI in-process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(args)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def page(inputs: dict) -> dict:
+    """The page's answer (calc.web.handle) for these fields."""
+    return json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))
+
+
+@pytest.mark.parametrize(
+    "args, fields, field",
+    [  # the CLI's flags, the page's fields for the same (None: a mode the page has not), the field refused
+        (["--table", "--activation", "gelu"], None, "activation"),  # Korthikanti et al.'s MLP whatever it is
+        (["--plan", "--no-dropout"], None, "dropout"),  # ... and their dropout masks whatever the model does
+        (["--fit-card", "--sliding-window", "512"], None, "sliding-window"),
+        (["--table", "--device", "cpu"], None, "device"),
+        (["--context", "8192"], {"context": "8192"}, "context"),  # rotary positions keep nothing for it
+        (["--head-bias"], {"head-bias": "true"}, "head-bias"),  # Llama's head is bias-free
+        (["--preset", "mixtral-8x7b", "--no-shared-expert-gate"],  # Mixtral has no shared expert
+         {"preset": "mixtral-8x7b", "shared-expert-gate": "false"}, "shared-expert-gate"),
+        (["--walk", "eager", "--norms-per-layer", "2"],  # the family's code has its own norms
+         {"walk": "eager", "norms-per-layer": "2"}, "norms-per-layer"),
+        (["--sliding-window", "512"], {"sliding-window": "512"}, "sliding-window"),  # Llama's code: no window
+    ],
+)
+def test_a_field_nothing_reads_is_refused_in_one_line(args, fields, field):
+    """Each was accepted and changed no answer; now one line names it, exit 2, and the page says the same."""
+    rc, out, err = run(args)
+    assert rc == 2 and not out and err.startswith(f"error: --{field}: ") and err.count("\n") == 1, err
+    if fields is not None:
+        got = page(fields)
+        assert got["field"] == field and err == f"error: --{field}: {got['message']}\n", got
+
+
+@pytest.mark.parametrize("name", ["mistral-7b", "gemma-2-9b", "qwen2.5-7b", "gpt-oss-20b"])
+def test_a_configs_own_window_and_activation_are_never_refused(name):
+    """A config.json sets sliding_window and hidden_act for every walk: only typed fields are refused."""
+    text = (CONFIGS / f"{name}.json").read_text()
+    for walk in ("deck", "eager"):
+        inputs = parse_inputs({"hf-config": text, "seq": "512", "walk": walk, "attention": "eager"})
+        assert inputs["shape"].sliding_window or name == "qwen2.5-7b"
+
+
+def test_a_window_the_familys_code_reads_is_taken_in_the_eager_walk():
+    """Gemma 3's model passes sdpa a window mask where the window is no longer than the sequence: a typed
+    --sliding-window changes the eager walk's answer there; the deck's table, which has no window, refuses it."""
+    config = str(CONFIGS / "gemma-3-12b.json")
+    args = ["--hf-config", config, "--walk", "eager", "--seq", "512", "--layers", "2", "--json"]
+    events = {w: json.dumps(json.loads(run([*args, "--sliding-window", w])[1])["events"]) for w in ("256", "4096")}
+    assert "window" in events["256"] and events["256"] != events["4096"]
+    rc, _, err = run(["--hf-config", config, "--table", "--sliding-window", "256"])
+    assert rc == 2 and err.startswith("error: --sliding-window: applies to --walk eager")
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "0.0001", "abc", "100001", "1" * 40])
+def test_every_bad_capacity_gets_one_message_naming_the_field(value):
+    """A sign, zero, a fourth decimal, a word or too much: the same line, in the CLI (--plan, --fit-card) and
+    on the page (issue 20, minor c)."""
+    for mode in ("--plan", "--fit-card"):
+        rc, _, err = run([mode, f"--capacity-gb={value}"])
+        assert rc == 2 and err.startswith(f"error: --capacity-gb: {CAPACITY_MESSAGE}, got '"), err
+    got = page({"capacity-gb": value})
+    assert got["field"] == "capacity-gb" and got["message"].startswith(CAPACITY_MESSAGE)
+
+
+def test_a_page_link_with_a_loop_is_the_clis_answer():
+    """`?loop=trainer` on the deck walk: the page's eager figure beside the deck's, which the CLI's step prints
+    too (issue 20, minor a), and is the eager walk's for the same flags."""
+    rc, out, err = run(["--loop", "trainer", "--adamw-impl", "single", "--seq", "1024", "--json"])
+    assert rc == 0, err
+    cli = json.loads(out)
+    alone = json.loads(run(["--seq", "1024", "--json"])[1])
+    assert {k: v for k, v in cli.items() if k != "eager"} == alone  # the deck's numbers do not move
+    got = page({"loop": "trainer", "adamw-impl": "single", "seq": "1024"})
+    eager = json.loads(run(["--walk", "eager", "--loop", "trainer", "--adamw-impl", "single", "--seq", "1024",
+                            "--json"])[1])  # fmt: skip
+    assert cli["eager"] == got["eager"] and cli["eager"]["peak"] == eager["peak"]
+    for mode in ([], ["--events"]):  # printed in the summary and after the events alike
+        rc, text, _ = run(["--loop", "trainer", "--seq", "1024", *mode])
+        assert rc == 0 and text.splitlines()[-1].startswith("  eager walk:") and "transformers' Trainer" in text
+
+
+def test_a_loop_without_an_eager_figure_is_refused():
+    """Where the eager walk cannot answer (tensor parallel), the loop's fields have nothing to change."""
+    rc, _, err = run(["--loop", "trainer", "--tp", "2"])
+    assert rc == 2 and err.startswith("error: --loop: applies to the eager walk's figure") and "one device" in err
+
+
+@pytest.mark.parametrize("module", ["calc/inputs.py", "calc/cli.py"])
+def test_no_function_is_long(module):
+    """Issue 17: parse_inputs (90 lines) and build_parser (117) became small named functions, each at most 60."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / module).read_text())
+    long = {f.name: f.end_lineno - f.lineno + 1 for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+    assert {name: n for name, n in long.items() if n > 60} == {}
+
+
+def test_the_cli_is_built_from_one_field_table():
+    """calc.fields lists every field calc.inputs validates, each once (issue 17: the parser derives from it)."""
+    from calc.fields import GROUPS
+    from calc.inputs import FIELDS
+
+    names = [f.name for _, fields in GROUPS for f in fields]
+    assert sorted(names) == sorted(FIELDS) and len(set(names)) == len(names)
