@@ -5,6 +5,7 @@ a switch's two sides) or, for a number, a few small ones."""
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 
@@ -42,8 +43,16 @@ SPECIAL = {  # values for the fields whose metavar names no choices and that are
     "capacity-factor": ["1.25"],
 }
 NO_MEMORY = {"lora-alpha": "LoRA's alpha scales the update: its help says it changes no memory; echoed in --json"}
+
+
 def run(args: list[str]) -> tuple[int, str, str]:
-    """(exit status, the --json answer, stderr) of the CLI in-process."""
+    """(exit status, the --json answer, stderr) of the CLI in-process. The same arguments come back often (a
+    mode's bases once per field; in a walk without an output mode, the step's run is the mode's): asked once."""
+    return _run(tuple(args))
+
+
+@functools.cache
+def _run(args: tuple[str, ...]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
