@@ -780,8 +780,11 @@ prediction is the CLI's from the config.json and the flags a user would type for
 (`--loop trainer`: its collator's tensors, its parameter groups and gradient clipping), with any optimizer
 and gradient accumulation, within {trainer_worst} of the measured peak, and TRL's SFTTrainer with LoRA
 (`--loop sft`: its chunked log-prob head, which never builds the logits), {sft_low:.4f} to {sft_high:.4f}
-of it. The deck walk has no loop of its own: it over-counts Trainer's steps and, since it builds the
-logits TRL never builds, predicts a fraction of SFTTrainer's. `trainer-torchtune-ce` is Trainer with
+of it. The deck walk has no loop of its own. It {deck_trainer_way} Trainer's steps ({deck_trainer}
+of the measured peak) and {deck_sft_way} SFTTrainer's ({deck_sft}): TRL's chunked head never builds the
+`b x s x V` logits the deck walk counts, but the working memory of its fixed-width tiles, which sets the
+eager walk's peak in {sft_tiles} of the {sft_rows} SFTTrainer steps, is something the deck walk has no term
+for. `trainer-torchtune-ce` is Trainer with
 torchtune's chunked cross-entropy (`--loss torchtune-chunked`; torchtune is not installed, so the script patches
 the model's forward with a re-implementation of its source). Liger's fused linear cross-entropy
 (`--loss liger-fused`) runs Triton kernels, on CUDA only: it is modelled from its source, not measured.
@@ -871,7 +874,7 @@ def loops_section() -> list[str]:
     out += [*prose(LOOPS_PROSE, vocab=max(r["model"]["vocab"] for r in runs), answered=len(answered),
                                refused=refused,
                                loops=len(loops), trainer_worst=f"{max(abs(x - 1) for x in trainer):.2%}",
-                               sft_low=min(sft), sft_high=max(sft),
+                               sft_low=min(sft), sft_high=max(sft), **_deck_on_loops(runs),
                                environment="; ".join(f"{k}: {v}" for k, v in data["environment"].items())), ""]
     out += ["| Loop | Family | Steps | `--walk eager`, worst | deck walk, worst | A user's command (one of them) |",
             "|---|---|---:|---|---|---|"]  # fmt: skip
@@ -881,6 +884,23 @@ def loops_section() -> list[str]:
             out.append(f"| `{name}` | `{family}` | {len(rows)} | {_worst(rows, 'eager')} | {_worst(rows, 'deck')} "
                        f"| `{rows[0]['eager']['command']}` |")
     return [*out, ""]
+
+
+def _deck_on_loops(runs: list[dict]) -> dict[str, str]:
+    """What LOOPS_PROSE says of the deck walk on Trainer's and SFTTrainer's steps: the range of its ratios and
+    which way they miss, read from the rows (so the sentence cannot point the other way from its table)."""
+    def way(ratios: list[float]) -> str:
+        return "over-counts" if min(ratios) > 1 else "under-counts" if max(ratios) < 1 else "is off both ways on"
+
+    said = {}
+    for key, loop in (("trainer", lambda n: n.startswith("trainer")), ("sft", lambda n: n == "sft-lora")):
+        ratios = [r["deck"]["ratio"] for r in runs if loop(r["loop"]) and "ratio" in r.get("deck", {})]
+        said[f"deck_{key}"] = f"{min(ratios):.3f} to {max(ratios):.3f}"
+        said[f"deck_{key}_way"] = way(ratios)
+    sft = [r for r in runs if r["loop"] == "sft-lora"]
+    said["sft_rows"] = len(sft)
+    said["sft_tiles"] = sum("ChunkedLogProbFunction" in r["eager"].get("peak_event", "") for r in sft)
+    return said
 
 
 def _predicted_ratio(row: dict) -> float | None:
