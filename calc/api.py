@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from typing import NamedTuple
 
 from . import eager, eager_step, finetune, loops
 from .counts import param_counts
@@ -82,6 +83,82 @@ def worst_stage(
     return best
 
 
+class Walked(NamedTuple):
+    """One walk of the step as step reports it: the stage walked (the one that peaks highest), its micro-batches
+    in flight and whether they accumulate, its segments and expanded events, its peak, each category's full
+    size and one layer's activations."""
+
+    stage: int
+    in_flight: int
+    accumulating: bool
+    segs: list
+    expanded: list[dict]
+    top: int  # the peak, bytes
+    at: int  # the index of the event where it first occurs
+    full_sizes: dict[str, int]
+    per_layer: int
+
+
+def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
+               attention: str, device: str, tune: finetune.Tuning, loop: loops.Loop) -> Walked:  # fmt: skip
+    """The eager walk (calc.eager): what PyTorch's eager autograd allocates on one device, `loop` around it
+    (with its micro-batches); each category's size is its high-water mark in the walk."""
+    bare = None if loop == loops.BARE else loop
+    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune, bare)
+    top, at = peak(segs)
+    expanded = events(segs)
+    full_sizes = {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
+    per_layer = next(
+        sum(e.bytes for e in s.events if e.category == "activations")
+        for s in segs
+        if s.reps and s.events[0].phase == "forward"
+    )
+    return Walked(0, 1, loop.grad_accum > 1, segs, expanded, top, at, full_sizes, per_layer)
+
+
+def tuned_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
+               flash: bool, tune: finetune.Tuning) -> Walked:  # fmt: skip
+    """The fine-tuning walk (calc.finetune) on one device: frozen parameters, LoRA, QLoRA, another optimizer."""
+    segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
+    top, at = peak(segs)
+    full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
+    frozen = tune if tune.adapters else None
+    per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash,
+                                     finetune.widened(recipe, tune))[0]  # fmt: skip
+    return Walked(0, 1, False, segs, events(segs), top, at, full_sizes, per_layer)
+
+
+def deck_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
+              par: Parallel, grad_accum: int | None) -> Walked:  # fmt: skip
+    """The deck's walk (calc.walk) of the stage that peaks highest (worst_stage), with the deck's table's sizes."""
+    (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
+        shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum
+    )
+    full_sizes = sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage, in_flight)
+    per_layer = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)[
+        "moe:kept" if shape.moe_layers else "kept"
+    ]
+    return Walked(stage, in_flight, accumulating, segs, events(segs), top, at, full_sizes, per_layer)
+
+
+def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
+           par: Parallel, walk: str, grad_accum: int | None, attention: str, device: str, tune: finetune.Tuning,
+           loop: loops.Loop) -> Walked:  # fmt: skip
+    """The walk step reports: the eager one, the fine-tuning one or the deck's, each where it applies."""
+    sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
+    if walk == "eager":
+        if par != SINGLE:
+            raise ValueError("the eager walk is for a single device: use the deck walk")
+        return eager_walk(*sized, attention, device, tune, loop)
+    if walk == "deck" and not tune.default:
+        if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
+            raise ValueError("fine-tuning is walked on one device (or plain data parallelism, no ZeRO)")
+        return tuned_walk(*sized, par.flash, tune)
+    if walk == "deck":
+        return deck_walk(*sized, par, grad_accum)
+    raise ValueError(f"unknown walk {walk!r}: deck or eager")
+
+
 def step(
     shape: Shape,
     seq: int = 4096,
@@ -108,53 +185,38 @@ def step(
     optimizer; anything but the default walks calc.finetune's step (deck walk, one device or plain dp)."""
     if activation_bytes is None:
         activation_bytes = RECIPES[recipe].activations
+    sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
     if walk == "eager":
-        if par != SINGLE:
-            raise ValueError("the eager walk is for a single device: use the deck walk")
         loop = replace(loop, grad_accum=grad_accum or 1)  # issue 19: the loop's fields (calc.loops)
-        stage, in_flight, accumulating, segs = (
-            0,
-            1,
-            loop.grad_accum > 1,
-            eager.segments(
-                shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune,
-                None if loop == loops.BARE else loop,
-            ),
-        )
-        top, at = peak(segs)
-        expanded = events(segs)
-        full_sizes = {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
-        per_layer = next(
-            sum(e.bytes for e in s.events if e.category == "activations")
-            for s in segs
-            if s.reps and s.events[0].phase == "forward"
-        )
-    elif walk == "deck" and not tune.default:
-        if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
-            raise ValueError("fine-tuning is walked on one device (or plain data parallelism, no ZeRO)")
-        stage, in_flight, accumulating = 0, 1, False
-        segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, par.flash)
-        top, at = peak(segs)
-        expanded = events(segs)
-        full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, par.flash)
-        frozen = tune if tune.adapters else None
-        per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, par.flash,
-                                         finetune.widened(recipe, tune))[0]
-    elif walk == "deck":
-        (stage, in_flight, accumulating), segs, (top, at) = worst_stage(
-            shape, seq, micro_batch, recipe, recompute, activation_bytes, par, grad_accum
-        )
-        expanded = events(segs)
-        full_sizes = sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, stage, in_flight)
-        per_layer = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)[
-            "moe:kept" if shape.moe_layers else "kept"
-        ]
-    else:
-        raise ValueError(f"unknown walk {walk!r}: deck or eager")
+    w = walked(*sized, par, walk, grad_accum, attention, device, tune, loop)
     counts = param_counts(shape)
     trainable = finetune.trainable_params(shape, tune)
     if walk == "eager" and not tune.default:  # the parameters the replay writes gradients for
         trainable = eager_step.trainable_params(shape, recipe, recompute, attention, tune)
+    return {
+        "config": step_config(*sized, par, walk, grad_accum, attention, device, tune, loop),
+        "params": counts["total"],
+        "trainable_params": trainable,
+        "param_counts": counts,
+        "device_params": device_params(shape, par, w.stage)["total"],
+        "stage": w.stage,
+        "in_flight": w.in_flight,
+        "accumulating": w.accumulating,
+        "devices": par.devices,
+        "bytes": w.full_sizes,
+        "activations_per_layer": w.per_layer,
+        "static": w.expanded[len(w.segs[0].events) - 1]["total"],
+        "peak": w.top,
+        "peak_event": w.expanded[w.at]["label"],
+        "peak_index": w.at,
+        "events": w.expanded,
+    }
+
+
+def step_config(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
+                par: Parallel, walk: str, grad_accum: int | None, attention: str, device: str,
+                tune: finetune.Tuning, loop: loops.Loop) -> dict:  # fmt: skip
+    """step's "config": the inputs it walked, with the fine-tuning and the loop where they are not the default."""
     config = {
         "shape": shape.as_dict(),
         "seq": seq,
@@ -172,24 +234,7 @@ def step(
         config["finetune"] = {**asdict(tune), "targets": list(tune.targets)}
     if walk == "eager" and (loop.name != "bare" or loop.adamw_impl or loop.loss):  # issue 19 (calc.loops)
         config["loop"] = {"name": loop.name, "adamw_impl": loop.impl(device), "loss": loop.loss_kind}
-    return {
-        "config": config,
-        "params": counts["total"],
-        "trainable_params": trainable,
-        "param_counts": counts,
-        "device_params": device_params(shape, par, stage)["total"],
-        "stage": stage,
-        "in_flight": in_flight,
-        "accumulating": accumulating,
-        "devices": par.devices,
-        "bytes": full_sizes,
-        "activations_per_layer": per_layer,
-        "static": expanded[len(segs[0].events) - 1]["total"],
-        "peak": top,
-        "peak_event": expanded[at]["label"],
-        "peak_index": at,
-        "events": expanded,
-    }
+    return config
 
 
 def eager_peak(

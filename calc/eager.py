@@ -20,7 +20,7 @@ a temporary of every moment at once (about 4 bytes a parameter), unmeasured here
 
 from __future__ import annotations
 
-from . import counts, eager_step, finetune, loops
+from . import counts, eager_step, finetune, loops, phases
 from .counts import param_counts
 from .recipes import RECIPES
 from .shape import Shape
@@ -314,8 +314,8 @@ def segments(
     written = sum(s.repeats * e.bytes for s in segs for e in s.events if e.category == "gradients")
     written += sum(e.bytes for e in end if e.category == "gradients")
     end += [
-        Event("optimizer", "Adam step (in place)", "optimizer", 0, "single-tensor Adam: temporaries not counted"),
-        Event("optimizer", "zero_grad: free gradients", "gradients", -written, "optimizer.zero_grad(set_to_none=True)"),
+        phases.optimizer_step("Adam", "single-tensor Adam: temporaries not counted"),
+        phases.zero_grad(written),
         Event("optimizer", "training loop drops the logits", "logits", -p * seq * b * shape.vocab, "end of the step"),
     ]
     segs.append(Segment(tuple(end)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from . import counts, finetune, inventory, loops, losses, optim_step, trl_head
+from . import counts, finetune, inventory, loops, losses, optim_step, phases, trl_head
 from .counts import param_counts
 from .families import FAMILIES
 from .optimizers import OPTIMIZERS
@@ -63,52 +63,82 @@ def replay(
 ):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
     micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
-    `layers`: the layers replayed, in order, as numbered in the model (None: every one)."""
-    r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
-    act = r.activations if not r.autocast else 4
-    lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
-    st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora, tr.weights,
-              tune.mode == "qlora")  # fmt: skip
-    rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
-    rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
-    rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
-    ops = Ops(rp, st)
-    h, n, v = shape.hidden, st.tokens, shape.vocab
-    unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
-    # forward: embedding (its backward writes a dense gradient of the table), positions, mask
-    x = ops.new(n * h, unit, "token embeddings", "embedding: s x b x h values")
-    rp.node("embedding", x, inputs=[("embedding.weight", v * h * st.param_bytes, "param")])
-    family = FAMILIES[shape.family]
-    if family.embed and family.embed_module:  # the embedding module's own forward ends with it
-        x = _embedded(ops, family.embed, x)
-    leaf = None
-    if recompute == "full" and not x.requires_grad:
-        # transformers' activation_checkpointing_enable() (and peft's get_peft_model on a checkpointed model)
-        # calls enable_input_require_grads(): a forward hook on get_input_embeddings() makes a frozen
-        # embedding module's output require grad, a leaf whose AccumulateGrad node holds it (and, after
-        # backward, its .grad) until the graph goes with the loss, when the training step returns. Every layer
-        # then records its nodes.
-        x.requires_grad, leaf = True, rp.keep(x)
-    if family.embed and not family.embed_module:  # the family's model rebinds inputs_embeds to its own function
-        x = _embedded(ops, family.embed, x)
-    held = [rp.keep(x)]  # the model's forward holds its inputs_embeds (and position_embeds) until it returns
-    # position_ids = torch.arange(s) + past_seen_tokens, unsqueeze(0): (1, s) int64, passed to every layer
-    ids = ops.new(seq, 8, "position ids", "LlamaModel.forward (and every family's): torch.arange(s), int64")
-    ids.requires_grad = False
-    held.append(ids)
-    if shape.positions == "learned":
-        pos = ops.new(seq * h, unit, "position embeddings", "wpe(position_ids): s x h values")
-        rp.node("embedding", pos, inputs=[("positions", shape.context * h * st.param_bytes, "param")])
-        held.append(pos)
-        summed = ops.add(x, pos, "token + position embeddings")
-        rp.drop(x)
-        x = ops.dropout(summed, "embeddings")
-        rp.drop(summed)
-        cos = sin = None
-    else:
+    `layers`: the layers replayed, in order, as numbered in the model (None: every one). The forward's parts
+    are Forward's builders, in the order the model's forward runs them; then loss.backward() (_backward)."""
+    fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate)
+    x, leaf = fw.embeddings(recompute)
+    x, cos, sin = fw.positions(x)
+    mask, window = fw.masks(attention)
+    x = fw.decoder(x, cos, sin, mask, window, recompute, layers)
+    final = fw.base_returns(x, cos, sin, mask)
+    loss = fw.causal_lm_loss(final) if loss_kind == "transformers" else fw.chunked_loss(final, loss_kind)
+    return _backward(fw.rp, loss, leaf), fw.st
+
+
+class Forward:
+    """The model's forward as the replay runs it (calc.parts.ops on a calc.replay.Replay), one builder a part:
+    the embeddings, the positions, the masks, the decoder layers, the base model's return, the head and loss.
+    `held`: what the base model's forward holds until it returns, in the order it took them."""
+
+    def __init__(self, shape: Shape, seq: int, micro_batch: int, recipe: str, attention: str, device: str,
+                 tune: finetune.Tuning, accumulate: bool):  # fmt: skip
+        r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
+        act = r.activations if not r.autocast else 4
+        lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
+        self.st = st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora,
+                            tr.weights, tune.mode == "qlora")  # fmt: skip
+        self.rp = rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
+        rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
+        rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
+        self.ops = Ops(rp, st)
+        self.shape, self.seq, self.micro_batch, self.device = shape, seq, micro_batch, device
+        self.family, self.autocast = FAMILIES[shape.family], r.autocast
+        self.unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
+        self.held: list[T] = []
+        self.ids: T | None = None  # the position ids (embeddings), which a checkpointed layer keeps
+
+    def embeddings(self, recompute: str) -> tuple[T, T | None]:
+        """(the token embeddings, the leaf that makes them require grad under checkpointing, or None). Their
+        backward writes a dense gradient of the table; the position ids go to every layer."""
+        ops, rp, st, family, h = self.ops, self.rp, self.st, self.family, self.shape.hidden
+        x = ops.new(st.tokens * h, self.unit, "token embeddings", "embedding: s x b x h values")
+        rp.node("embedding", x, inputs=[("embedding.weight", self.shape.vocab * h * st.param_bytes, "param")])
+        if family.embed and family.embed_module:  # the embedding module's own forward ends with it
+            x = _embedded(ops, family.embed, x)
+        leaf = None
+        if recompute == "full" and not x.requires_grad:
+            # transformers' activation_checkpointing_enable() (and peft's get_peft_model on a checkpointed model)
+            # calls enable_input_require_grads(): a forward hook on get_input_embeddings() makes a frozen
+            # embedding module's output require grad, a leaf whose AccumulateGrad node holds it (and, after
+            # backward, its .grad) until the graph goes with the loss, when the training step returns. Every
+            # layer then records its nodes.
+            x.requires_grad, leaf = True, rp.keep(x)
+        if family.embed and not family.embed_module:  # the family's model rebinds inputs_embeds to its own function
+            x = _embedded(ops, family.embed, x)
+        self.held.append(rp.keep(x))  # the model's forward holds its inputs_embeds (and position_embeds)
+        # position_ids = torch.arange(s) + past_seen_tokens, unsqueeze(0): (1, s) int64, passed to every layer
+        ids = ops.new(self.seq, 8, "position ids", "LlamaModel.forward (and every family's): torch.arange(s), int64")
+        ids.requires_grad = False
+        self.held.append(ids)
+        self.ids = ids
+        return x, leaf
+
+    def positions(self, x: T) -> tuple[T, T | None, T | None]:
+        """(the embeddings, cos, sin): learned positions added (and dropout), or the rotary tables made."""
+        ops, rp, shape, family, seq = self.ops, self.rp, self.shape, self.family, self.seq
+        if shape.positions == "learned":
+            pos = ops.new(seq * shape.hidden, self.unit, "position embeddings", "wpe(position_ids): s x h values")
+            rp.node("embedding", pos, inputs=[("positions", shape.context * shape.hidden * self.st.param_bytes,
+                                               "param")])  # fmt: skip
+            self.held.append(pos)
+            summed = ops.add(x, pos, "token + position embeddings")
+            rp.drop(x)
+            x = ops.dropout(summed, "embeddings")
+            rp.drop(summed)
+            return x, None, None
         # LlamaRotaryEmbedding: cos and sin of (1, s, head_dim), in the embedding's dtype (GPT-OSS's: head_dim / 2)
         d = family.rotary_width(shape) if family.rotary_width else shape.rotary_dim
-        rope = 4 if family.rope_fp32 else unit  # (OLMo 2's and 3's stay fp32)
+        rope = 4 if family.rope_fp32 else self.unit  # (OLMo 2's and 3's stay fp32)
         cos = ops.new(seq * d, rope, "rotary cos", "cos(position x inverse frequency)")
         sin = ops.new(seq * d, rope, "rotary sin", "sin(position x inverse frequency)")
         cos.requires_grad = sin.requires_grad = False
@@ -117,77 +147,101 @@ def replay(
                     for f in ("cos", "sin")]  # fmt: skip
             for t in more:
                 t.requires_grad = False
-            held += more
-    mask = window = None
-    if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
-        mask = ops.new(micro_batch * seq * seq, unit, "causal mask", "create_causal_mask: b x s x s values")
-        mask.requires_grad = False
-        if family.window_mask and family.window_mask(shape):  # a sliding-window mask too, used or not (Qwen2-MoE)
-            window = ops.new(micro_batch * seq * seq, unit, "sliding-window mask", "create_sliding_window_causal_mask")
+            self.held += more
+        return x, cos, sin
+
+    def masks(self, attention: str) -> tuple[T | None, T | None]:
+        """(the mask every layer is given, the sliding-window or chunked one some layers are given), or None."""
+        ops, shape, family, seq, b = self.ops, self.shape, self.family, self.seq, self.micro_batch
+        mask = window = None
+        if attention == "eager":  # a (b, 1, s, s) additive causal mask in the embedding's dtype
+            mask = ops.new(b * seq * seq, self.unit, "causal mask", "create_causal_mask: b x s x s values")
+            mask.requires_grad = False
+            if family.window_mask and family.window_mask(shape):  # a sliding-window mask too, used or not (Qwen2-MoE)
+                window = ops.new(b * seq * seq, self.unit, "sliding-window mask", "create_sliding_window_causal_mask")
+                window.requires_grad = False
+                self.held.append(window)
+        elif family.sdpa_mask and family.sdpa_mask(shape, seq):  # sdpa_mask: a bool (1, 1, s, s), expanded over b
+            mask = ops.new(seq * seq, 1, "sliding-window mask (bool)", "create_sliding_window_causal_mask: s x s")
+            mask.requires_grad = False
+        elif family.sdpa_window and family.sdpa_window(shape):  # under sdpa the causal mask is is_causal, not a tensor
+            window = ops.new(b * seq * seq, 1, "chunked mask", "create_chunked_causal_mask: b x s x s booleans")
             window.requires_grad = False
-            held.append(window)
-    elif family.sdpa_mask and family.sdpa_mask(shape, seq):  # sdpa_mask: a bool (1, 1, s, s), expanded over b
-        mask = ops.new(seq * seq, 1, "sliding-window mask (bool)", "create_sliding_window_causal_mask: s x s")
-        mask.requires_grad = False
-    elif family.sdpa_window and family.sdpa_window(shape):  # under sdpa the causal mask is is_causal, not a tensor
-        window = ops.new(micro_batch * seq * seq, 1, "chunked mask", "create_chunked_causal_mask: b x s x s booleans")
-        window.requires_grad = False
-        held.append(window)
-    per_layer = None
-    if family.layer_inputs:  # layers of different masks or rotary tables (Gemma 2, Gemma 3)
-        per_layer, made = family.layer_inputs(ops, cos, sin, mask)
-        held += made
-    layer_fn = family.layer
-    for layer in range(1, shape.layers + 1) if layers is None else layers:
-        rp.layer = layer
-        c, s, m = per_layer[layer - 1] if per_layer else (cos, sin, mask)
-        if window is not None and family.window_layer and family.window_layer(shape, layer):
-            m = window  # the mask this layer is given (a checkpoint keeps it)
-        if recompute == "full":
-            x = _checkpointed(ops, layer_fn, x, c, s, m, device, ids)
-        else:
-            y = layer_fn(ops, x, c, s, m)
-            rp.drop(x)
-            x = y
-    rp.layer = 0
-    norm = ops.rms_norm if shape.norm == "rms" else ops.layer_norm
-    if family.norm:
-        norm = partial(family.norm, ops)
-    final = norm(x, "final norm") if shape.final_norm else rp.keep(x)
-    rp.drop(x)
-    # the base model's forward returns (LlamaModel, GPT2Model), letting go of what it held; its output
-    # (last_hidden_state) stays with the causal-LM forward, which applies the head and the loss
-    rp.drop(*held, *(t for t in (cos, sin, mask) if t is not None), why="the base model's forward returns")
-    head = "embedding" if shape.tied else "lm_head"
-    if loss_kind != "transformers":  # issue 19: heads that never build the fp32 logits (calc.trl_head, calc.losses)
-        compute = 2 if r.autocast else final.unit
+            self.held.append(window)
+        return mask, window
+
+    def decoder(self, x: T, cos, sin, mask, window, recompute: str, layers: list[int] | None) -> T:
+        """The decoder layers `layers` (None: every one), each checkpointed under full recomputation."""
+        ops, rp, shape, family = self.ops, self.rp, self.shape, self.family
+        per_layer = None
+        if family.layer_inputs:  # layers of different masks or rotary tables (Gemma 2, Gemma 3)
+            per_layer, made = family.layer_inputs(ops, cos, sin, mask)
+            self.held += made
+        layer_fn = family.layer
+        for layer in range(1, shape.layers + 1) if layers is None else layers:
+            rp.layer = layer
+            c, s, m = per_layer[layer - 1] if per_layer else (cos, sin, mask)
+            if window is not None and family.window_layer and family.window_layer(shape, layer):
+                m = window  # the mask this layer is given (a checkpoint keeps it)
+            if recompute == "full":
+                x = _checkpointed(ops, layer_fn, x, c, s, m, self.device, self.ids)
+            else:
+                y = layer_fn(ops, x, c, s, m)
+                rp.drop(x)
+                x = y
+        rp.layer = 0
+        return x
+
+    def base_returns(self, x: T, cos, sin, mask) -> T:
+        """The final norm; the base model's forward returns (LlamaModel, GPT2Model), letting go of what it
+        held. Its output (last_hidden_state) stays with the causal-LM forward, which applies the head and loss."""
+        ops, rp, shape = self.ops, self.rp, self.shape
+        norm = ops.rms_norm if shape.norm == "rms" else ops.layer_norm
+        if self.family.norm:
+            norm = partial(self.family.norm, ops)
+        final = norm(x, "final norm") if shape.final_norm else rp.keep(x)
+        rp.drop(x)
+        rp.drop(*self.held, *(t for t in (cos, sin, mask) if t is not None), why="the base model's forward returns")
+        return final
+
+    def head_name(self) -> str:
+        return "embedding" if self.shape.tied else "lm_head"
+
+    def chunked_loss(self, final: T, loss_kind: str) -> T:
+        """issue 19: heads that never build the fp32 logits (calc.trl_head, calc.losses)."""
+        ops, head = self.ops, self.head_name()
         if loss_kind == "trl-chunked":
-            loss = trl_head.head(ops, final, head, compute, device)
+            loss = trl_head.head(ops, final, head, 2 if self.autocast else final.unit, self.device)
         else:
             loss = (losses.torchtune_head if loss_kind == "torchtune-chunked" else losses.liger_head)(ops, final, head)
+        self.rp.drop(final, why="the model's forward returns")
+        ops.end_autocast()
+        return loss
+
+    def causal_lm_loss(self, final: T) -> T:
+        """The head's logits, then transformers' ForCausalLMLoss: logits.float(), labels padded and shifted (a
+        copy), cross_entropy = log_softmax + nll_loss. The model's outputs still hold the final hidden states
+        (last_hidden_state) until the forward returns; the loop drops the logits once it has taken .loss."""
+        ops, rp, shape, family, n = self.ops, self.rp, self.shape, self.family, self.st.tokens
+        h, v = shape.hidden, shape.vocab
+        head_bias = shape.bias and shape.head_bias and not shape.tied
+        logits = ops.linear(final, h, v, self.head_name(), head_bias, "logits", "logits")
+        if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them (the hook
+            logits = family.head(ops, logits)  # lets go of the logits it rebinds, as the code's rebinding does)
+        logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
+        padded = ops.new(n + self.micro_batch, 8, "padded labels", "nn.functional.pad(labels, (0, 1))")
+        target = ops.new(n, 8, "shifted labels", "labels[..., 1:].contiguous()")
+        logp = ops.new(n * v, 4, "log-probabilities (fp32)", "log_softmax saves its result", "logits")
+        rp.node("log_softmax", logp, saved=[logp], inputs=[(logits32, logits32.nbytes, "new")])
+        loss = T(0, "loss")
+        rp.node("nll_loss", loss, saved=[target], inputs=[(logp, logp.nbytes, "new")])
+        rp.drop(target, logp, padded)
+        if logits32 is not logits:
+            rp.drop(logits32)
         rp.drop(final, why="the model's forward returns")
         ops.end_autocast()
-        return _backward(rp, loss, leaf), st
-    head_bias = shape.bias and shape.head_bias and not shape.tied
-    logits = ops.linear(final, h, v, head, head_bias, "logits", "logits")
-    if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them (the hook
-        logits = family.head(ops, logits)  # lets go of the logits it rebinds, as the code's rebinding does)
-    # ForCausalLMLoss: logits.float(), labels padded and shifted (a copy), cross_entropy = log_softmax +
-    # nll_loss. The model's outputs still hold the final hidden states (last_hidden_state).
-    logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
-    padded = ops.new(n + micro_batch, 8, "padded labels", "nn.functional.pad(labels, (0, 1))")
-    target = ops.new(n, 8, "shifted labels", "labels[..., 1:].contiguous()")
-    logp = ops.new(n * v, 4, "log-probabilities (fp32)", "log_softmax saves its result", "logits")
-    rp.node("log_softmax", logp, saved=[logp], inputs=[(logits32, logits32.nbytes, "new")])
-    loss = T(0, "loss")
-    rp.node("nll_loss", loss, saved=[target], inputs=[(logp, logp.nbytes, "new")])
-    rp.drop(target, logp, padded)
-    if logits32 is not logits:
-        rp.drop(logits32)
-    rp.drop(final, why="the model's forward returns")
-    ops.end_autocast()
-    rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
-    return _backward(rp, loss, leaf), st
+        rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
+        return loss
 
 
 def _embedded(ops: Ops, embed, x: T) -> T:
@@ -260,52 +314,72 @@ def segments(
     One layer of each kind is replayed (layer_spans: the layers of a run of one kind, but the first and the
     last, run the same ops on the same sizes), and their segments are stretched to the real depth (checked:
     where a run's middle layers' events differ, the whole model is replayed)."""
-    r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind)
-    if tune.default:
-        start = resident_state(param_counts(shape)["total"], recipe)
-        tensors = len(stored_tensors(shape))
-    else:  # the base model's weights, the adapters', and AdamW's state for the trainable tensors only
-        trained = finetune.trainable_tensors(shape, tune)
-        weights = finetune.weight_bytes(shape, recipe, tune)
-        state = finetune.optimizer_bytes(shape, recipe, tune)
-        start = [Event("start", "weights resident (frozen where they do not train)", "weights",
-                       weights["base"] + weights["adapters"], r.source)]  # fmt: skip
-        if tune.mode == "qlora":
-            books = CODE_BOOKS * shape.layers * len(finetune.linears(shape))
-            start.append(Event("start", "bitsandbytes' code books (NF4 and the absmax's 8-bit code, fp32)", "weights",
-                               books, "QuantState.code and state2.code: 1,088 bytes a 4-bit linear"))  # fmt: skip
-        if state and tune.optimizer == "adamw":
-            start.append(Event("start", "AdamW moments of the trainable parameters", "optimizer", state, tr.source))
-        if tr.master:
-            start.append(Event("start", "fp32 master weights of the trainable parameters", "master",
-                               tr.master * finetune.numel(trained), tr.source))  # fmt: skip
-        tensors = sum(count for count, _, _ in trained)
+    start, tensors = _resident(shape, recipe, tune)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
-    # issue 19: the loop's own tensors and the optimizer's state and step (calc.loops, calc.optim_step)
-    opt, impl, unit = tune.optimizer, loop.impl(device), tr.optimizer // 2  # unit: bytes of one moment value
-    params = optim_step.trainable(shape, tune)
-    if opt != "adamw":
-        start += optim_step.state_events(opt, params, loop.name, unit, OPTIMIZERS[opt].source)
-    elif device == "cpu" or impl == "fused":  # AdamW's step counters: on the CPU unless fused (adam.py _init_group)
-        counters = 4 * tensors if device == "cpu" else CUDA_BLOCK * tensors
-        start.append(Event("start", "AdamW's step counters", "optimizer", counters, "a float32 tensor per parameter"))
-    start += loops.start_events(loop, shape, st.tokens, rp.block)
+    params = optim_step.trainable(shape, tune)  # issue 19: the optimizer's own state and step (calc.optim_step)
+    start += _optimizer_start(params, recipe, device, tune, loop, tensors, rp.block)
+    start += loops.start_events(loop, shape, st.tokens, rp.block)  # the loop's own tensors (calc.loops)
     segs = [Segment(tuple(start)), *replayed]
     if loop.grad_accum > 1:
         segs += _later_micro_batches(shape, args, rp, loop)
-    grads = sum(seg.repeats * e.bytes for seg in replayed for e in seg.events if e.category == "gradients")
-    temp, how = optim_step.temporaries(opt, impl, optim_step.groups(params, loop.name), unit)
-    name = OPTIMIZERS[opt].label
-    end = loops.clip_events(loop, len(params), rp.block)
-    end += [Event("optimizer", f"{name} step: temporaries", "optimizer", temp, how),
-            Event("optimizer", f"{name} step: temporaries freed", "optimizer", -temp, how)] if temp else []  # fmt: skip
-    end.append(Event("optimizer", "zero_grad: free gradients", "gradients", -grads,
-                     "optimizer.zero_grad(set_to_none=True)"))  # fmt: skip
+    end = _optimizer_end(params, recipe, device, tune, loop, rp.block)
+    end.append(phases.zero_grad(phases.gradients_held(replayed)))
     end += _graph_goes(rp)
     segs.append(Segment(tuple(end)))
     return segs
+
+
+def _resident(shape: Shape, recipe: str, tune: finetune.Tuning) -> tuple[list[Event], int]:
+    """(the state resident before the step, the parameter tensors AdamW keeps a step counter for). Fine-tuning:
+    the base model's weights, the adapters', and AdamW's state for the trainable tensors only."""
+    if tune.default:
+        return resident_state(param_counts(shape)["total"], recipe), len(stored_tensors(shape))
+    r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
+    trained = finetune.trainable_tensors(shape, tune)
+    weights = finetune.weight_bytes(shape, recipe, tune)
+    state = finetune.optimizer_bytes(shape, recipe, tune)
+    start = [Event("start", "weights resident (frozen where they do not train)", "weights",
+                   weights["base"] + weights["adapters"], r.source)]  # fmt: skip
+    if tune.mode == "qlora":
+        books = CODE_BOOKS * shape.layers * len(finetune.linears(shape))
+        start.append(Event("start", "bitsandbytes' code books (NF4 and the absmax's 8-bit code, fp32)", "weights",
+                           books, "QuantState.code and state2.code: 1,088 bytes a 4-bit linear"))  # fmt: skip
+    if state and tune.optimizer == "adamw":
+        start.append(Event("start", "AdamW moments of the trainable parameters", "optimizer", state, tr.source))
+    if tr.master:
+        start.append(Event("start", "fp32 master weights of the trainable parameters", "master",
+                           tr.master * finetune.numel(trained), tr.source))  # fmt: skip
+    return start, sum(count for count, _, _ in trained)
+
+
+def _optimizer_start(params: list, recipe: str, device: str, tune: finetune.Tuning, loop: loops.Loop, tensors: int,
+                     block: int) -> list[Event]:  # fmt: skip
+    """The optimizer's state (calc.optim_step) for the trainable `params` where it is not AdamW, else AdamW's
+    step counters, one for each of `tensors` parameter tensors (calc.finetune gave AdamW's moments)."""
+    opt, impl = tune.optimizer, loop.impl(device)
+    unit = finetune.trained_recipe(recipe, tune).optimizer // 2  # bytes of one moment value
+    out = []
+    if opt != "adamw":
+        out += optim_step.state_events(opt, params, loop.name, unit, OPTIMIZERS[opt].source)
+    elif device == "cpu" or impl == "fused":  # AdamW's step counters: on the CPU unless fused (adam.py _init_group)
+        counters = 4 * tensors if device == "cpu" else CUDA_BLOCK * tensors
+        out.append(Event("start", "AdamW's step counters", "optimizer", counters, "a float32 tensor per parameter"))
+    return out
+
+
+def _optimizer_end(params: list, recipe: str, device: str, tune: finetune.Tuning, loop: loops.Loop,
+                   block: int) -> list[Event]:  # fmt: skip
+    """The loop's gradient clipping (calc.loops) and the optimizer step's temporaries (calc.optim_step) for
+    the trainable `params`."""
+    opt, unit = tune.optimizer, finetune.trained_recipe(recipe, tune).optimizer // 2
+    temp, how = optim_step.temporaries(opt, loop.impl(device), optim_step.groups(params, loop.name), unit)
+    name = OPTIMIZERS[opt].label
+    end = loops.clip_events(loop, len(params), block)
+    end += [Event("optimizer", f"{name} step: temporaries", "optimizer", temp, how),
+            Event("optimizer", f"{name} step: temporaries freed", "optimizer", -temp, how)] if temp else []  # fmt: skip
+    return end
 
 
 def _graph_goes(rp: Replay) -> list[Event]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import activations as act
-from . import counts, inventory
+from . import counts, inventory, phases
 from .counts import param_counts
 from .families import FAMILIES
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
@@ -256,6 +256,123 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     return None
 
 
+LAYER = "layer {layer}"  # a block's label, filled in per repetition
+
+
+class TunedStep:
+    """The builders of segments' phases for one fine-tuning step on one device: what each needs of the recipe,
+    the trainable parameters' recipe (trained_recipe), the optimizer and one block's sizes, worked out once."""
+
+    def __init__(self, shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
+                 tune: Tuning, flash: bool):  # fmt: skip
+        self.shape, self.recipe, self.recompute, self.tune = shape, recipe, recompute, tune
+        self.r, self.t, self.opt = RECIPES[recipe], trained_recipe(recipe, tune), OPTIMIZERS[tune.optimizer]
+        self.n = param_counts(shape)
+        self.grads_of = f"trainable parameters x {self.t.gradients} bytes ({self.t.source})"
+        self.frozen_below = tune.freeze_layers if tune.mode == "freeze" else 0  # blocks 1..N keep nothing
+        frozen = tune if tune.adapters else None
+        self.kept, self.full = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash,
+                                           widened(recipe, tune))  # fmt: skip
+        self.logits16 = act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch), activation_bytes)
+        self.logits32 = act.logits_fp32_bytes(shape, seq, micro_batch)
+
+    def start(self) -> list[Event]:
+        """The state resident before the step: the base weights (NF4 under QLoRA), the adapters, the optimizer's
+        state (or none on the device: paged), the trainable parameters' master copy and gradient buffer."""
+        shape, tune, r, t, opt = self.shape, self.tune, self.r, self.t, self.opt
+        weights, trainable = weight_bytes(shape, self.recipe, tune), trainable_params(shape, tune)
+        qlora = tune.mode == "qlora"
+        base_label = ("NF4 base weights resident" if qlora else "weights resident") + (
+            " (frozen)" if tune.mode != "full" else "")  # fmt: skip
+        base_source = ("bitsandbytes NF4, blocks of 64, double-quantized absmax (QLoRA §3); the rest in the "
+                       "compute dtype" if qlora else r.source)  # fmt: skip
+        out = [Event("start", base_label, "weights", weights["base"], base_source)]
+        if weights["adapters"]:
+            out.append(Event("start", "LoRA adapters resident", "weights", weights["adapters"],
+                             f"r (d_in + d_out) per target, {t.weights} bytes each (Hu et al. 2021)"))  # fmt: skip
+        state = optimizer_bytes(shape, self.recipe, tune)
+        if tune.paged:
+            out.append(Event("start", f"{opt.label} state paged to CPU memory (not on the device)", "optimizer", 0,
+                             "bitsandbytes paged optimizer: unified memory, evicted to the host under pressure"))
+        elif state:
+            out.append(Event("start", f"{opt.label} state resident", "optimizer", state, opt.source))
+        if t.master:
+            out.append(Event("start", "fp32 master weights of the trainable parameters resident", "master",
+                             t.master * trainable, t.source))  # fmt: skip
+        if t.grad_buffer:
+            out.append(phases.grad_buffer(t.gradients * trainable, t.source))
+        return out
+
+    def grads(self, label: str, params: int) -> list[Event]:
+        """A module's trainable parameters' gradients, written in full (none into a main-gradient buffer)."""
+        if self.t.grad_buffer or not params:
+            return []
+        return [phases.weight_grads(label, self.t.gradients * params, self.grads_of)]
+
+    def transient(self, phase: str) -> list[Event]:
+        """QLoRA: each block linear's NF4 weight dequantized to the compute dtype while it runs, one at a time."""
+        if self.tune.mode != "qlora":
+            return []
+        largest = self.r.weights * max(d_in * d_out for d_in, d_out in linears(self.shape).values())
+        source = "bitsandbytes dequantize_4bit: one linear's weight in the compute dtype at a time"
+        return [
+            Event(phase, f"{phase} {LAYER}: dequantize its largest NF4 weight to 16 bits", "weights", largest, source),
+            Event(phase, f"{phase} {LAYER}: free the dequantized weight", "weights", -largest, source),
+        ]
+
+    def trained(self) -> range:
+        """The blocks autograd goes through: above the frozen ones, up to the top."""
+        return range(self.frozen_below + 1, self.shape.layers + 1)
+
+    def forward(self) -> list[Segment]:
+        """The blocks below every trainable one keep nothing; the others keep their activations."""
+        segs = []
+        if self.frozen_below:
+            nothing = Event("forward", f"forward {LAYER}: frozen below every trainable layer, keeps nothing",
+                            "activations", 0, "autograd records nothing below the lowest trainable parameter")
+            segs.append(Segment((nothing,), Reps(range(1, self.frozen_below + 1))))
+        adapters = self.tune.adapters
+        source = ("Korthikanti et al. 2022 less the inputs of frozen linears, plus the rank-r intermediates"
+                  if adapters else "Korthikanti et al. 2022, as the deck")  # fmt: skip
+        forward = phases.kept(LAYER, self.kept, source, "frozen, carrying adapters: " if adapters else "")
+        segs.append(Segment((forward, *self.transient("forward")), Reps(self.trained())))
+        return segs
+
+    def head(self) -> list[Segment]:
+        """The head's logits and the loss, their backward, and the final norm's (where they train)."""
+        n, tune = self.n, self.tune
+        head_trains = tune.mode in ("full", "freeze") and not self.shape.tied
+        head_params = n["head"] if head_trains else (n["embedding"] if tune.mode == "full" else 0)
+        segs = [Segment(tuple(phases.logits(self.logits16, self.logits32)))]
+        segs.append(Segment((*self.grads("loss and head backward", head_params), phases.loss_done(-self.logits32))))
+        if tune.mode in ("full", "freeze") and n["final_norm"]:
+            segs.append(Segment(tuple(self.grads("final norm backward", n["final_norm"]))))
+        return segs
+
+    def backward(self) -> Segment:
+        """Each trained block from the top down: recompute, free its activations, write its gradients."""
+        tune = self.tune
+        out = []
+        if self.recompute != "none":
+            out.append(phases.recomputed(LAYER, self.full - self.kept, "what the forward pass did not keep"))
+        dequant = self.transient("backward")
+        out += [*dequant[:1], phases.freed(LAYER, -self.full), *dequant[1:]]
+        layer_grads = numel(adapter_tensors(self.shape, tune)) if tune.adapters else self.n["per_layer"]
+        out += self.grads(f"backward {LAYER}" + (": adapters" if tune.adapters else ""), layer_grads)
+        trained = self.trained()
+        return Segment(tuple(out), Reps(range(trained.stop - 1, trained.start - 1, -1)))
+
+    def embedding_backward(self) -> list[Segment]:
+        """Full fine-tuning: the embedding's gradient (a tied one's accumulates into the head's)."""
+        n = self.n
+        embed = n["positions"] + (0 if self.shape.tied else n["embedding"])
+        return [Segment(tuple(self.grads("embedding backward", embed)))] if self.tune.mode == "full" and embed else []
+
+    def end(self, segs: list[Segment]) -> list[Event]:
+        """The loop drops the logits, the optimizer steps in place, zero_grad frees the gradients held."""
+        return phases.end(segs, self.t, self.opt.label, "state and weights updated in place", -self.logits16)
+
+
 def segments(
     shape: Shape,
     seq: int,
@@ -269,116 +386,11 @@ def segments(
     """One fine-tuning step on one device, every size in bytes, in the deck walk's order (calc.walk.template):
     state resident; each block's forward keeps its activations; head and loss; backward from the top, down to
     the lowest block that trains or carries an adapter (autograd goes no lower: nothing below needs a
-    gradient); the optimizer; zero_grad."""
-    r, t, opt = RECIPES[recipe], trained_recipe(recipe, tune), OPTIMIZERS[tune.optimizer]
-    n, g = param_counts(shape), t.gradients
-    weights = weight_bytes(shape, recipe, tune)
-    trainable = trainable_params(shape, tune)
-    frozen_below = tune.freeze_layers if tune.mode == "freeze" else 0  # blocks 1..N keep nothing
-    grads_of = f"trainable parameters x {g} bytes ({t.source})"
-
-    base_label = "NF4 base weights resident" if tune.mode == "qlora" else "weights resident"
-    base_source = (
-        "bitsandbytes NF4, blocks of 64, double-quantized absmax (QLoRA §3); the rest in the compute dtype"
-        if tune.mode == "qlora"
-        else r.source
-    )
-    start = [Event("start", base_label + (" (frozen)" if tune.mode != "full" else ""), "weights", weights["base"],
-                   base_source)]
-    if weights["adapters"]:
-        start.append(Event("start", "LoRA adapters resident", "weights", weights["adapters"],
-                           f"r (d_in + d_out) per target, {t.weights} bytes each (Hu et al. 2021)"))
-    state = optimizer_bytes(shape, recipe, tune)
-    if tune.paged:
-        start.append(Event("start", f"{opt.label} state paged to CPU memory (not on the device)", "optimizer", 0,
-                           "bitsandbytes paged optimizer: unified memory, evicted to the host under pressure"))
-    elif state:
-        start.append(Event("start", f"{opt.label} state resident", "optimizer", state, opt.source))
-    if t.master:
-        start.append(Event("start", "fp32 master weights of the trainable parameters resident", "master",
-                           t.master * trainable, t.source))
-    if t.grad_buffer:
-        start.append(Event("start", "fp32 main-gradient buffer resident", "gradients", g * trainable, t.source))
-    segs = [Segment(tuple(start))]
-
-    def grads(label: str, params: int) -> list[Event]:
-        if t.grad_buffer or not params:
-            return []
-        return [Event("backward", f"{label}: write its weight gradients", "gradients", g * params, grads_of)]
-
-    per_layer = n["per_layer"]
-    adapters_per_layer = numel(adapter_tensors(shape, tune)) if tune.adapters else 0
-    layer_grads = adapters_per_layer if tune.adapters else per_layer
-    layer = "layer {layer}"
-    frozen = tune if tune.adapters else None
-    kept, full = layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash, widened(recipe, tune))
-    dequant = []
-    if tune.mode == "qlora":
-        largest = max(d_in * d_out for d_in, d_out in linears(shape).values())
-        dequant = [r.weights * largest, -r.weights * largest]
-    what = "frozen, carrying adapters: " if tune.adapters else ""
-
-    def transient(phase: str) -> list[Event]:
-        if not dequant:
-            return []
-        source = "bitsandbytes dequantize_4bit: one linear's weight in the compute dtype at a time"
-        return [
-            Event(phase, f"{phase} {layer}: dequantize its largest NF4 weight to 16 bits", "weights", dequant[0],
-                  source),
-            Event(phase, f"{phase} {layer}: free the dequantized weight", "weights", dequant[1], source),
-        ]
-
-    if frozen_below:
-        segs.append(Segment((Event("forward", f"forward {layer}: frozen below every trainable layer, keeps nothing",
-                                   "activations", 0, "autograd records nothing below the lowest trainable "
-                                   "parameter"),), Reps(range(1, frozen_below + 1))))
-    trained = range(frozen_below + 1, shape.layers + 1)
-    source = ("Korthikanti et al. 2022 less the inputs of frozen linears, plus the rank-r intermediates"
-              if tune.adapters else "Korthikanti et al. 2022, as the deck")
-    forward = [Event("forward", f"forward {layer}: {what}keep activations for backward", "activations", kept, source)]
-    segs.append(Segment(tuple(forward + transient("forward")), Reps(trained)))
-
-    head_trains = tune.mode in ("full", "freeze") and not shape.tied
-    head_params = n["head"] if head_trains else (n["embedding"] if tune.mode == "full" else 0)
-    logits16 = act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch), activation_bytes)
-    logits32 = act.logits_fp32_bytes(shape, seq, micro_batch)
-    segs.append(Segment((
-        Event("forward", "head: 16-bit logits", "logits", logits16, "s x b x V values, 2 bytes each"),
-        Event("forward", "loss: fp32 logits for softmax cross-entropy", "logits", logits32,
-              "s x b x V values, 4 bytes each (the loss is computed in fp32)"),
-    )))
-    head = grads("loss and head backward", head_params)
-    head.append(Event("backward", "free the fp32 logits (cross-entropy done)", "logits", -logits32,
-                      "the loss's saved fp32 logits"))
-    segs.append(Segment(tuple(head)))
-    if tune.mode in ("full", "freeze") and n["final_norm"]:
-        segs.append(Segment(tuple(grads("final norm backward", n["final_norm"]))))
-    backward = []
-    if recompute != "none":
-        backward.append(Event("backward", f"backward {layer}: recompute dropped activations", "activations",
-                              full - kept, "what the forward pass did not keep"))
-    backward += transient("backward")[:1]
-    backward.append(Event("backward", f"backward {layer}: free its activations", "activations", -full,
-                          "everything the layer held for backward"))
-    backward += transient("backward")[1:]
-    backward += grads(f"backward {layer}" + (": adapters" if tune.adapters else ""), layer_grads)
-    segs.append(Segment(tuple(backward), Reps(range(trained.stop - 1, trained.start - 1, -1))))
-    if tune.mode == "full":
-        embed = n["positions"] + (0 if shape.tied else n["embedding"])
-        if embed:
-            segs.append(Segment(tuple(grads("embedding backward", embed))))
-    end = [
-        Event("backward", "training loop drops the 16-bit logits", "logits", -logits16,
-              "the model's output, referenced by the loop until backward ends"),
-        Event("optimizer", f"{opt.label} step (in place)", "optimizer", 0, "state and weights updated in place"),
-    ]
-    held = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients")
-    if t.grad_buffer:
-        end.append(Event("optimizer", "zero the main-gradient buffer in place", "gradients", 0, t.source))
-    else:
-        end.append(Event("optimizer", "zero_grad: free gradients", "gradients", -held,
-                         "optimizer.zero_grad(set_to_none=True)"))
-    segs.append(Segment(tuple(end)))
+    gradient); the optimizer; zero_grad. Each phase is a builder of TunedStep; the events told alike by the
+    deck's walk are calc.phases'."""
+    step = TunedStep(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
+    segs = [Segment(tuple(step.start())), *step.forward(), *step.head(), step.backward(), *step.embedding_backward()]
+    segs.append(Segment(tuple(step.end(segs))))
     return [s for s in segs if s.events]
 
 

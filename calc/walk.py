@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from . import activations as act
+from . import phases
 from .events import Event
 from .parallel import SINGLE, Parallel, device_params, split, stage_kinds
 from .recipes import RECIPES, state_bytes
@@ -129,6 +130,142 @@ def segments(
     ]
 
 
+KORTHIKANTI = "Korthikanti et al. 2022, eq. (1): sbh(34 + 5as/h) per layer"
+KEPT_SOURCE = {  # what a layer keeps through the forward pass, by recomputation
+    "none": KORTHIKANTI,
+    "selective": "Korthikanti et al. 2022, §5: 34sbh per layer (attention scores dropped)",
+    "full": "Chen et al. 2016: the layer's 16-bit input, 2sbh",
+}
+ZERO = "Rajbhandari et al. 2020 (ZeRO)"
+
+
+class DeckStep:
+    """The builders of template's phases for one device of pipeline stage `stage`: what each needs of the
+    recipe, the parallelism and the device's parameters (calc.parallel.device_params), worked out once."""
+
+    def __init__(self, shape: Shape, recipe: str, recompute: str, par: Parallel, stage: int):
+        self.r, self.recipe, self.recompute, self.par = RECIPES[recipe], recipe, recompute, par
+        self.n = n = device_params(shape, par, stage)
+        self.layer = ("micro-batch {mb}, " if par.pp > 1 else "") + "layer {layer}"
+        self.grads_of = f"parameters x {self.r.gradients} bytes ({self.r.source})"
+        self.sharding_grads = par.zero >= 2 and par.dp > 1
+        # One layer's parameters (and routed experts' among them) on this device, dense and mixture of experts.
+        self.layer_params = {False: (n["per_dense_layer"], 0), True: (n["per_layer"], n["experts_per_layer"])}
+        self.runs = stage_kinds(shape, par.pp, stage)  # the stage's layers in runs of one kind, bottom up
+        # A tied head on one device is the embedding matrix: ZeRO-3 gathers it, its gradient is the embedding's.
+        self.head_params = n["head"] or n["embedding"]
+
+    def start(self, accumulating: bool) -> list[Event]:
+        """The state resident before the step, and the gradients the step's earlier micro-batches wrote."""
+        n, r = self.n, self.r
+        state = device_state(n["total"], n["experts"], self.recipe, self.par)
+        out = resident_state(n["total"], self.recipe, self.par, n["experts"])
+        if r.grad_buffer:  # Megatron-LM allocates its main-gradient buffer once; backward accumulates into it
+            out.append(phases.grad_buffer(state["gradients"], r.source))
+        elif accumulating:
+            out.append(Event("start", "gradients of the step's earlier micro-batches resident", "gradients",
+                             state["gradients"], f"{self.grads_of}; ZeRO-2 and 3 keep 1/dp"))  # fmt: skip
+        return out
+
+    def gathered(self, label: str, params: int, body: list[Event]) -> list[Event]:
+        """ZeRO-3 all-gathers a module's weights before it runs and drops them after (§5.3)."""
+        if self.par.zero < 3 or not params:
+            return body
+        phase, w = body[0].phase, self.r.weights
+        return [
+            Event(phase, f"{label}: all-gather its weights", "weights", w * params, ZERO),
+            *body,
+            Event(phase, f"{label}: release the gathered weights", "weights", -w * params, ZERO),
+        ]
+
+    def write_grads(self, label: str, params: int, fresh: bool, experts: int = 0) -> list[Event]:
+        """A module's gradients land in full. The first micro-batch's stay (ZeRO-2 and 3 reduce-scatter
+        them at once and keep 1/dp, §5.2); a later one's are added into the resident ones and freed."""
+        g, par = self.r.gradients, self.par
+        if self.r.grad_buffer:
+            return [Event("backward", f"{label}: add into the main-gradient buffer", "gradients", 0, ZERO)]
+        out = [phases.weight_grads(label, g * params, self.grads_of)]
+        if fresh and self.sharding_grads:
+            of_experts = f" (of its experts' 1/{par.dp // par.ep})" if experts and par.ep > 1 else ""
+            out.append(Event("backward", f"{label}: reduce-scatter its gradients, keep 1/{par.dp}{of_experts}",
+                             "gradients", -g * (params - zero_kept(params, experts, par)), ZERO))  # fmt: skip
+        elif not fresh:
+            out.append(Event("backward", f"{label}: add them into the resident gradients", "gradients", -g * params,
+                             ZERO if self.sharding_grads else "autograd's AccumulateGrad"))  # fmt: skip
+        return out
+
+    def embedding(self) -> Segment:
+        """ZeRO-3 gathers the embedding for its lookup, whose output Korthikanti et al. do not count."""
+        n = self.n
+        lookup = Event("forward", "embedding lookup", "activations", 0, "Korthikanti et al. count no embedding output")
+        return Segment(tuple(self.gathered("embedding", n["embedding"] + n["positions"], [lookup])))
+
+    def forward_layers(self, micro_batches: range) -> list[Segment]:
+        """Each run of layers keeps its activations; one segment when every layer is alike."""
+        if len(self.runs) == 1:
+            return [self.forward_run(*self.runs[0], micro_batches)]
+        return [self.forward_run(layers, moe, range(mb, mb + 1)) for mb in micro_batches for layers, moe in self.runs]
+
+    def forward_run(self, layers: range, moe: bool, micro_batches: range) -> Segment:
+        """A run of layers of one kind (dense or mixture of experts), each keeping its activations."""
+        size, source = "kept", KEPT_SOURCE[self.recompute]
+        if moe:
+            size = "moe:kept"
+            if self.recompute != "full":  # the FFN is a mixture of experts (calc.activations.moe_parts)
+                source += "; FFN: router logits and probabilities, the k sb token copies through their experts"
+        forward = phases.kept(self.layer, size, source)
+        body = self.gathered(f"forward {self.layer}", self.layer_params[moe][0], [forward])
+        return Segment(tuple(body), Reps(layers, micro_batches))
+
+    def head(self, fresh: bool) -> list[Segment]:
+        """The head's logits and the loss, their backward, and the final norm's."""
+        head_params = self.head_params
+        segs = [Segment(tuple(self.gathered("head", head_params, phases.logits("logits16", "logits32"))))]
+        head = [*self.write_grads("loss and head backward", head_params, fresh), phases.loss_done("-logits32")]
+        segs.append(Segment(tuple(self.gathered("head backward", head_params, head))))
+        if self.n["final_norm"]:
+            segs.append(Segment(tuple(self.write_grads("final norm backward", self.n["final_norm"], fresh))))
+        return segs
+
+    def backward_layers(self, fresh: bool, micro_batches: range) -> list[Segment]:
+        """Each run of layers from the top down frees its activations and writes its gradients."""
+        runs = self.runs
+        if len(runs) == 1:
+            return [self.backward_run(*runs[0], fresh, micro_batches)]
+        return [self.backward_run(layers, moe, fresh, range(mb, mb + 1))
+                for mb in micro_batches for layers, moe in reversed(runs)]  # fmt: skip
+
+    def backward_run(self, layers: range, moe: bool, fresh: bool, micro_batches: range) -> Segment:
+        """A run of layers of one kind, from its top layer down."""
+        down = range(layers.stop - 1, layers.start - 1, -1)
+        return Segment(tuple(self.backward_layer(fresh, moe)), Reps(down, micro_batches))
+
+    def backward_layer(self, fresh: bool, moe: bool) -> list[Event]:
+        """One layer's backward: recompute what was dropped, free its activations, write its gradients."""
+        params, experts = self.layer_params[moe]
+        size, layer = "moe:" if moe else "", self.layer
+        body = []
+        if self.recompute != "none":
+            body.append(phases.recomputed(layer, size + "recomputed", f"{KORTHIKANTI}, less what was kept"))
+        body.append(phases.freed(layer, size + "-full"))
+        body += self.write_grads(f"backward {layer}", params, fresh, experts)
+        return self.gathered(f"backward {layer}", params, body)
+
+    def embedding_backward(self, fresh: bool, tied_here: bool) -> list[Segment]:
+        """Untied: the embedding's own gradient; tied on one device (`tied_here`): it accumulates into the
+        head's, and only learned positions write one."""
+        n = self.n
+        embed = n["positions"] + (0 if tied_here else n["embedding"])
+        if not embed:
+            return []
+        grads = self.write_grads("embedding backward", embed, fresh)
+        return [Segment(tuple(self.gathered("embedding backward", n["embedding"] + n["positions"], grads)))]
+
+    def end(self, segs: list[Segment], last: bool) -> list[Event]:
+        """The loop drops the logits (last stage), Adam steps in place, zero_grad frees the gradients held."""
+        return phases.end(segs, self.r, "Adam", "moments and weights updated in place", "-logits16" if last else None)
+
+
 @lru_cache(maxsize=64)  # a chart's sweep walks the same step at hundreds of sequence lengths
 def template(
     shape: Shape,
@@ -143,195 +280,21 @@ def template(
     at once (1F1B: the first of pp stages holds pp; Narayanan et al. 2021). `accumulating` walks a
     micro-batch after the first of a step, whose gradients are added to those already resident.
     Sizes that depend on the sequence are named (see seq_sizes), the others are bytes; every event
-    names the source of its size."""
-    r = RECIPES[recipe]
-    n = device_params(shape, par, stage)
+    names the source of its size (the builders of DeckStep, and calc.phases)."""
+    step = DeckStep(shape, recipe, recompute, par, stage)
     first, last = stage == 0, stage == par.pp - 1
-    g, w = r.gradients, r.weights
-    mb = "micro-batch {mb}, " if par.pp > 1 else ""
-    layer = mb + "layer {layer}"
-    korthikanti = "Korthikanti et al. 2022, eq. (1): sbh(34 + 5as/h) per layer"
-    kept_source = {
-        "none": korthikanti,
-        "selective": "Korthikanti et al. 2022, §5: 34sbh per layer (attention scores dropped)",
-        "full": "Chen et al. 2016: the layer's 16-bit input, 2sbh",
-    }[recompute]
-    grads_of = f"parameters x {g} bytes ({r.source})"
-    zero = "Rajbhandari et al. 2020 (ZeRO)"
-    sharding_grads = par.zero >= 2 and par.dp > 1
-
-    state = device_state(n["total"], n["experts"], recipe, par)
-    start = resident_state(n["total"], recipe, par, n["experts"])
-    if r.grad_buffer:  # Megatron-LM allocates its main-gradient buffer once; backward accumulates into it
-        start.append(Event("start", "fp32 main-gradient buffer resident", "gradients", state["gradients"], r.source))
-    elif accumulating:
-        start.append(
-            Event(
-                "start",
-                "gradients of the step's earlier micro-batches resident",
-                "gradients",
-                state["gradients"],
-                f"{grads_of}; ZeRO-2 and 3 keep 1/dp",
-            )
-        )
-
-    def gathered(label: str, params: int, body: list[Event]) -> list[Event]:
-        """ZeRO-3 all-gathers a module's weights before it runs and drops them after (§5.3)."""
-        if par.zero < 3 or not params:
-            return body
-        phase = body[0].phase
-        return [
-            Event(phase, f"{label}: all-gather its weights", "weights", w * params, zero),
-            *body,
-            Event(phase, f"{label}: release the gathered weights", "weights", -w * params, zero),
-        ]
-
-    def write_grads(label: str, params: int, fresh: bool, experts: int = 0) -> list[Event]:
-        """A module's gradients land in full. The first micro-batch's stay (ZeRO-2 and 3 reduce-scatter
-        them at once and keep 1/dp, §5.2); a later one's are added into the resident ones and freed."""
-        if r.grad_buffer:
-            return [Event("backward", f"{label}: add into the main-gradient buffer", "gradients", 0, zero)]
-        out = [Event("backward", f"{label}: write its weight gradients", "gradients", g * params, grads_of)]
-        if fresh and sharding_grads:
-            out.append(
-                Event(
-                    "backward",
-                    f"{label}: reduce-scatter its gradients, keep 1/{par.dp}"
-                    + (f" (of its experts' 1/{par.dp // par.ep})" if experts and par.ep > 1 else ""),
-                    "gradients",
-                    -g * (params - zero_kept(params, experts, par)),
-                    zero,
-                )
-            )
-        elif not fresh:
-            out.append(
-                Event(
-                    "backward",
-                    f"{label}: add them into the resident gradients",
-                    "gradients",
-                    -g * params,
-                    zero if sharding_grads else "autograd's AccumulateGrad",
-                )
-            )
-        return out
-
-    def backward_layer(fresh: bool, moe: bool) -> list[Event]:
-        params, experts = layer_params[moe]
-        size = "moe:" if moe else ""
-        body = []
-        if recompute != "none":
-            body.append(
-                Event(
-                    "backward",
-                    f"backward {layer}: recompute dropped activations",
-                    "activations",
-                    size + "recomputed",
-                    f"{korthikanti}, less what was kept",
-                )
-            )
-        body.append(
-            Event(
-                "backward",
-                f"backward {layer}: free its activations",
-                "activations",
-                size + "-full",
-                "everything the layer held for backward",
-            )
-        )
-        body += write_grads(f"backward {layer}", params, fresh, experts)
-        return gathered(f"backward {layer}", params, body)
-
-    # One layer's parameters (and routed experts' among them) on this device, dense and mixture of experts.
-    layer_params = {False: (n["per_dense_layer"], 0), True: (n["per_layer"], n["experts_per_layer"])}
-    runs = stage_kinds(shape, par.pp, stage)  # the stage's layers in runs of one kind, bottom up
-
-    def forward_layers(micro_batches: range) -> list[Segment]:
-        """Each run of layers keeps its activations; one segment when every layer is alike."""
-        if len(runs) == 1:
-            return [forward_run(*runs[0], micro_batches)]
-        return [forward_run(layers, moe, range(mb, mb + 1)) for mb in micro_batches for layers, moe in runs]
-
-    def forward_run(layers: range, moe: bool, micro_batches: range) -> Segment:
-        size, source = "kept", kept_source
-        if moe:
-            size = "moe:kept"
-            if recompute != "full":  # the FFN is a mixture of experts (calc.activations.moe_parts)
-                source += "; FFN: router logits and probabilities, the k sb token copies through their experts"
-        forward = Event("forward", f"forward {layer}: keep activations for backward", "activations", size, source)
-        body = gathered(f"forward {layer}", layer_params[moe][0], [forward])
-        return Segment(tuple(body), Reps(layers, micro_batches))
-
-    def backward_layers(fresh: bool, micro_batches: range) -> list[Segment]:
-        """Each run of layers from the top down frees its activations and writes its gradients."""
-        if len(runs) == 1:
-            return [backward_run(*runs[0], fresh, micro_batches)]
-        return [backward_run(r, moe, fresh, range(mb, mb + 1)) for mb in micro_batches for r, moe in reversed(runs)]
-
-    def backward_run(layers: range, moe: bool, fresh: bool, micro_batches: range) -> Segment:
-        down = range(layers.stop - 1, layers.start - 1, -1)
-        return Segment(tuple(backward_layer(fresh, moe)), Reps(down, micro_batches))
-
-    segs = [Segment(tuple(start))]
+    segs = [Segment(tuple(step.start(accumulating)))]
     if first and par.zero >= 3:
-        lookup = Event("forward", "embedding lookup", "activations", 0, "Korthikanti et al. count no embedding output")
-        segs.append(Segment(tuple(gathered("embedding", n["embedding"] + n["positions"], [lookup]))))
-    segs += forward_layers(range(1, in_flight + 1))
+        segs.append(step.embedding())
+    segs += step.forward_layers(range(1, in_flight + 1))
     if last:
-        # A tied head on one device is the embedding matrix: ZeRO-3 gathers it, its gradient is the embedding's.
-        head_params = n["head"] or n["embedding"]
-        logits = [
-            Event("forward", "head: 16-bit logits", "logits", "logits16", "s x b x V values, 2 bytes each"),
-            Event(
-                "forward",
-                "loss: fp32 logits for softmax cross-entropy",
-                "logits",
-                "logits32",
-                "s x b x V values, 4 bytes each (the loss is computed in fp32)",
-            ),
-        ]
-        segs.append(Segment(tuple(gathered("head", head_params, logits))))
-        head = [
-            *write_grads("loss and head backward", head_params, not accumulating),
-            Event(
-                "backward",
-                "free the fp32 logits (cross-entropy done)",
-                "logits",
-                "-logits32",
-                "the loss's saved fp32 logits",
-            ),
-        ]
-        segs.append(Segment(tuple(gathered("head backward", head_params, head))))
-        if n["final_norm"]:
-            segs.append(Segment(tuple(write_grads("final norm backward", n["final_norm"], not accumulating))))
-    segs += backward_layers(not accumulating, range(1, 2))
+        segs += step.head(not accumulating)
+    segs += step.backward_layers(not accumulating, range(1, 2))
     if first:
-        # Untied: the embedding's own gradient; tied on one device: it accumulates into the head's.
-        embed = n["positions"] + (0 if shape.tied and last else n["embedding"])
-        if embed:
-            grads = write_grads("embedding backward", embed, not accumulating)
-            segs.append(Segment(tuple(gathered("embedding backward", n["embedding"] + n["positions"], grads))))
+        segs += step.embedding_backward(not accumulating, tied_here=shape.tied and last)
     if in_flight > 1:  # this stage's other micro-batches in flight: their gradients are added in place
-        segs += backward_layers(False, range(2, in_flight + 1))
-    end = []
-    if last:
-        end.append(
-            Event(
-                "backward",
-                "training loop drops the 16-bit logits",
-                "logits",
-                "-logits16",
-                "the model's output, referenced by the loop until backward ends",
-            )
-        )
-    end.append(Event("optimizer", "Adam step (in place)", "optimizer", 0, "moments and weights updated in place"))
-    held = sum(seg.repeats * e.bytes for seg in segs for e in seg.events if e.category == "gradients")
-    if r.grad_buffer:
-        end.append(Event("optimizer", "zero the main-gradient buffer in place", "gradients", 0, r.source))
-    else:
-        end.append(
-            Event("optimizer", "zero_grad: free gradients", "gradients", -held, "optimizer.zero_grad(set_to_none=True)")
-        )
-    segs.append(Segment(tuple(end)))
+        segs += step.backward_layers(False, range(2, in_flight + 1))
+    segs.append(Segment(tuple(step.end(segs, last))))
     return tuple(s for s in segs if s.events)
 
 
