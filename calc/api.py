@@ -11,7 +11,7 @@ from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .shape import Shape
 from .walk import (
-    CATEGORIES,
+    category_peaks,
     device_state,
     events,
     label_at,
@@ -107,7 +107,7 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     segs = eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune, bare)
     top, at = peak(segs)
     expanded = events(segs)
-    full_sizes = {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
+    full_sizes = category_peaks(segs)
     per_layer = next(
         sum(e.bytes for e in s.events if e.category == "activations")
         for s in segs

@@ -299,25 +299,55 @@ def template(
 
 
 def events(segs: list[Segment]) -> list[dict]:
-    """Expand segments into the event list, with running totals per category."""
+    """Expand segments into the event list, with running totals per category (the total kept as it runs:
+    the same integer as summing the categories, without summing them at every event)."""
     totals = dict.fromkeys(CATEGORIES, 0)
-    out = []
+    total, out = 0, []
+    append = out.append
     for seg in segs:
+        rows = [(e.phase, e.label, e.category, e.bytes, e.source) for e in seg.events]
         for args in (None,) if seg.reps is None else seg.reps:
-            for e in seg.events:
-                totals[e.category] += e.bytes
-                out.append(
+            for phase, label, category, size, source in rows:
+                totals[category] += size
+                total += size
+                append(
                     {
-                        "phase": e.phase,
-                        "label": e.label.format(**args) if args else e.label,
-                        "category": e.category,
-                        "bytes": e.bytes,
-                        "source": e.source,
-                        "totals": dict(totals),
-                        "total": sum(totals.values()),
+                        "phase": phase,
+                        "label": label.format(**args) if args else label,
+                        "category": category,
+                        "bytes": size,
+                        "source": source,
+                        "totals": totals.copy(),
+                        "total": total,
                     }
                 )
     return out
+
+
+def category_peaks(segs: list[Segment]) -> dict[str, int]:
+    """Each category's largest running total over the expanded walk, `{c: max(e["totals"][c] for e in
+    events(segs))}`, without expanding it. As in `peak`: a repeated segment shifts a category by the same net
+    amount each time, so its largest is in the first repetition (net <= 0) or the last (net > 0). A category
+    the first event does not touch is seen at 0 there."""
+    running = dict.fromkeys(CATEGORIES, 0)
+    best: dict[str, int] | None = None
+    for seg in segs:
+        if not seg.events or not seg.repeats:
+            continue
+        if best is None:
+            best = {c: 0 for c in CATEGORIES if c != seg.events[0].category}
+        local, top = dict.fromkeys(CATEGORIES, 0), {}
+        for e in seg.events:
+            local[e.category] += e.bytes
+            top[e.category] = max(top.get(e.category, local[e.category]), local[e.category])
+        for c, most in top.items():
+            reached = running[c] + most + (seg.repeats - 1) * max(local[c], 0)
+            best[c] = max(best.get(c, reached), reached)
+        for c in CATEGORIES:
+            running[c] += seg.repeats * local[c]
+    if best is None:
+        raise ValueError("a walk without events has no peak")
+    return {c: best[c] for c in CATEGORIES}
 
 
 def label_at(segs: list[Segment], index: int) -> str:

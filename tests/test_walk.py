@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import calc
-from calc.walk import events, peak, segments
+from calc import eager
+from calc.walk import CATEGORIES, category_peaks, events, peak, segments
 from strategies import micro_batches, recipes, recomputes, seqs, shapes
 
 LLAMA = calc.PRESETS["llama-7b"]
@@ -177,3 +178,16 @@ def test_one_byte_activations_are_half_of_16_bit():
     kept, full = finetune.layer_bytes(shape, 4096, 1, "none", 1, None)
     assert (2 * kept, 2 * full) == finetune.layer_bytes(shape, 4096, 1, "none", 2, None)
     assert activations.at_width(10, 1) == 5 and activations.at_width(10, 4) == 20
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.integers(1, 4096), st.integers(1, 8), recipes, st.sampled_from(["none", "full"]),
+       st.sampled_from(["eager", "sdpa"]), st.sampled_from(["cuda", "cpu"]), st.booleans())  # fmt: skip
+def test_category_peaks_are_the_expanded_walks(shape, seq, b, recipe, recompute, attention, device, deck):
+    """Each category's high-water mark found segment by segment is the one found by expanding every event
+    (the eager walk's `bytes`; the deck's walk too), on walks with repeated layers of either sign."""
+    shape = shape.replace(family="llama", positions="rope", norm="rms")
+    segs = segments(shape, seq, b, recipe, recompute) if deck else eager.segments(
+        shape, seq, b, recipe, recompute, None, attention, device)  # fmt: skip
+    expanded = events(segs)
+    assert category_peaks(segs) == {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
