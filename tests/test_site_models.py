@@ -123,6 +123,13 @@ def test_a_config_left_for_a_preset_says_it_is_not_in_use_and_comes_back_as_its_
     assert shown(page) == expected(own) and page.input_value('[name="layers"]') == "36"
     assert page.locator(option).text_content() == f"your config.json — {own['params_label']}"
     assert status.is_hidden()
+    change(page, "preset", "gpt2")  # then the box emptied: the config is forgotten, gpt2 stays
+    page.click("[data-hf] summary")
+    page.evaluate(WATCH_DRAWN)
+    page.click("[data-hf-clear]")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert page.input_value('[name="preset"]') == "gpt2" and status.is_hidden()
+    assert page.locator(option).evaluate("o => o.hidden && o.disabled")
     assert recorder.errors == []
 
 
