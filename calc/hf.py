@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 
 from .families import MODEL_TYPES
-from .families.config import MAX_CHARS, ConfigError
+from .families.config import MAX_CHARS, ConfigError, shown
 from .shape import Shape
 
 __all__ = ["MAX_CHARS", "READERS", "ConfigError", "compact", "parse", "shape_from_config", "shape_from_text"]
@@ -23,6 +23,7 @@ def parse(text: str) -> dict:
         raise ConfigError("not the text of a config.json")
     if len(text) > MAX_CHARS:
         raise ConfigError(f"too long: {len(text):,} characters, where a config.json has at most {MAX_CHARS:,}")
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as Windows editors write one: not JSON's
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
@@ -42,7 +43,7 @@ def shape_from_config(cfg: Mapping, name: str | None = None) -> Shape:
     if model_type is None:
         raise ConfigError(f"model_type is missing; supported: {', '.join(READERS)}")
     if not isinstance(model_type, str) or model_type not in READERS:
-        raise ConfigError(f"model_type {json.dumps(model_type)} is not supported; supported: {', '.join(READERS)}")
+        raise ConfigError(f"model_type {shown(model_type)} is not supported; supported: {', '.join(READERS)}")
     fields = MODEL_TYPES[model_type].read(cfg)
     fields["family"] = MODEL_TYPES[model_type].family  # whose code runs it (calc.families)
     return Shape(name=name or f"config.json ({model_type})", **fields)

@@ -15,6 +15,7 @@ import io
 import os
 import threading
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import ClassVar
 
@@ -42,6 +43,10 @@ MIME_TYPES = {  # what a module worker and streaming WebAssembly compilation ins
 COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "image/svg+xml", "application/wasm")
 ENCODINGS = ("br", "gzip")  # what the server offers, best first; serve(encodings=("gzip",)) is a gzip-only host
 SIBLINGS = {"br": ".br", "gzip": ".gz"}
+# The longest request line read (http.server's own limit is 64 KB, answered "414 Request-URI Too Long"): past
+# Chromium's longest address (url::kMaxURLChars, 2 MiB), so that a link of any length the browser sends
+# reaches the page, which refuses a config that is too long or too deep itself (link.js).
+MAX_REQUEST_LINE = 4 << 20
 
 
 def accepted(header: str) -> set[str]:
@@ -101,6 +106,29 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def log_message(self, format, *args):  # keep test output quiet
         pass
+
+    def handle_one_request(self):
+        """http.server's, with a request line of up to MAX_REQUEST_LINE bytes (its own stops at 64 KB)."""
+        try:
+            self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
+            if len(self.raw_requestline) > MAX_REQUEST_LINE:
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if not self.parse_request():  # it has sent its error
+                return
+            method = getattr(self, "do_" + self.command, None)
+            if method is None:
+                self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+                return
+            method()
+            self.wfile.flush()
+        except TimeoutError as e:
+            self.log_error("Request timed out: %r", e)
+            self.close_connection = True
 
     def translate_path(self, path: str) -> str:
         clean = path.split("?", 1)[0].split("#", 1)[0]

@@ -81,13 +81,20 @@ LLAMA = json.loads(config_text("llama-3.1-8b"))
         ({"hidden_act": "tanh"}, 'hidden_act "tanh" is not supported'),
         ({"attention_bias": True}, "attention_bias and mlp_bias must be equal"),
         ({"attention_dropout": 2}, "attention_dropout must be a probability from 0 to 1, got 2"),
+        # an oversized value is quoted short: as the config wrote it, or by its count of digits
+        ({"hidden_size": 1e308}, "hidden_size must be at most 1,048,576, got 1e+308$"),
+        ({"hidden_size": -1e308}, "hidden_size must be at least 1, got -1e+308$"),
+        ({"hidden_size": int("9" * 300)}, "hidden_size must be at most 1,048,576, got a number of 300 digits$"),
+        ({"hidden_size": "x" * 1000}, 'hidden_size must be a whole number, got "xxxxxxxxx'),
+        ({"model_type": "y" * 1000}, 'model_type "yyyyyyyyyyyy'),
     ],
 )
 def test_bad_config_names_the_field(change, message):
     """Each bad config raises one message that names the config's key."""
     cfg = {k: v for k, v in {**LLAMA, **change}.items() if v is not None}
-    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+    with pytest.raises(ConfigError, match="^" + re.escape(message).replace(r"\$", "$")) as raised:
         shape_from_config(cfg)
+    assert len(str(raised.value)) < 400  # a 1,000-character value is not printed whole
 
 
 def test_moe_configs_are_checked():
@@ -149,6 +156,16 @@ def test_cli_bad_config_file_is_one_line(tmp_path, capsys, content, message):
     assert main(["--hf-config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --hf-config: " + message.format(path=path)) and err.count("\n") == 1
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path, capsys):
+    """A config.json saved with a UTF-8 byte-order mark (as Windows editors write one) reads as without it."""
+    text = config_text("qwen3-8b")
+    assert shape_from_text("\ufeff" + text) == shape_from_text(text)
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert main(["--hf-config", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["shape"]["layers"] == 36
 
 
 def test_cli_refuses_a_preset_beside_a_config(capsys):

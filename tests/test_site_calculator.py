@@ -405,6 +405,9 @@ def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_pa
         assert f"{bands[family]['low']:.4f}" == min(m[2] for m in rows)
         assert f"{bands[family]['high']:.4f}" == max(m[3] for m in rows)
     page, recorder = open_page()  # the default recipe (mixed precision) was not measured: the page says so
+    line = page.locator("[data-calc-eager]")  # each walk's default attention: the deck's keeps the scores
+    assert line.text_content().startswith("What PyTorch allocates for this step with sdpa attention, where the "
+                                          "peak above keeps eager attention's s x s scores (--walk eager: ")
     shown = eager_shown(page)
     assert shown["peak"] == DEFAULT["eager"]["peak"] and shown["low"] is None
     assert shown["href"] == base_url + "results/#sec-10-8"
@@ -416,6 +419,8 @@ def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_pa
     change(page, "attention", "eager")
     eager = answer_for({"recipe": "autocast", "attention": "eager"})["eager"]
     assert eager_shown(page)["peak"] == eager["peak"] != autocast["peak"]
+    assert line.text_content().startswith("What PyTorch allocates for the same step (--walk eager: transformers' "
+                                          "code, eager attention, ")
     change(page, "preset", "gpt2")  # its own sequence, 1,024, comes with it
     change(page, "seq", "512")
     gpt2 = answer_for({"recipe": "autocast", "attention": "eager", "seq": "512", "preset": "gpt2"})["eager"]

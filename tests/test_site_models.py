@@ -97,6 +97,42 @@ def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_p
     assert recorder.errors == [] and recorder2.errors == []
 
 
+def test_a_config_left_for_a_preset_says_it_is_not_in_use_and_comes_back_as_its_own(open_page):
+    """Qwen3 8B's config with Layers 6 beside it, then the gpt2 preset: the box closes and says its text is not
+    in use, the list's entry reads the config's own model, and choosing it again gives what that entry says
+    (the override went with the change of model)."""
+    text = (ROOT / "calc" / "configs" / "qwen3-8b.json").read_text()
+    own, six = answer_for({"hf-config": text}), answer_for({"hf-config": text, "layers": "6"})
+    assert own["params_label"] != six["params_label"]
+    page, recorder = open_page()
+    page.evaluate(WATCH_DRAWN)
+    paste(page, text)
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    change(page, "layers", "6")
+    assert shown(page) == expected(six)
+    status = page.locator("[data-hf-status]")
+    assert status.is_hidden()
+    change(page, "preset", "gpt2")
+    option = '[name="preset"] option[value="hf-config"]'
+    assert page.locator(option).text_content() == f"your config.json — {own['params_label']}"
+    assert not page.locator("[data-hf]").evaluate("d => d.open")
+    page.click("[data-hf] summary")
+    assert status.is_visible()
+    assert status.text_content().startswith("Not in use: the numbers below are for the preset gpt2")
+    change(page, "preset", "hf-config")
+    assert shown(page) == expected(own) and page.input_value('[name="layers"]') == "36"
+    assert page.locator(option).text_content() == f"your config.json — {own['params_label']}"
+    assert status.is_hidden()
+    change(page, "preset", "gpt2")  # then the box emptied: the config is forgotten, gpt2 stays
+    page.click("[data-hf] summary")
+    page.evaluate(WATCH_DRAWN)
+    page.click("[data-hf-clear]")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert page.input_value('[name="preset"]') == "gpt2" and status.is_hidden()
+    assert page.locator(option).evaluate("o => o.hidden && o.disabled")
+    assert recorder.errors == []
+
+
 def test_a_chosen_file_is_read_in_the_page_and_takes_its_own_sequence(open_page):
     """GPT-2's config.json chosen as a file gives calc's answer at GPT-2's context; nothing is uploaded
     (the fixture fails any request off the local origin)."""

@@ -72,6 +72,27 @@ def test_deep_pastes_are_refused_in_the_page_and_a_real_config_still_answers(ope
     assert recorder.errors == []
 
 
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [('{"a":' * 5000 + "1" + "}" * 5000, "nested 5,000 levels deep, where at most 32 are read"),  # an 80 KB link
+     ('{"model_type":"llama","x":"' + "a" * 1_000_000 + '"}', "1,000,029 characters is not a config.json")],  # 1 MB
+    ids=["deep", "1MB"],
+)
+def test_a_link_past_64_kb_reaches_the_page_which_refuses_its_config(open_page, text, reason):
+    """A link holding a config nested 5,000 deep (80 KB) or a 1 MB one loads the page (the test server takes
+    a request line past 64 KB, as a static host does), which refuses the config in its notice and answers for
+    the defaults."""
+    from urllib.parse import quote
+
+    page, recorder = open_page("?hf-config=" + quote(text, safe=""))
+    notice = page.locator("[data-calc-notice]")
+    assert "config.json: refused, as the config box refuses it: " in notice.text_content()
+    assert reason in notice.text_content()
+    settle(page)
+    assert page.evaluate(PEAK) == answer_for({})["step"]["peak"]
+    assert recorder.errors == []
+
+
 def _load(page, kind: str, index: int = 0) -> int:
     row = page.locator(f"[data-{kind}-row]").nth(index)
     peak = int(row.get_attribute("data-peak"))

@@ -257,6 +257,18 @@ def test_the_test_server_sends_a_sibling_the_client_takes_as_a_static_host_does(
     assert body == (site / f"{path}{suffix}").read_bytes()
 
 
+def test_the_test_server_takes_a_link_past_64_kb_as_a_browser_sends_it(tmp_path):
+    """A link of a config nested 5,000 deep is over 64 KB, where http.server answers 414: the test server reads
+    a request line up to MAX_REQUEST_LINE (past Chromium's 2 MiB addresses), so such a link reaches the page."""
+    import urllib.error
+
+    (tmp_path / "index.html").write_text("<p>the page</p>")
+    with site_browser.serve(tmp_path) as base:
+        assert _fetch(base, "?hf-config=" + "%7B" * 500_000, "")[1] == b"<p>the page</p>"  # 1.5 MB
+        with pytest.raises(urllib.error.HTTPError, match="414"):
+            _fetch(base, "?q=" + "a" * site_browser.MAX_REQUEST_LINE, "")
+
+
 @pytest.mark.parametrize("path", ["javascripts/calculator/main.js", "javascripts/calculator/charts/sweep.js",
                                   "javascripts/calculator.js"])
 def test_the_calculators_modules_go_as_their_prebuilt_siblings(path):

@@ -22,6 +22,7 @@ MAX_SIZE = {
     "num_experts_per_tok": 1 << 16,
 }
 MAX_CHARS = 1_000_000  # a real config.json is a few kB; refuse a paste that is not one
+MAX_SHOWN = 40  # a bad value is quoted in a message up to this many characters (as calc.inputs quotes a flag)
 # transformers' activation names (transformers/activations.py, ACT2FN) -> the activation calc replays for the
 # class each builds: one fused op that saves one tensor (silu, gelu, gelu_tanh, relu), or GELU's tanh
 # approximation written as Python ops (gelu_new, calc.parts.mlp: the same ops and saved tensors for all three).
@@ -61,6 +62,18 @@ class ConfigError(ValueError):
     """A config that calc cannot read; calc.inputs turns it into an InputError on "hf-config"."""
 
 
+def shown(value: object) -> str:
+    """A config's value as JSON for a message, shortened: a whole number of over MAX_SHOWN digits by its
+    count of digits (as calc.inputs says of a flag's), other JSON cut to MAX_SHOWN characters with its length
+    said, so that a 300-digit hidden_size does not fill the page."""
+    text = json.dumps(value)
+    if len(text) <= MAX_SHOWN:
+        return text
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"a number of {len(text.lstrip('-')):,} digits"
+    return f"{text[:MAX_SHOWN]}... ({len(text):,} characters)"
+
+
 def get(cfg: Mapping, key: str, default: object = ...) -> object:
     value = cfg.get(key)
     if value is None:
@@ -71,23 +84,24 @@ def get(cfg: Mapping, key: str, default: object = ...) -> object:
 
 
 def whole(cfg: Mapping, key: str, default: object = ..., smallest: int = 1) -> int:
-    value = get(cfg, key, default)
+    value = raw = get(cfg, key, default)
     if isinstance(value, float) and value.is_integer():
-        value = int(value)
+        value = int(value)  # 4096.0 is 4096; a message still quotes what the config wrote (1e+308)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key} must be a whole number, got {json.dumps(value)}")
+        raise ConfigError(f"{key} must be a whole number, got {shown(raw)}")
+    short = len(str(value)) <= MAX_SHOWN  # else quoted as the config wrote it, shortened (1e+308)
     if value < smallest:
-        raise ConfigError(f"{key} must be at least {smallest}, got {value}")
+        raise ConfigError(f"{key} must be at least {smallest}, got {value if short else shown(raw)}")
     largest = MAX_SIZE.get(key, 1 << 24)
     if value > largest:
-        raise ConfigError(f"{key} must be at most {largest:,}, got {value:,}")
+        raise ConfigError(f"{key} must be at most {largest:,}, got {f'{value:,}' if short else shown(raw)}")
     return value
 
 
 def flag(cfg: Mapping, key: str, default: bool) -> bool:
     value = get(cfg, key, default)
     if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {json.dumps(value)}")
+        raise ConfigError(f"{key} must be true or false, got {shown(value)}")
     return value
 
 
@@ -96,7 +110,7 @@ def rate(cfg: Mapping, *keys: str) -> bool:
     for key in keys:
         value = get(cfg, key, 0.0)
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise ConfigError(f"{key} must be a probability from 0 to 1, got {json.dumps(value)}")
+            raise ConfigError(f"{key} must be a probability from 0 to 1, got {shown(value)}")
         if value > 0:
             return True
     return False
@@ -109,7 +123,7 @@ def activation_of(cfg: Mapping, key: str, default: str) -> str:
         return ACTIVATIONS[value]
     runs = NOT_REPLAYED.get(value) if isinstance(value, str) else None
     why = f": transformers runs {runs}, which calc does not replay" if runs else ""
-    raise ConfigError(f"{key} {json.dumps(value)} is not supported{why}; supported: {', '.join(ACTIVATIONS)}")
+    raise ConfigError(f"{key} {shown(value)} is not supported{why}; supported: {', '.join(ACTIVATIONS)}")
 
 
 def attention(cfg: Mapping, kv_default: int | None = None, head_default: int = 0, gpt2: bool = False) -> dict:

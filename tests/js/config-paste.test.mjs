@@ -21,3 +21,8 @@ test("too long, not JSON, or not an object: each says so; a real config passes",
   assert.match(configProblem("[1]", 100), /one JSON object/);
   assert.equal(configProblem('{"model_type": "llama", "hidden_size": 4096}', 100), null);
 });
+
+test("a leading byte-order mark, as Windows editors write one, is accepted; one elsewhere is not JSON", () => {
+  assert.equal(configProblem('\ufeff{"model_type": "llama"}', 100), null);
+  assert.match(configProblem('{"model_type": "llama"}\ufeff', 100), /^not JSON/);
+});

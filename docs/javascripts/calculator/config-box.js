@@ -15,7 +15,7 @@ export function createConfigBox(root, config, f, msg) {
     f.field(HF_CONFIG).removeAttribute("aria-invalid");
     if (text.trim() === "") {
       if (f.hfMode()) f.leaveHf();
-      else f.hf.text = "";
+      else f.dropHf();
       return true;
     }
     const problem = configProblem(text, config.hfMaxChars);

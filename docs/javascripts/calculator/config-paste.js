@@ -32,7 +32,8 @@ export function configProblem(text, maxChars) {
   if (depth > MAX_DEPTH) return `not a config.json: nested ${depth.toLocaleString("en-US")} levels deep, where at most ${MAX_DEPTH} are read`;
   let parsed;
   try {
-    parsed = JSON.parse(text);
+    // a leading UTF-8 byte-order mark (Windows editors write one) is not JSON's; calc.hf.parse drops it too
+    parsed = JSON.parse(text.replace(/^\ufeff/, ""));
   } catch (error) {
     return `not JSON: ${error.message}`;
   }

@@ -18,8 +18,11 @@ export function createForm(root, config) {
     details: root.querySelector("[data-hf]"),
     option: root.querySelector("[data-hf-option]"),
     file: root.querySelector("[data-hf-file]"),
+    status: root.querySelector("[data-hf-status]"),
     text: "",
     lastPreset: null,
+    ownLabel: null,     // the list's entry for the config as calc read it, no field overridden (keepOwnLabel)
+    labelIsOwn: false,  // the answer on show is the config's own: the label main.js writes for it is
   };
   const state = {
     overrides: new Set(),  // shape fields the reader or the link set: sent to calc, kept in the link
@@ -60,7 +63,32 @@ export function createForm(root, config) {
     }
   }
   const fillPreset = (name) => presets.has(name) && fillShape(presets.get(name));
-  const fillFromAnswer = (shape) => fillShape(Object.fromEntries(shapeNames.map((n) => [n, shape[fields.shape[n]]])));
+  // main.js writes the list's entry for the config after each answer ("your config.json — 8.2B"), the size of
+  // the model calc answered for; only an answer with no shape field overridden gives the config's own.
+  function keepOwnLabel() {
+    if (hf.labelIsOwn) hf.ownLabel = hf.option.textContent;
+  }
+  function fillFromAnswer(shape) {
+    keepOwnLabel();  // the label written for the last answer
+    hf.labelIsOwn = hfMode() && state.overrides.size === 0;
+    fillShape(Object.fromEntries(shapeNames.map((n) => [n, shape[fields.shape[n]]])));
+  }
+  // The config box says whether its text is in use: a preset chosen while it holds one leaves it, not in use,
+  // and closes it; the list's entry then reads the config's own model, what choosing it again gives (its
+  // overrides went with the change of model).
+  function showHfStatus() {
+    const idle = hf.text !== "" && !hfMode();
+    hf.status.hidden = !idle;
+    hf.status.textContent = idle ? `Not in use: the numbers below are for the preset ${valueOf("preset")}. ` +
+      "Choose “your config.json” under Preset to use this config again, or Clear." : "";
+  }
+  function configLeft() {
+    keepOwnLabel();
+    hf.labelIsOwn = false;
+    if (!hf.text) return;
+    hf.option.textContent = hf.ownLabel ?? "your config.json";
+    hf.details.open = false;
+  }
   // A new model (another preset, or "Clear, back to the presets"): the shape fields the reader or the link set
   // go; the run's fields (a loop preset's included) and a sequence the reader typed stay. Where calc refuses
   // that sequence for the new model, main.js resets it, and only it, to the model's own (messages.seqResetNote).
@@ -83,6 +111,11 @@ export function createForm(root, config) {
   // Into config.json mode with this text (calc answers for it on the next update).
   function enterHf(text) {
     if (!hfMode()) hf.lastPreset = valueOf("preset");
+    if (text !== hf.text) {  // another config: the last one's size is not its own
+      hf.ownLabel = null;
+      hf.labelIsOwn = false;
+      hf.option.textContent = "your config.json";
+    }
     hf.text = text;
     hf.option.disabled = false;
     hf.option.hidden = false;
@@ -90,10 +123,13 @@ export function createForm(root, config) {
     if (field(HF_CONFIG).value !== text) field(HF_CONFIG).value = text;
     hf.details.open = true;
     newModel();
+    showHfStatus();
   }
   // Back to a preset: the config is forgotten.
   function leaveHf(preset = hf.lastPreset ?? config.defaults.preset) {
     hf.text = "";
+    hf.ownLabel = null;
+    hf.labelIsOwn = false;
     hf.option.disabled = true;
     hf.option.hidden = true;
     hf.option.textContent = "your config.json";
@@ -101,10 +137,23 @@ export function createForm(root, config) {
     setField("preset", preset);
     newModel();
     fillPreset(preset);
+    showHfStatus();
+  }
+  // The box emptied while a preset is in use: the config is forgotten, the preset and its fields stay.
+  function dropHf() {
+    hf.text = "";
+    hf.ownLabel = null;
+    hf.labelIsOwn = false;
+    hf.option.disabled = true;
+    hf.option.hidden = true;
+    hf.option.textContent = "your config.json";
+    showHfStatus();
   }
   function choosePreset(name) {
     newModel();
     fillPreset(name);
+    if (name !== HF_CONFIG) configLeft();
+    showHfStatus();
   }
   // One field back to its default: a shape field to the model's value, the sequence to the model's own.
   function resetField(name) {
@@ -112,6 +161,8 @@ export function createForm(root, config) {
     if (name === "preset") {
       setField("preset", config.defaults.preset);
       fillPreset(config.defaults.preset);
+      configLeft();
+      showHfStatus();
     } else if (name === "seq") {
       setField("seq", "");
       state.seqAuto = true;
@@ -148,7 +199,7 @@ export function createForm(root, config) {
   }
   return {
     form, fields, presets, hf, state, field, labelOf, setField, valueOf, hfMode, applies, isShape,
-    showApplicable, fillPreset, fillFromAnswer, fillDefaults, enterHf, leaveHf, choosePreset, resetField,
+    showApplicable, fillPreset, fillFromAnswer, fillDefaults, enterHf, leaveHf, dropHf, choosePreset, resetField,
     touched, inputs,
   };
 }

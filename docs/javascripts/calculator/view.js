@@ -7,6 +7,19 @@ import { drawWalk } from "./charts/walk.js";
 import { capacityText, formatInt, recipeText, recomputeText, tuningText, walkText, withLabels } from "./format.js";
 import { widthsKnownFor, withWidths } from "./svg.js";
 
+// The eager walk's line around its `--walk eager` flag: [before, after]. With neither --attention nor --flash
+// given the two walks keep their own defaults (calc.inputs.attention_fields): the deck's peak keeps the s x s
+// scores, as eager attention does, and the eager walk runs sdpa; the line then says the attentions differ
+// (unless the peak above is the eager walk's own).
+// hooks/calculator.html says the same for the page as built.
+export function eagerLead(cfg, how) {
+  if (cfg.walk !== "eager" && cfg.attention === "sdpa" && !cfg.parallel.flash) {
+    return ["What PyTorch allocates for this step with sdpa attention, where the peak above keeps eager " +
+      "attention's s x s scores (", `: transformers' code, ${how}): `];
+  }
+  return ["What PyTorch allocates for the same step (", `: transformers' code, ${cfg.attention} attention, ${how}): `];
+}
+
 // labelOf(name): the form's label for a field (calc's reasons name its flags; the page names its fields).
 export function createView(root, config, answerOf, labelOf) {
   const charts = Object.fromEntries([...root.querySelectorAll("[data-chart]")].map((c) => [c.dataset.chart, c]));
@@ -97,9 +110,8 @@ export function createView(root, config, answerOf, labelOf) {
     const event = document.createElement("span");
     event.dataset.out = "eager-event";
     event.textContent = eager.peak_event;
-    line.append("What PyTorch allocates for the same step (", code,
-      `: transformers' code, ${cfg.attention} attention, ${eager.how}): `,
-      peak, ", reached at “", event, "”.");
+    const [before, after] = eagerLead(cfg, eager.how);
+    line.append(before, code, after, peak, ", reached at “", event, "”.");
     const band = config.eagerBands[eager.band];
     if (!band) return;
     if (band.settings && !band.settings.includes(eager.setting)) {  // only steps measured so speak for it
