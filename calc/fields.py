@@ -53,8 +53,8 @@ STEP = (
     Field("walk", one_of(WALKS), "deck: the deck's walk (default); eager: what PyTorch eager autograd allocates "
           "(one device)"),
     Field("attention", one_of(ATTENTIONS), "transformers' attn_implementation, in every walk: sdpa, a fused kernel "
-          "that keeps no s x s scores (the eager walk's default), or eager, which keeps them (the deck walk's "
-          "default)"),
+          "that keeps no s x s scores (the eager walk's default where the family's code runs it), or eager, "
+          "which keeps them (the deck walk's default)"),
     Field("device", one_of(DEVICES), "the eager walk: where the step runs (AdamW foreach or not)"),
 )
 PARALLEL = (

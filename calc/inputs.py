@@ -323,7 +323,7 @@ def _parse_run(given: Mapping[str, object], shape: Shape) -> dict:
     recipe = _choice("recipe", given.get("recipe", "mixed"), tuple(RECIPES))
     recompute = _choice("recompute", given.get("recompute", "none"), RECOMPUTE)
     walk = _choice("walk", given.get("walk", "deck"), WALKS)
-    attention, flash = attention_fields(given)
+    attention, flash = attention_fields(given, families.FAMILIES[shape.family].attentions)
     device = _choice("device", given.get("device", DEVICES[0]), DEVICES)
     return {"seq": seq, "micro_batch": micro_batch, "recipe": recipe, "recompute": recompute, "walk": walk,
             "attention": attention, "flash": flash, "device": device}  # fmt: skip
@@ -397,11 +397,12 @@ def window_read(shape: Shape) -> bool:
     return any(probe(none) != probe(some) for probe in probes if probe)
 
 
-def attention_fields(given: Mapping[str, object]) -> tuple[str, bool]:
+def attention_fields(given: Mapping[str, object], runs: tuple[str, ...] = ATTENTIONS) -> tuple[str, bool]:
     """(the eager walk's attention, whether the deck walk keeps no s x s scores) from --attention and --flash,
     which say one thing in every walk: sdpa (a fused kernel, as FlashAttention: no scores kept) or eager (the
     scores kept). --flash is --attention sdpa and --no-flash --attention eager. Neither given: each walk's
-    default, the deck's accounting keeps the scores, the eager walk runs sdpa (transformers' default)."""
+    default, the deck's accounting keeps the scores, the eager walk runs sdpa (transformers' default) where
+    the family's code runs it (`runs`, calc.families: Gemma 2's and GPT-OSS's run eager only), else eager."""
     attention = _choice("attention", given["attention"], ATTENTIONS) if "attention" in given else None
     flash = _bool("flash", given["flash"]) if "flash" in given else None
     if attention is not None and flash is not None and flash != (attention == "sdpa"):
@@ -409,7 +410,8 @@ def attention_fields(given: Mapping[str, object]) -> tuple[str, bool]:
                                   "--no-flash is --attention eager): give one")  # fmt: skip
     if attention is None and flash is not None:
         attention = "sdpa" if flash else "eager"
-    return attention or ATTENTIONS[0], attention == "sdpa"
+    default = ATTENTIONS[0] if ATTENTIONS[0] in runs else runs[0]
+    return attention or default, attention == "sdpa"
 
 
 def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finetune.Tuning,

@@ -245,8 +245,9 @@ def test_gpt_oss_reads_its_biases_and_sinks_and_runs_eager_attention_only(capsys
     names = {t.name for t in counts.layer_tensors(shape, True)}
     assert {"self_attn.sinks", "mlp.router.bias", "mlp.experts.gate_proj.bias", "o_proj.bias"} <= names
     path = calc_cli_config(cfg)
-    assert main(["--hf-config", path, "--walk", "eager", "--seq", "64"]) == 2
+    assert main(["--hf-config", path, "--walk", "eager", "--seq", "64", "--attention", "sdpa"]) == 2
     assert "--attention: transformers' GPT-OSS code runs eager attention only" in capsys.readouterr().err
+    assert main(["--hf-config", path, "--walk", "eager", "--seq", "64", "--json"]) == 0  # its default: eager
     assert main(["--hf-config", path, "--walk", "eager", "--seq", "64", "--attention", "eager", "--json"]) == 0
     assert main(["--preset", "llama-7b", "--family", "gpt_oss", "--seq", "64"]) == 2
     assert "--experts: GPT-OSS's every MLP is a mixture of experts" in capsys.readouterr().err

@@ -125,3 +125,17 @@ def test_the_cli_is_built_from_one_field_table():
 
     names = [f.name for _, fields in GROUPS for f in fields]
     assert sorted(names) == sorted(FIELDS) and len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("preset", ["gemma-2-9b", "gpt-oss-20b"])
+def test_the_eager_walks_attention_follows_a_family_that_runs_eager_only(preset):
+    """Gemma 2's and GPT-OSS's code run eager attention only: with no --attention the eager walk runs eager
+    there, the CLI and the page (a link's walk, seq, micro-batch, recipe) alike, and sdpa is still refused."""
+    flags = ["--preset", preset, "--walk", "eager", "--seq", "2048", "--micro-batch", "2", "--recipe", "bf16"]
+    rc, out, err = run([*flags, "--json"])
+    assert rc == 0, err
+    assert out == run([*flags, "--attention", "eager", "--json"])[1]
+    got = page({"preset": preset, "walk": "eager", "seq": "2048", "micro-batch": "2", "recipe": "bf16"})
+    assert got["ok"] and got["step"]["peak"] == json.loads(out)["peak"]
+    assert got["step"]["config"]["attention"] == "eager"
+    assert run([*flags, "--attention", "sdpa"])[0] == 2

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { linkConfigProblem } from "../../docs/javascripts/calculator/link.js";
+import { blame, linkConfigProblem } from "../../docs/javascripts/calculator/link.js";
 
 test("a link's config nested too deep says so, as the config box does (issue 20, minor b)", () => {
   const deep = "[".repeat(5000) + "]".repeat(5000);
@@ -11,4 +11,14 @@ test("a link's config nested too deep says so, as the config box does (issue 20,
 test("a link's config too long or not JSON says why too", () => {
   assert.match(linkConfigProblem("x".repeat(11), 10), /11 characters .* at most 10 characters/);
   assert.match(linkConfigProblem('{"model_type": ', 100), /not JSON/);
+});
+
+test("a refusal about a field the link did not set blames none of the link's fields (M1)", () => {
+  const link = new Set(["walk", "seq", "micro-batch", "recipe"]);
+  const gemma = { field: "attention", message: "transformers' Gemma 2 code runs eager attention only: --attention eager" };
+  assert.deepEqual(blame(gemma, link), []);
+  assert.deepEqual(blame({ field: "seq", message: "must be at most 4,096" }, link), ["seq"]);
+  const experts = { field: "experts-per-token", message: "must be at most the experts (--experts)" };
+  assert.deepEqual(blame(experts, new Set(["experts", "seq"])), ["experts"]);
+  assert.deepEqual(blame({ field: "heads", message: "x" }, new Set()), []);
 });

@@ -10,6 +10,14 @@ import { HF_CONFIG, matchChoice, parseBool } from "./values.js";
 export const linkConfigProblem = (text, maxChars) =>
   `refused, as the config box refuses it: ${configProblem(text, maxChars) ?? "it cannot be a config.json"}`;
 
+// The link's fields to blame for calc's refusal: the field it names if the link set it, else the link's fields
+// its message names (`?experts=8` for "experts-per-token: ... (--experts)"), else none: a refusal about a field
+// the link did not set keeps every field the link set that calc accepts. Pure (tests/js/link.test.mjs).
+export function blame(result, fromLink) {
+  if (fromLink.has(result.field)) return [result.field];
+  return flagsIn(result.message ?? "").filter((name) => fromLink.has(name));
+}
+
 export function createLink(root, config, f, notice, takeConfig) {
   const problems = [];  // [{name, message, line}]: what the link asked for that could not be used
   const say = (name, message, line = null) => problems.push({ name, message, line });
@@ -90,14 +98,12 @@ export function createLink(root, config, f, notice, takeConfig) {
     notice.dataset.kind = "link";  // it stays: the reader should see what the link lost
     notice.hidden = false;
   }
-  // calc refused a value: if the link set it, only that field falls back. Where calc names a field the link did
-  // not set, the link's fields its message names fall back (`?experts=8` for "experts-per-token: ... (--experts)"),
-  // all of the link's only where it names none; the notice says which and why. False when the link is not to blame.
+  // calc refused a value the link set, or named the link's (blame): only those fields fall back, the notice
+  // saying which and why. False when the link is not to blame: the refusal is shown beside its field.
   function refused(result) {
     const fromLink = f.state.fromLink;
-    if (!fromLink.size) return false;
-    const named = flagsIn(result.message).filter((name) => fromLink.has(name));
-    const culprits = fromLink.has(result.field) ? [result.field] : named.length ? named : [...fromLink];
+    const culprits = blame(result, fromLink);
+    if (!culprits.length) return false;
     const names = culprits.map((n) => labelOf(n) ?? n).join(", ");
     const also = culprits.includes(result.field) ? "" : `; the link's ${names} dropped`;
     say(result.field ?? culprits[0], result.message + also);
