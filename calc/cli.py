@@ -11,7 +11,7 @@ from .fields import GROUPS, Field
 from .hf import MAX_CHARS
 from .inputs import BESIDE_FIELDS, InputError, parse_inputs
 from .optimizers import OPTIMIZERS
-from .plan import fit_card, plan, plan_problem
+from .plan import fit_card, fit_problem, plan, plan_problem
 from .recipes import RECIPES
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
@@ -274,8 +274,9 @@ def validated(args: argparse.Namespace) -> tuple[dict, dict | None]:
     problem = problem or refused
     if problem:
         raise InputError(*problem)
-    if args.fit_card and inputs["shape"].moe_layers:
-        raise InputError("fit-card", "fine-tuning a mixture of experts is not modelled yet")
+    problem = args.fit_card and fit_problem(inputs["shape"])
+    if problem:
+        raise InputError(*problem)
     return inputs, beside
 
 

@@ -341,3 +341,11 @@ def plan_problem(walk: str, tune) -> tuple[str, str] | None:
     if not tune.default:
         return "finetune", "--table and --plan train every parameter with AdamW; use --fit-card"
     return None
+
+
+def fit_problem(shape: Shape) -> tuple[str, str] | None:
+    """Why --fit-card (and the page's fit list) lists nothing for this model, as (field, message), or None: the
+    fine-tunings of a mixture of experts are not modelled (calc.finetune.check)."""
+    if shape.moe_layers:
+        return "fit-card", "fine-tuning a mixture of experts is not modelled yet"
+    return None

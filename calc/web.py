@@ -11,7 +11,7 @@ from .finetune import segments as finetune_segments
 from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
 from .loops import BARE
 from .optimizers import OPTIMIZERS
-from .plan import fit_card_steps, plan_problem, plan_steps, run_to_end
+from .plan import fit_card_steps, fit_problem, plan_problem, plan_steps, run_to_end
 from .recipes import RECIPES, TABLE_ROWS
 from .units import format_gb, format_gib, format_size, params_label
 from .walk import peak
@@ -150,7 +150,8 @@ def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
 
 
 def planned_steps(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
-    """The planner's layouts ("plan", or "plan_refused" with no rows) and the fit list ("fit"), each where asked:
+    """The planner's layouts ("plan", or "plan_refused" with no rows) and the fit list ("fit", or "fit_refused"
+    with no rows), each where asked:
     a generator of calc.plan's slices that returns them."""
     shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
     result = {}
@@ -165,7 +166,11 @@ def planned_steps(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[No
         for row in result["plan"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     tune = inputs["tune"]
-    if want_fit:
+    problem = want_fit and fit_problem(shape)
+    if problem:  # the CLI's --fit-card refuses this model: the fit list says why, with no rows
+        result["fit"] = []
+        result["fit_refused"] = {"field": problem[0], "message": problem[1]}
+    elif want_fit:
         capacity, recipe = inputs["capacity"], inputs["recipe"]
         result["fit"] = yield from fit_card_steps(shape, seq, capacity, recipe, tune.optimizer, tune.paged,
                                                   par.flash, adapter_dtype=tune.adapter_dtype)

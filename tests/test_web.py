@@ -6,6 +6,7 @@ import sys
 
 import calc
 from calc import web
+from calc.cli import main
 from conftest import ROOT
 
 
@@ -219,3 +220,13 @@ def test_a_measured_band_speaks_for_the_setting_its_steps_ran():
         eager = json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))["eager"]
         assert eager["setting"] == deck.setting_of(command), command
         assert eager["setting"] in deck.eager_bands()[eager["band"]]["settings"]
+
+
+def test_the_fit_list_of_a_mixture_of_experts_is_refused_as_the_cli_refuses_it(capsys):
+    """The page's fit list for Mixtral: no rows and the CLI's --fit-card reason (M3), not an empty list."""
+    got = call(inputs={"preset": "mixtral-8x7b"}, sweep=False, numbers=False, fit=True)
+    assert got["fit"] == [] and got["fit_refused"]["field"] == "fit-card"
+    assert main(["--preset", "mixtral-8x7b", "--fit-card"]) == 2
+    assert capsys.readouterr().err == f"error: --fit-card: {got['fit_refused']['message']}\n"
+    dense = call(inputs={"preset": "mistral-7b", "seq": "512"}, sweep=False, numbers=False, fit=True)
+    assert "fit_refused" not in dense

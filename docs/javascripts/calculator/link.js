@@ -1,7 +1,8 @@
 // The address and the form: a link's settings into the fields (each value that cannot be used named in a
 // notice, only its field falling back), and the address rewritten for the numbers on show.
 import { configProblem } from "./config-paste.js";
-import { flagsIn, quote, withLabels } from "./format.js";
+import { flagsIn, quote } from "./format.js";
+import { pageWords } from "./messages.js";
 import { linkQuery, readLink } from "./url.js";
 import { HF_CONFIG, matchChoice, parseBool } from "./values.js";
 
@@ -91,7 +92,7 @@ export function createLink(root, config, f, notice, takeConfig) {
     for (const { name, message, line } of problems) {
       const li = document.createElement("li");
       li.dataset.linkProblem = name;
-      li.textContent = line ?? `${labelOf(name) ?? name}: ${withLabels(message, labelOf)}.`;
+      li.textContent = line ?? `${labelOf(name) ?? name}: ${pageWords(message, labelOf)}.`;
       list.appendChild(li);
     }
     notice.replaceChildren(intro, list);
@@ -121,7 +122,7 @@ export function createLink(root, config, f, notice, takeConfig) {
     f.state.extras.delete(name);
     f.state.overrides.delete(name);
     say(name, result.message, `${name} ${quote(value)} from the link no longer applies and was dropped ` +
-      `(${withLabels(result.message, labelOf)}).`);
+      `(${pageWords(result.message, labelOf)}).`);
     showNotice();
     return true;
   }

@@ -4,9 +4,8 @@
 // (embedded by hooks/placeholders.py, with the field names calc knows: hooks/deck.py's page_fields).
 import { createConfigBox } from "./config-box.js";
 import { createForm } from "./form.js";
-import { withLabels } from "./format.js";
 import { createLink } from "./link.js";
-import { createMessages, seqResetNote } from "./messages.js";
+import { createMessages, pageWords, seqResetNote } from "./messages.js";
 import { createPlanner } from "./planner.js";
 import { HF_CONFIG } from "./values.js";
 import { createView } from "./view.js";
@@ -71,7 +70,7 @@ function mount(root) {
     if (!result.ok && (link.refused(result) || link.dropped(result))) { update(); return; }
     f.state.fromLink.clear();
     if (!result.ok && result.field === "seq" && seqKept) {  // the typed sequence does not suit the new model
-      msg.notes.set("seq", seqResetNote(f.valueOf("seq"), withLabels(result.message, f.labelOf)));
+      msg.notes.set("seq", seqResetNote(f.valueOf("seq"), pageWords(result.message, f.labelOf)));
       seqKept = false;
       f.resetField("seq");
       update();

@@ -11,6 +11,13 @@ export const seqResetNote = (typed, reason) =>
   `Reset to the new model's own sequence length, the one field the page reset (the run's other fields, a loop ` +
   `preset's included, stay): calc refused ${typed} for it (${reason}).`;
 
+// The CLI's modes as the page calls them: its table, its planner and its fit list (hooks/calculator.html).
+const MODE_WORDS = { table: "the table", plan: "the planner", "fit-card": "“What fits on one card”" };
+// calc's message in the page's words: its modes' flags (--plan, --fit-card) by the page's names for them, its
+// fields' flags by the form's labels (withLabels). Pure (tests/js/messages.test.mjs).
+export const pageWords = (message, labelOf) =>
+  withLabels(String(message).replace(/--(table|plan|fit-card)\b(?!-)/g, (_, mode) => MODE_WORDS[mode]), labelOf);
+
 export function createMessages(root, config, f) {
   const status = root.querySelector("[data-calc-status]");
   const notice = root.querySelector("[data-calc-notice]");
@@ -32,7 +39,7 @@ export function createMessages(root, config, f) {
   function showError(name, message) {
     const inConfig = f.hfMode() && f.isShape(name) && !f.state.overrides.has(name);
     const at = inConfig ? HF_CONFIG : name;
-    const said = withLabels(message, labelOf);
+    const said = pageWords(message, labelOf);
     const slot = root.querySelector(`[data-error-for="${CSS.escape(at ?? "")}"]`);
     if (!slot) {
       notice.textContent = `The calculator could not use these inputs: ${name && labelOf(name) ? `${labelOf(name)}: ` : ""}${said}`;

@@ -1,6 +1,7 @@
 // The planner and "What fits on one card": asked of the page's one worker (as its least urgent kind of
 // question, so a reader's change always goes first) once the reader pauses; Load puts a row in the form.
-import { capacityText, formatInt, withLabels } from "./format.js";
+import { capacityText, formatInt } from "./format.js";
+import { pageWords } from "./messages.js";
 import { drawFit, drawPlan, rove, roveWithArrows } from "./tables.js";
 import { loadFields, planQuestion } from "./values.js";
 
@@ -71,14 +72,16 @@ export function createPlanner(root, config, f, { ask, update }) {
     const run = result.config;  // the run the rows are for (calc.web.plan_only)
     // Inputs the CLI's --plan refuses (another walk, optimizer or fine-tuning): calc's reason, and no rows.
     const refused = result.plan_refused;
-    const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${withLabels(refused.message, f.labelOf)}.`;
+    const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${pageWords(refused.message, f.labelOf)}.`;
     if (refused) drawPlan(planner.body, [], 0, reason);
     else drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
-    drawFit(fitView.body, result.fit, run.shape.experts > 0, live);
+    // A model the CLI's --fit-card refuses (a mixture of experts): calc's reason, the list not computed.
+    const fitReason = result.fit_refused && `Not computed: ${pageWords(result.fit_refused.message, f.labelOf)}.`;
+    drawFit(fitView.body, result.fit, fitReason || "Nothing fits one card.", live);
     fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `on one ${capacityText(result.capacity)} device.`;
-    fitView.status.textContent = `${result.fit.length} fine-tuning${result.fit.length === 1 ? "" : "s"} fit ` +
-      "(computed in your browser).";
+    fitView.status.textContent = fitReason || `${result.fit.length} fine-tuning${result.fit.length === 1 ? "" : "s"} ` +
+      "fit (computed in your browser).";
     setLoadButtons();
     planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
@@ -98,7 +101,7 @@ export function createPlanner(root, config, f, { ask, update }) {
     delete planner.root.dataset.planBusy;
     if (result.superseded || key !== question()) return;  // the form moved on; a newer plan is scheduled
     if (!result.ok) {
-      state("error", `The planner needs valid inputs (${withLabels(result.message, f.labelOf)}).`);
+      state("error", `The planner needs valid inputs (${pageWords(result.message, f.labelOf)}).`);
       return;
     }
     planner.shown = key;

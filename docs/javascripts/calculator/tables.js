@@ -66,10 +66,11 @@ export function roveWithArrows(body, selector) {
   });
 }
 
-// "What fits on one card": calc's fine-tunings that fit one device, cheapest first (calc.plan.fit_card).
+// "What fits on one card": calc's fine-tunings that fit one device, cheapest first (calc.plan.fit_card); `none`
+// is said where there is no row.
 const fitLabel = (row) => `Load ${row.finetune}${row.rank ? ` rank ${row.rank} on ${row.targets.join(",")}` : ""}, ` +
   `${recomputeText(row.recompute)}, micro-batch ${row.micro_batch}, on one device`;
-export function drawFit(body, fit, moe, live) {
+export function drawFit(body, fit, none, live) {
   drawLoadTable(body, "fit", fit, (row) => ({
     data: {
       finetune: row.finetune, rank: row.rank, targets: row.targets.join(","), recompute: row.recompute,
@@ -78,5 +79,5 @@ export function drawFit(body, fit, moe, live) {
     cells: [row.finetune, row.rank || "", row.targets.join(","), row.recompute, row.micro_batch,
       formatInt(row.trainable_params), sizeText(row.peak), row.display.extra_compute],
     label: fitLabel(row),
-  }), moe ? "A mixture of experts is not modelled here." : "Nothing fits one card.", !live);
+  }), none, !live);
 }
