@@ -25,7 +25,7 @@ MAX_BYTES = 2**53 - 1
 
 # ASCII digits only, optionally signed (a sign gets its own message below), with thousands separators.
 WHOLE = re.compile(r"[+-]?(?:[0-9]+|[0-9]{1,3}(?:[,_][0-9]{3})+)")
-DECIMAL_GB = re.compile(r"[0-9]+(?:\.[0-9]{1,3})?")
+CAPACITY_DECIMALS = 3  # a capacity in GB to the MB: 94.5, 0.512
 DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]{1,2})?")
 # Python refuses int() of more than 4,300 digits (sys.set_int_max_str_digits): count them first.
 MAX_DIGITS = 30
@@ -161,6 +161,15 @@ def quote(raw: object) -> str:
     return f"{text[:MAX_QUOTE]!r}... ({len(text):,} characters)"
 
 
+def plain_number(text: str, decimals: int = 0) -> str | None:
+    """The one form of every number field (WHOLE: a sign, "1,000" or "1_000"), with up to `decimals` decimals,
+    as plain digits ("+1,000.5" -> "1000.5", a minus kept), or None where the text is not one."""
+    whole, dot, frac = text.partition(".")
+    if not WHOLE.fullmatch(whole) or (dot and not (0 < len(frac) <= decimals and frac.isascii() and frac.isdigit())):
+        return None
+    return whole.lstrip("+").replace(",", "").replace("_", "") + dot + frac
+
+
 def _int(field: str, raw: object, largest: int, smallest: int = 1) -> int:
     if isinstance(raw, bool):
         raise InputError(field, f"must be a whole number, got {raw!r}")
@@ -168,12 +177,13 @@ def _int(field: str, raw: object, largest: int, smallest: int = 1) -> int:
         value = raw
     else:
         text = str(raw).strip()
-        if not WHOLE.fullmatch(text):
+        plain = plain_number(text)
+        if plain is None:
             raise InputError(field, f"must be a whole number, got {quote(text)}")
-        digits = text.lstrip("+-").replace(",", "").replace("_", "").lstrip("0")
+        digits = plain.lstrip("-").lstrip("0")
         if len(digits) > MAX_DIGITS:  # before int(): no ValueError from Python's digit limit
             raise InputError(field, f"must be at most {largest:,}, got a number of {len(digits):,} digits")
-        value = int(text.replace(",", "").replace("_", ""))
+        value = int(plain)
     if value < smallest:
         raise InputError(field, f"must be at least {smallest}, got {value}")
     if value > largest:
@@ -222,13 +232,15 @@ def _base(given: Mapping[str, object]) -> Shape:
 
 
 def _capacity(raw: object) -> int:
-    """Device capacity in GB (10^9 bytes), up to three decimals, as exact bytes. Anything else (a sign, 0,
-    a fourth decimal, over 100,000 GB) gets the one message CAPACITY_MESSAGE."""
+    """Device capacity in GB (10^9 bytes), written as every number field is (plain_number: "1,000", "+8") with
+    up to three decimals, as exact bytes. Anything else (a minus, 0, a fourth decimal, over 100,000 GB) gets the
+    one message CAPACITY_MESSAGE."""
     text = str(raw).strip()
-    whole, _, frac = text.partition(".")
-    if not DECIMAL_GB.fullmatch(text) or len(whole.lstrip("0")) > MAX_DIGITS:
+    plain = plain_number(text, CAPACITY_DECIMALS) or "-"
+    whole, _, frac = plain.partition(".")
+    if plain.startswith("-") or len(whole.lstrip("0")) > MAX_DIGITS:
         raise InputError("capacity-gb", f"{CAPACITY_MESSAGE}, got {quote(text)}")
-    capacity = int(whole) * GB + int(frac.ljust(3, "0")) * GB // 1000
+    capacity = int(whole) * GB + int(frac.ljust(CAPACITY_DECIMALS, "0")) * GB // 10**CAPACITY_DECIMALS
     if not 0 < capacity <= MAX_CAPACITY_GB * GB:
         raise InputError("capacity-gb", f"{CAPACITY_MESSAGE}, got {quote(text)}")
     return capacity

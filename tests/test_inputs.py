@@ -139,3 +139,16 @@ def test_the_eager_walks_attention_follows_a_family_that_runs_eager_only(preset)
     assert got["ok"] and got["step"]["peak"] == json.loads(out)["peak"]
     assert got["step"]["config"]["attention"] == "eager"
     assert run([*flags, "--attention", "sdpa"])[0] == 2
+
+
+@pytest.mark.parametrize(
+    "value, gb", [("1,000", "1000"), ("1_000", "1000"), ("+8", "8"), ("94.5", "94.5"), ("0.512", "0.512")]
+)
+def test_a_capacity_is_written_as_every_number_field_is(value, gb):
+    """Capacity takes what Sequence takes (a "+", thousands separators) and its three decimals, in the CLI and
+    on the page alike (minor 9): the same bytes as the plain number."""
+    for mode in ("--plan", "--fit-card"):
+        rc, out, err = run([mode, "--seq", "512", "--json", f"--capacity-gb={value}"])
+        assert rc == 0 and out == run([mode, "--seq", "512", "--json", f"--capacity-gb={gb}"])[1], err
+    assert page({"capacity-gb": value})["capacity"] == page({"capacity-gb": gb})["capacity"]
+    assert parse_inputs({"seq": value.replace(".", "")})["seq"] == int(gb.replace(".", ""))

@@ -1,6 +1,6 @@
 // What the calculator says beside its fields: calc's errors (named by the form's labels), the hints of empty
 // fields, the status line and the loading bar.
-import { formatInt, receivedText, withLabels } from "./format.js";
+import { capacityText, formatInt, receivedText, withLabels } from "./format.js";
 import { HF_CONFIG } from "./values.js";
 
 // The note beside the sequence when a new model (another preset, or "Clear, back to the presets") refused the
@@ -58,6 +58,7 @@ export function createMessages(root, config, f) {
     if (f.isShape(name) && f.hfMode()) return "the config's value";
     if (f.isShape(name)) return `the preset's ${formatInt(f.presets.get(f.valueOf("preset"))[name])}`;
     if (name === "seq") return `the model's default, ${formatInt(answer.step.config.seq)}`;
+    if (name === "capacity-gb") return `the default, ${capacityText(answer.capacity)}`;  // calc's own bytes
     return `the default, ${config.defaults[name]}`;
   }
   function showHints(answer) {
