@@ -47,8 +47,8 @@ export function createPlanner(root, config, f, { ask, update }) {
   function setLoadButtons() {
     rove(fitView.body, "[data-fit-use]");
     rove(planner.body, "[data-plan-use]");
-    for (const button of fitView.body.querySelectorAll("[data-fit-use]")) button.disabled = !live;
     const current = question() === planner.shown;  // rows for other settings would overwrite the reader's
+    for (const button of fitView.body.querySelectorAll("[data-fit-use]")) button.disabled = !live || !current;
     for (const button of planner.body.querySelectorAll("[data-plan-use]")) {
       button.disabled = !live || !current;
       if (!live) button.setAttribute("aria-describedby", "calc-plan-load-note");
@@ -60,6 +60,7 @@ export function createPlanner(root, config, f, { ask, update }) {
     clearTimeout(planner.timer);
     markLoaded();
     if (question() === planner.shown) {  // back to the rows on show: their status again, whatever was said since
+      setLoadButtons();
       if (planner.root.dataset.planState !== "ready") state("ready", planner.readyMessage);
       return;
     }
@@ -121,11 +122,11 @@ export function createPlanner(root, config, f, { ask, update }) {
   const fromRow = (tr, names) => Object.fromEntries(names.map(([name, key]) => [name, tr.dataset[datasetKey(key.replace(/_/g, "-"))]]));
   planner.body.addEventListener("click", (event) => {
     const button = event.target.closest("[data-plan-use]");
-    if (button && !button.disabled) load(fromRow(button.closest("tr"), layout.map((n) => [n, n])));
+    if (button && !button.disabled && question() === planner.shown) load(fromRow(button.closest("tr"), layout.map((n) => [n, n])));
   });
   fitView.body.addEventListener("click", (event) => {
     const button = event.target.closest("[data-fit-use]");
-    if (!button || button.disabled) return;
+    if (!button || button.disabled || question() !== planner.shown) return;
     const values = fromRow(button.closest("tr"), Object.entries(fitFields));
     // A row's field that is empty (Python's None) or does not apply to its own fine-tuning (a full row's rank 0
     // and no targets) is not the row's to set: it goes back to its default, so LoRA chosen later starts there.
@@ -142,7 +143,8 @@ export function createPlanner(root, config, f, { ask, update }) {
       state("pending", `The layouts below are for the default settings; planning for ${whose} once the live calculator starts…`);
     } else if (planner.root.dataset.planState !== "ready") state("ready", planner.readyMessage);
   }
-  f.form.addEventListener("input", () => queueMicrotask(() => waitForLive("yours")));  // once the form has followed
+  // Once the form has followed: rows for the settings before the edit cannot be loaded until they are current.
+  f.form.addEventListener("input", () => queueMicrotask(() => { setLoadButtons(); waitForLive("yours"); }));
   roveWithArrows(planner.body, "[data-plan-use]");
   roveWithArrows(fitView.body, "[data-fit-use]");
 
