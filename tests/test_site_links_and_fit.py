@@ -10,8 +10,8 @@ from urllib.parse import quote as url_quote
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import LIVE_TIMEOUT_MS
-from test_site_second_pass import PEAK, paste, query_of, settle
+from site_fixtures import AWAIT_DRAWN, LIVE_TIMEOUT_MS
+from test_site_second_pass import PEAK, WATCH, paste, query_of, settle
 
 from conftest import cli_json
 
@@ -92,4 +92,24 @@ def test_capacity_reads_as_the_other_number_fields_and_says_what_empty_means(ope
     page.wait_for_selector("[data-fit-caption]:has-text('on one 1,000 GB device')", timeout=LIVE_TIMEOUT_MS)
     change(page, "capacity-gb", "")
     assert page.text_content('[data-hint-for="capacity-gb"]') == "Empty: uses the default, 80 GB."
+    assert recorder.errors == []
+
+
+def test_a_links_settings_with_no_field_here_can_be_cleared_from_the_keyboard(open_page):
+    """`?walk=eager&seq=1024` (minor 5): a line names walk "eager" with a button; Enter on it clears the walk from
+    the inputs and the address, the line saying so with the focus, and the page answers the deck walk; seq stays."""
+    page, recorder = open_page("?walk=eager&seq=1024")
+    settle(page)
+    line = page.locator("[data-link-extras]")
+    assert "walk “eager”" in line.text_content() and line.is_visible()
+    assert page.evaluate(PEAK) == cli_json(["--walk", "eager", "--seq", "1024"])["peak"]
+    page.evaluate(WATCH)
+    line.locator("button").focus()
+    page.keyboard.press("Enter")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert line.text_content().startswith("Cleared the link's walk “eager”")
+    assert page.evaluate("() => document.activeElement.dataset.linkExtras") == ""
+    settle(page)
+    assert "walk" not in query_of(page) and query_of(page)["seq"] == ["1024"]
+    assert page.evaluate(PEAK) == cli_json(["--seq", "1024"])["peak"]
     assert recorder.errors == []

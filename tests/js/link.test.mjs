@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { blame, linkConfigProblem } from "../../docs/javascripts/calculator/link.js";
+import { blame, extrasText, linkConfigProblem } from "../../docs/javascripts/calculator/link.js";
 
 test("a link's config nested too deep says so, as the config box does (issue 20, minor b)", () => {
   const deep = "[".repeat(5000) + "]".repeat(5000);
@@ -21,4 +21,9 @@ test("a refusal about a field the link did not set blames none of the link's fie
   const experts = { field: "experts-per-token", message: "must be at most the experts (--experts)" };
   assert.deepEqual(blame(experts, new Set(["experts", "seq"])), ["experts"]);
   assert.deepEqual(blame({ field: "heads", message: "x" }, new Set()), []);
+});
+
+test("the link's settings with no field here are named with their values (minor 5)", () => {
+  const line = extrasText(new Map([["walk", "eager"], ["card", "h200"]]));
+  assert.match(line, /^This link also sets walk “eager”, card “h200”, which no field here shows; they stay/);
 });

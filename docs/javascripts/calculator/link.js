@@ -19,7 +19,13 @@ export function blame(result, fromLink) {
   return flagsIn(result.message ?? "").filter((name) => fromLink.has(name));
 }
 
-export function createLink(root, config, f, notice, takeConfig) {
+// The line of the link's settings that have no field here (walk, experts, sliding-window, card): `walk “eager”,
+// card “h200”`. Pure (tests/js/link.test.mjs).
+export const extrasText = (extras) =>
+  `This link also sets ${[...extras].map(([name, value]) => `${name} ${quote(value)}`).join(", ")}, which ` +
+  "no field here shows; they stay through every other choice until cleared. ";
+
+export function createLink(root, config, f, notice, takeConfig, changed = () => {}) {
   const problems = [];  // [{name, message, line}]: what the link asked for that could not be used
   const say = (name, message, line = null) => problems.push({ name, message, line });
 
@@ -85,6 +91,7 @@ export function createLink(root, config, f, notice, takeConfig) {
   }
   const labelOf = (name) => f.labelOf(name);
   function showNotice() {
+    showExtras();
     if (!problems.length) return;
     const intro = document.createElement("span");
     intro.textContent = "Some of this link's settings could not be used as given; the rest apply. Fields named here show their defaults unless the line says otherwise:";
@@ -98,6 +105,38 @@ export function createLink(root, config, f, notice, takeConfig) {
     notice.replaceChildren(intro, list);
     notice.dataset.kind = "link";  // it stays: the reader should see what the link lost
     notice.hidden = false;
+  }
+  // The link's settings with no field here, in a line under the notice with the one way to take them back off
+  // the page (minor 5): a button that clears them all, the line then saying what was cleared (and holding the
+  // focus the button had). No line where the link set none.
+  const extrasLine = document.createElement("p");
+  extrasLine.className = "calc-link-extras";
+  extrasLine.dataset.linkExtras = "";
+  extrasLine.hidden = true;
+  notice.after(extrasLine);
+  function showExtras() {
+    if (!f.state.extras.size) {
+      if (!extrasLine.dataset.cleared) extrasLine.hidden = true;
+      return;
+    }
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "md-button";
+    button.textContent = "Clear the link's other settings";
+    button.addEventListener("click", clearExtras);
+    delete extrasLine.dataset.cleared;
+    extrasLine.replaceChildren(extrasText(f.state.extras), button);
+    extrasLine.hidden = false;
+  }
+  function clearExtras() {
+    const cleared = [...f.state.extras].map(([name, value]) => `${name} ${quote(value)}`).join(", ");
+    for (const name of f.state.extras.keys()) { f.state.overrides.delete(name); f.state.fromLink.delete(name); }
+    f.state.extras.clear();
+    extrasLine.dataset.cleared = "true";
+    extrasLine.tabIndex = -1;
+    extrasLine.textContent = `Cleared the link's ${cleared}: the page's own fields apply.`;
+    extrasLine.focus();
+    changed();
   }
   // calc refused a value the link set, or named the link's (blame): only those fields fall back, the notice
   // saying which and why. False when the link is not to blame: the refusal is shown beside its field.
@@ -137,5 +176,5 @@ export function createLink(root, config, f, notice, takeConfig) {
     const url = `${location.pathname}${query ? `?${query}` : ""}${hash}`;
     if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(history.state, "", url);
   }
-  return { read, write, refused, dropped, problems };
+  return { read, write, refused, dropped, problems, showExtras };
 }

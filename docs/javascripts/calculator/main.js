@@ -29,7 +29,7 @@ function mount(root) {
   let seqKept = false;  // a typed sequence was kept for a new model (calc may refuse it for that model)
   const planner = createPlanner(root, config, f, { ask: (kind, request) => ask(kind, request), update: () => update() });
   const box = createConfigBox(root, config, f, msg);
-  const link = createLink(root, config, f, msg.notice, box.take);
+  const link = createLink(root, config, f, msg.notice, box.take, () => update());
 
   // "calc:live": the worker's first answer drawn (the benchmark's time to live); "calc:ready": its sweep too.
   function markLive() {
@@ -121,6 +121,7 @@ function mount(root) {
     } else {
       if (name === "finetune") f.showApplicable();
       f.touched(name);
+      link.showExtras();  // a capacity typed replaces the link's card
     }
     if (!ask) {  // not live yet: the change waits, and the page says so
       pendingNote.textContent = "Your changes will apply once the live calculator has started; until then the numbers below are for the default settings.";
