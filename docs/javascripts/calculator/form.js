@@ -125,14 +125,18 @@ export function createForm(root, config) {
     newModel();
     showHfStatus();
   }
-  // Back to a preset: the config is forgotten.
-  function leaveHf(preset = hf.lastPreset ?? config.defaults.preset) {
+  // The config forgotten: its text, its list entry's label, the entry itself.
+  function forgetHf() {
     hf.text = "";
     hf.ownLabel = null;
     hf.labelIsOwn = false;
     hf.option.disabled = true;
     hf.option.hidden = true;
     hf.option.textContent = "your config.json";
+  }
+  // Back to a preset: the config is forgotten.
+  function leaveHf(preset = hf.lastPreset ?? config.defaults.preset) {
+    forgetHf();
     field(HF_CONFIG).value = "";
     setField("preset", preset);
     newModel();
@@ -141,12 +145,7 @@ export function createForm(root, config) {
   }
   // The box emptied while a preset is in use: the config is forgotten, the preset and its fields stay.
   function dropHf() {
-    hf.text = "";
-    hf.ownLabel = null;
-    hf.labelIsOwn = false;
-    hf.option.disabled = true;
-    hf.option.hidden = true;
-    hf.option.textContent = "your config.json";
+    forgetHf();
     showHfStatus();
   }
   function choosePreset(name) {
