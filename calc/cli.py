@@ -274,7 +274,7 @@ def validated(args: argparse.Namespace) -> tuple[dict, dict | None]:
     problem = problem or refused
     if problem:
         raise InputError(*problem)
-    problem = args.fit_card and fit_problem(inputs["shape"])
+    problem = args.fit_card and fit_problem(inputs["shape"], inputs["walk"])
     if problem:
         raise InputError(*problem)
     return inputs, beside

@@ -343,9 +343,12 @@ def plan_problem(walk: str, tune) -> tuple[str, str] | None:
     return None
 
 
-def fit_problem(shape: Shape) -> tuple[str, str] | None:
+def fit_problem(shape: Shape, walk: str = "deck") -> tuple[str, str] | None:
     """Why --fit-card (and the page's fit list) lists nothing for this model, as (field, message), or None: the
-    fine-tunings of a mixture of experts are not modelled (calc.finetune.check)."""
+    fine-tunings of a mixture of experts are not modelled (calc.finetune.check), and its rows are the deck
+    walk's peaks, so a run on another walk would load a row whose peak is not the one it shows (as plan_problem)."""
+    if walk != "deck":
+        return "walk", f"{walk} walks one step; --fit-card uses the deck walk"
     if shape.moe_layers:
         return "fit-card", "fine-tuning a mixture of experts is not modelled yet"
     return None

@@ -166,7 +166,7 @@ def planned_steps(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[No
         for row in result["plan"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     tune = inputs["tune"]
-    problem = want_fit and fit_problem(shape)
+    problem = want_fit and fit_problem(shape, inputs["walk"])
     if problem:  # the CLI's --fit-card refuses this model: the fit list says why, with no rows
         result["fit"] = []
         result["fit_refused"] = {"field": problem[0], "message": problem[1]}

@@ -54,6 +54,17 @@ def test_a_mixture_of_experts_fit_list_says_it_is_not_computed_and_why(open_page
     assert recorder.errors == []
 
 
+def test_the_fit_list_on_a_links_eager_walk_is_not_computed(open_page):
+    """`?walk=eager` (a second reviewer's major): the fit list's rows are deck-walk peaks, so a Load would show
+    another peak than its row's: it says why it is empty, naming the walk, as the planner does; no Load button."""
+    page, recorder = open_page("?preset=llama-3.1-8b&seq=2048&walk=eager")
+    page.wait_for_function(FIT_LIVE, timeout=LIVE_TIMEOUT_MS)
+    said = "Not computed: walk: eager walks one step; “What fits on one card” uses the deck walk."
+    assert page.text_content(FIT_STATUS) == said
+    assert page.locator("[data-fit] button").count() == 0
+    assert recorder.errors == []
+
+
 NAN_CONFIG = json.dumps({"model_type": "llama", "hidden_size": 4096}).replace("4096", "NaN")
 
 

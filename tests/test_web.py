@@ -230,3 +230,15 @@ def test_the_fit_list_of_a_mixture_of_experts_is_refused_as_the_cli_refuses_it(c
     assert capsys.readouterr().err == f"error: --fit-card: {got['fit_refused']['message']}\n"
     dense = call(inputs={"preset": "mistral-7b", "seq": "512"}, sweep=False, numbers=False, fit=True)
     assert "fit_refused" not in dense
+
+
+def test_the_fit_list_on_the_eager_walk_is_refused_as_the_planner_is():
+    """Its rows are the deck walk's peaks: on a link's walk=eager (or a loop's) a Load would show another peak
+    than its row's, so the list says why it is empty, naming the walk, as the planner does."""
+    for inputs in ({"preset": "llama-3.1-8b", "seq": "2048", "walk": "eager"},
+                   {"preset": "llama-3.1-8b", "seq": "2048", "walk": "eager", "loop": "sft"}):  # fmt: skip
+        got = call(inputs=inputs, sweep=False, numbers=False, fit=True, plan=True)
+        assert got["fit"] == [] and got["fit_refused"]["field"] == "walk" == got["plan_refused"]["field"]
+        assert "deck walk" in got["fit_refused"]["message"]
+    deck = call(inputs={"preset": "llama-3.1-8b", "seq": "2048", "loop": "sft"}, sweep=False, numbers=False, fit=True)
+    assert "fit_refused" not in deck and deck["fit"]

@@ -76,8 +76,11 @@ export function createPlanner(root, config, f, { ask, update }) {
     const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${pageWords(refused.message, f.labelOf)}.`;
     if (refused) drawPlan(planner.body, [], 0, reason);
     else drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
-    // A model the CLI's --fit-card refuses (a mixture of experts): calc's reason, the list not computed.
-    const fitReason = result.fit_refused && `Not computed: ${pageWords(result.fit_refused.message, f.labelOf)}.`;
+    // Inputs the CLI's --fit-card refuses (a mixture of experts; another walk than the deck's, whose peaks its
+    // rows are): calc's reason, naming its field as the planner does, the list not computed.
+    const fitRefused = result.fit_refused;
+    const fitField = fitRefused && fitRefused.field !== "fit-card" ? `${f.labelOf(fitRefused.field) ?? fitRefused.field}: ` : "";
+    const fitReason = fitRefused && `Not computed: ${fitField}${pageWords(fitRefused.message, f.labelOf)}.`;
     drawFit(fitView.body, result.fit, fitReason || "Nothing fits one card.", live);
     fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `on one ${capacityText(result.capacity)} device.`;
