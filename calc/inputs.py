@@ -170,6 +170,23 @@ def plain_number(text: str, decimals: int = 0) -> str | None:
     return whole.lstrip("+").replace(",", "").replace("_", "") + dot + frac
 
 
+def canonical_numbers(raw: Mapping[str, object]) -> dict[str, str]:
+    """The number fields of accepted inputs as calc read them, where the text was another form of the number
+    ("1,000" or "1_000" -> "1000", "+8" -> "8", a capacity "94.50" -> "94.5"): the page's address carries these,
+    so a link reopens the same answer in calc's one form. A text that is no number (a preset, a choice) is left."""
+    out = {}
+    for field, value in raw.items():
+        decimals = CAPACITY_DECIMALS if field == "capacity-gb" else 0
+        plain = isinstance(value, str) and plain_number(value.strip(), decimals)
+        if not plain:
+            continue
+        whole, _, frac = plain.partition(".")
+        number = str(int(whole)) + (f".{frac.rstrip('0')}" if frac.rstrip("0") else "")
+        if number != value:
+            out[field] = number
+    return out
+
+
 def _int(field: str, raw: object, largest: int, smallest: int = 1) -> int:
     if isinstance(raw, bool):
         raise InputError(field, f"must be a whole number, got {raw!r}")

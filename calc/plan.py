@@ -335,11 +335,16 @@ def fit_card_steps(
 
 def plan_problem(walk: str, tune) -> tuple[str, str] | None:
     """Why --table and --plan (and the page's planner) refuse these inputs, as (field, message), or None:
-    they walk the deck's step, training every parameter with AdamW."""
+    they walk the deck's step, training every parameter with AdamW on the device. The field is the one that
+    leaves that step (a fine-tuning, else another optimizer, else a paged one), so the page names its own."""
     if walk != "deck":
         return "walk", f"{walk} walks one step; --table and --plan use the deck walk"
-    if not tune.default:
+    if tune.mode != "full":
         return "finetune", "--table and --plan train every parameter with AdamW; use --fit-card"
+    if tune.optimizer != "adamw":
+        return "optimizer", f"--table and --plan train every parameter with AdamW, not {tune.optimizer}; use --fit-card"
+    if tune.paged:
+        return "paged-optimizer", "--table and --plan keep AdamW's state on the device, not paged; use --fit-card"
     return None
 
 

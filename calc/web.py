@@ -8,7 +8,15 @@ from collections.abc import Generator
 
 from .api import eager_peak, step, sweep, table
 from .finetune import segments as finetune_segments
-from .inputs import MAX_BYTES, InputError, eager_problem, eager_tuning_problem, parse_inputs, size_bound
+from .inputs import (
+    MAX_BYTES,
+    InputError,
+    canonical_numbers,
+    eager_problem,
+    eager_tuning_problem,
+    parse_inputs,
+    size_bound,
+)
 from .loops import BARE
 from .optimizers import OPTIMIZERS
 from .plan import fit_card_steps, fit_problem, plan_problem, plan_steps, run_to_end
@@ -104,8 +112,8 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
     shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
     if inputs["walk"] == "eager" and shape.layers > PAGE_EAGER_LAYERS:
         raise InputError("layers", f"the page walks the eager step event by event for at most {PAGE_EAGER_LAYERS:,} "
-                         "layers (the list would not fit the browser): use the deck walk here, or the CLI's "
-                         "--walk eager")  # fmt: skip
+                         "layers (the list would not fit the browser): clear the link's walk (“Clear the link's other "
+                         "settings”) for the deck walk, or run the CLI's --walk eager")  # fmt: skip
     accum = inputs["grad_accum"]
     rows = table(shape, seq, b, par, accum)
     for row in rows:
@@ -256,6 +264,8 @@ def answer_steps(request: str) -> Generator[None, None, str]:
         if payload.get("numbers", True) is False and (payload.get("plan", False) or payload.get("fit", False)):
             return json.dumps((yield from plan_only(inputs, payload.get("plan", False), payload.get("fit", False))))
         result = compute(inputs, payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False))
+        if canonical_numbers(raw):  # the numbers typed in another form ("1,000"), as the address writes them
+            result["canonical"] = canonical_numbers(raw)
         return json.dumps(result)
     except InputError as e:
         return json.dumps({"ok": False, "field": e.field, "message": e.message})

@@ -155,6 +155,33 @@ def test_the_plan_is_refused_where_the_cli_refuses_it():
     assert "plan_refused" not in call(sweep=False, plan=True)
 
 
+def test_the_plan_refusal_names_the_field_that_leaves_the_decks_step():
+    """Optimizer lion or sgd, a paged optimizer, a fine-tuning: the planner's refusal names that field (the page
+    then says "Optimizer", not "Trains"), and the CLI's --plan names the same flag."""
+    cases = [(["--optimizer", "lion"], {"optimizer": "lion"}, "optimizer"),
+             (["--optimizer", "sgd"], {"optimizer": "sgd"}, "optimizer"),
+             (["--paged-optimizer"], {"paged-optimizer": "true"}, "paged-optimizer"),
+             (["--finetune", "lora", "--optimizer", "sgd"], {"finetune": "lora", "optimizer": "sgd"}, "finetune")]
+    for flags, inputs, field in cases:
+        refused = call(inputs=inputs, sweep=False, plan=True)["plan_refused"]
+        cli = subprocess.run([sys.executable, "-m", "calc", *flags, "--plan"], capture_output=True, text=True, cwd=ROOT)
+        assert refused["field"] == field and cli.stderr.startswith(f"error: --{field}: "), (flags, refused, cli.stderr)
+    assert "not lion" in call(inputs={"optimizer": "lion"}, sweep=False, plan=True)["plan_refused"]["message"]
+
+
+def test_a_number_typed_in_another_form_comes_back_in_calcs_own():
+    """Sequence "1,000" or "1_000", micro-batch "+2", capacity "94.500" (issue 20's last pass, minor 1): the
+    answer gives each in the one form calc read (the address writes that), and those inputs give the same
+    answer; inputs already in that form get no such key (nor do a preset or a choice)."""
+    for seq in ("1,000", "1_000"):
+        typed = {"seq": seq, "micro-batch": "+2", "capacity-gb": "94.500", "recipe": "bf16"}
+        got = call(inputs=typed, sweep=False, plan=True)
+        assert got["canonical"] == {"seq": "1000", "micro-batch": "2", "capacity-gb": "94.5"}
+        again = call(inputs={**typed, **got["canonical"]}, sweep=False, plan=True)
+        assert "canonical" not in again and again == {k: v for k, v in got.items() if k != "canonical"}
+    assert "canonical" not in call(inputs={"preset": "gpt2", "seq": "1000", "capacity-gb": "80", "zero": "0"})
+
+
 def test_the_planner_asks_for_its_rows_alone():
     """With "numbers": false the planner's question answers its layouts and fit list, the same rows as the
     whole answer's, and the run they are for, without the step the page drew already (issue 21)."""
@@ -196,6 +223,9 @@ def test_a_deep_eager_walk_is_refused_on_the_page_naming_the_layers():
     deep = str(web.PAGE_EAGER_LAYERS + 1)
     refused = json.loads(web.handle(json.dumps({"inputs": {"layers": deep, "walk": "eager"}, "sweep": False})))
     assert refused["ok"] is False and refused["field"] == "layers" and "--walk eager" in refused["message"]
+    # the walk has no field on the page: the message names what the page offers (link.js's clear button)
+    assert "use the deck walk here" not in refused["message"]
+    assert "clear the link's walk (“Clear the link's other settings”)" in refused["message"]
     assert json.loads(web.handle(json.dumps({"inputs": {"layers": deep}, "sweep": False})))["ok"] is True
     at_most = {"layers": str(web.PAGE_EAGER_LAYERS), "hidden": "256", "heads": "4", "kv-heads": "4", "ffn": "512",
                "walk": "eager"}  # fmt: skip
