@@ -366,6 +366,31 @@ def test_the_animation_works_from_the_keyboard(open_page):
     assert recorder.errors == []
 
 
+# At the first answer for the new model ("calc:numbers", the step just drawn): whether Play still plays, where.
+AT_NEW_STEP = """() => new Promise(resolve => document.querySelector('[data-calc]').addEventListener('calc:numbers',
+    () => { const scrub = document.querySelector('[data-anim="scrub"]');
+      resolve({pressed: document.querySelector('[data-anim="play"]').getAttribute('aria-pressed'),
+               index: Number(scrub.value), last: Number(scrub.max)}); }, {once: true}))"""
+
+
+def test_a_new_model_while_playing_plays_on_from_the_same_point(open_page):
+    """Play from event 61 of LLaMA 7B's step, then choose GPT-2's shorter step (issue 20's last pass, minor 5):
+    the animation plays on from the same point of the new step (it stopped at the last event before)."""
+    page, recorder = open_page()
+    before = len(DEFAULT["step"]["events"])
+    after = len(answer_for({"preset": "gpt2"})["step"]["events"])
+    assert after - 1 < 60  # the point is past the new step's end
+    page.evaluate("""() => { const scrub = document.querySelector('[data-anim="scrub"]');
+                       scrub.value = 60; scrub.dispatchEvent(new Event('input')); }""")
+    page.click('[data-anim="play"]')
+    page.select_option('[data-calc-form] [name="preset"]', "gpt2")
+    got = page.evaluate(AT_NEW_STEP)
+    assert got["pressed"] == "true" and got["last"] == after - 1, got
+    assert round(60 * (after - 1) / (before - 1)) <= got["index"] < after - 1, got
+    page.wait_for_function(f"() => Number(document.querySelector('[data-anim=\"scrub\"]').value) > {got['index']}")
+    assert recorder.errors == []
+
+
 def test_screenshot_of_the_calculator_for_review(open_page):
     """Saves test-artifacts/calculator-light.png and calculator-dark.png."""
     ARTIFACTS.mkdir(exist_ok=True)

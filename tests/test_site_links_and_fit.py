@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 from urllib.parse import quote as url_quote
+from urllib.parse import urlparse
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import AWAIT_DRAWN, LIVE_TIMEOUT_MS
-from test_site_second_pass import PEAK, WATCH, paste, query_of, settle
+from site_fixtures import AWAIT_DRAWN, LIVE_TIMEOUT_MS, answer_for
+from test_site_second_pass import LLAMA2, PEAK, WATCH, paste, query_of, settle
 
 from conftest import cli_json
 
@@ -123,4 +124,78 @@ def test_a_links_settings_with_no_field_here_can_be_cleared_from_the_keyboard(op
     settle(page)
     assert "walk" not in query_of(page) and query_of(page)["seq"] == ["1024"]
     assert page.evaluate(PEAK) == cli_json(["--seq", "1024"])["peak"]
+    assert recorder.errors == []
+
+
+def test_a_number_typed_with_separators_is_linked_as_calc_read_it(open_page):
+    """Sequence typed "1,000", then "1_000" (issue 20's last pass, minor 1): the address carries 1000, calc's one
+    form, not `1%2C000`; reopened, the link gives the same peak, its field showing 1000."""
+    page, recorder = open_page()
+    settle(page)
+    for typed in ("1,000", "1_000"):
+        change(page, "seq", typed)
+        settle(page)
+        assert query_of(page)["seq"] == ["1000"] and "%2C" not in page.url, page.url
+    peak = page.evaluate(PEAK)
+    again, _ = open_page(f"?{urlparse(page.url).query}")
+    settle(again)
+    assert again.input_value('[name="seq"]') == "1000" and again.evaluate(PEAK) == peak
+    assert peak == cli_json(["--seq", "1000"])["peak"]
+    assert recorder.errors == []
+
+
+def test_the_planners_refusal_names_the_optimizer_field(open_page):
+    """Optimizer lion (issue 20's last pass, minor 2): the planner's reason names the field that causes it,
+    Optimizer, not Trains."""
+    page, recorder = open_page("?optimizer=lion")
+    page.wait_for_selector("[data-planner][data-plan-state=ready][data-plan-source=live]", timeout=LIVE_TIMEOUT_MS)
+    assert page.text_content("[data-plan-status]") == (
+        "No layouts: Optimizer: the table and the planner train every parameter with AdamW, not lion; use "
+        "“What fits on one card”.")
+    assert recorder.errors == []
+
+
+DEEP_LLAMA = json.dumps({**json.loads(LLAMA2), "num_hidden_layers": 300})
+
+
+def test_a_deep_config_on_a_links_eager_walk_says_what_the_page_offers(open_page):
+    """`?walk=eager` and a pasted config of 300 layers (issue 20's last pass, minor 3): the refusal names the
+    page's button, not a walk control the page has none of; the button clears the walk, and the deck walk
+    answers for the config."""
+    page, recorder = open_page("?walk=eager")
+    settle(page)
+    paste(page, DEEP_LLAMA)
+    error = page.locator('[data-error-for="hf-config"]')
+    page.wait_for_function("() => document.querySelector('[data-error-for=\"hf-config\"]').textContent !== ''")
+    said = error.text_content()
+    assert "“Clear the link's other settings”" in said and "use the deck walk here" not in said, said
+    page.evaluate(WATCH)
+    page.click("[data-link-extras] button")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    settle(page)
+    assert error.text_content() == "" and page.evaluate(PEAK) == answer_for({"hf-config": DEEP_LLAMA})["step"]["peak"]
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize(
+    ("query", "left"),
+    [("?preset=gpt2&walk=eager&sliding-window=4096", []),  # a setting with no field here, dropped
+     ("?walk=eager&layers=300", []),  # a line whose reason names the walk cleared
+     ("?walk=eager&lora-rank=4", ["lora-rank"])],  # a field's line, which still holds
+    ids=["dropped", "names-the-walk", "other-field"],
+)
+def test_clearing_the_links_other_settings_takes_their_notice_along(open_page, query, left):
+    """"Clear the link's other settings" (issue 20's last pass, minor 4): the notice's lines about them go, and
+    the notice with them where none is left; a line about a field of the page stays."""
+    page, recorder = open_page(query)
+    settle(page)
+    notice = page.locator("[data-calc-notice]")
+    assert notice.is_visible()
+    page.evaluate(WATCH)
+    page.click("[data-link-extras] button")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert page.text_content("[data-link-extras]").startswith("Cleared the link's walk “eager”")
+    assert notice.is_visible() == bool(left)
+    lines = "() => [...document.querySelectorAll('[data-link-problem]')].map(li => li.dataset.linkProblem)"
+    assert page.evaluate(lines) == left
     assert recorder.errors == []

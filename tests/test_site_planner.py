@@ -179,6 +179,32 @@ def test_at_390_px_the_tables_headers_are_one_line_with_no_band_under_the_captio
         assert rows["sideways"] > 0, "the table fits the phone: it need not scroll"
 
 
+# The message row's words against the viewport and its box, before and after the box scrolls sideways.
+NONE_EDGES = """() => { const box = document.querySelector('[data-fit] .calc-plan-scroll');
+    const words = document.createRange();
+    words.selectNodeContents(box.querySelector('[data-fit-none] td'));
+    const edges = () => { const w = words.getBoundingClientRect(), b = box.getBoundingClientRect();
+      return {left: w.left - b.left, right: b.right - w.right,
+              viewport: document.documentElement.clientWidth - w.right}; };
+    const before = edges();
+    box.scrollLeft = box.scrollWidth;
+    return {before, after: edges(), sideways: box.scrollLeft}; }"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_tables_one_message_wraps_within_its_box(open_page, width):
+    """`?preset=llama-3.1-8b&seq=2048&walk=eager` (issue 20's last pass, minor 6): the fit list's one cell, "Not
+    computed: walk: ...", wraps within the box and the viewport, and stays in view as the box scrolls sideways;
+    at 390 px the table still scrolls sideways."""
+    page, recorder = open_page("?preset=llama-3.1-8b&seq=2048&walk=eager", viewport={"width": width, "height": 900})
+    page.wait_for_selector("[data-fit] [data-fit-none]:has-text('Not computed: walk')", timeout=LIVE_TIMEOUT_MS)
+    edges = page.evaluate(NONE_EDGES)
+    for side in (edges["before"], edges["after"]):
+        assert min(side.values()) >= -1, edges
+    assert (edges["sideways"] > 0) == (width == 390), edges
+    assert recorder.errors == []
+
+
 # A worker that never gets ready: the page stays on its build-time rows.
 SILENT_WORKER = "onmessage = () => {};"
 

@@ -4,6 +4,12 @@ import { sizeText } from "./format.js";
 
 const PLAY_INTERVAL_MS = 80;  // one event per frame of 80 ms: a 300-event step plays in about 24 s
 
+// Where a playing animation goes on in a new step (another preset, a field changed): the same point of the
+// step, as a share of its events, so that it plays on to the new step's end (the same step: the same event).
+// Pure (tests/js/animation.test.mjs).
+export const carriedIndex = (index, before, after) =>
+  before === after || before <= 1 ? Math.min(index, after - 1) : Math.round((index * (after - 1)) / (before - 1));
+
 export function createAnimation(root, stepOf, categoryLabels) {
   const anim = {
     play: root.querySelector('[data-anim="play"]'),
@@ -11,12 +17,13 @@ export function createAnimation(root, stepOf, categoryLabels) {
     forward: root.querySelector('[data-anim="forward"]'),
     scrub: root.querySelector('[data-anim="scrub"]'),
     label: root.querySelector('[data-anim="label"]'),
-    timer: null, index: 0, moveCursor: null,
+    timer: null, index: 0, length: 0, moveCursor: null,
   };
   function show(i) {
     const step = stepOf();
     const events = step.events;
     anim.index = Math.max(0, Math.min(i, events.length - 1));
+    anim.length = events.length;
     const e = events[anim.index];
     const sign = e.bytes > 0 ? "+" : e.bytes < 0 ? "−" : "±";
     const change = `${sign}${sizeText(Math.abs(e.bytes))} ${categoryLabels[e.category]}`;
@@ -54,11 +61,11 @@ export function createAnimation(root, stepOf, categoryLabels) {
   root.querySelector("[data-anim-controls]").hidden = false;
   return {
     show,
-    // A new step: the cursor goes to its peak unless the animation is playing.
+    // A new step: the cursor goes to its peak, or, while the animation plays, it plays on from the same point
+    // of the new step (carriedIndex; clamped to its last event, it stopped there: issue 20's last pass, minor 5).
     follow(step, moveCursor) {
       anim.moveCursor = moveCursor;
-      if (!anim.timer) anim.index = step.peak_index;
-      show(Math.min(anim.index, step.events.length - 1));
+      show(anim.timer ? carriedIndex(anim.index, anim.length, step.events.length) : step.peak_index);
     },
     setCursor(moveCursor) {
       anim.moveCursor = moveCursor;

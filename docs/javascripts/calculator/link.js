@@ -19,6 +19,12 @@ export function blame(result, fromLink) {
   return flagsIn(result.message ?? "").filter((name) => fromLink.has(name));
 }
 
+// The notice's lines that still hold once the link's settings with no field here are cleared (`cleared`, their
+// names): not those about a setting with no field here (`hasField(name)` false: cleared, or dropped before),
+// nor those whose reason names a cleared one (`Layers: ... --walk eager`). Pure (tests/js/link.test.mjs).
+export const afterClearing = (problems, cleared, hasField) => problems.filter(({ name, message }) =>
+  hasField(name) && !flagsIn(message ?? "").some((flag) => cleared.has(flag)));
+
 // The line of the link's settings that have no field here (walk, experts, sliding-window, card): `walk “eager”,
 // card “h200”`. Pure (tests/js/link.test.mjs).
 export const extrasText = (extras) =>
@@ -92,7 +98,10 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
   const labelOf = (name) => f.labelOf(name);
   function showNotice() {
     showExtras();
-    if (!problems.length) return;
+    if (!problems.length) {  // none left (clearExtras): the link's notice goes
+      if (notice.dataset.kind === "link") { notice.hidden = true; notice.replaceChildren(); delete notice.dataset.kind; }
+      return;
+    }
     const intro = document.createElement("span");
     intro.textContent = "Some of this link's settings could not be used as given; the rest apply. Fields named here show their defaults unless the line says otherwise:";
     const list = document.createElement("ul");
@@ -128,13 +137,17 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     extrasLine.replaceChildren(extrasText(f.state.extras), button);
     extrasLine.hidden = false;
   }
+  // Cleared, they take the notice's lines about them along (afterClearing), and the notice where none is left.
   function clearExtras() {
     const cleared = [...f.state.extras].map(([name, value]) => `${name} ${quote(value)}`).join(", ");
+    const left = afterClearing(problems, new Set(f.state.extras.keys()), (name) => Boolean(f.field(name)));
     for (const name of f.state.extras.keys()) { f.state.overrides.delete(name); f.state.fromLink.delete(name); }
     f.state.extras.clear();
     extrasLine.dataset.cleared = "true";
     extrasLine.tabIndex = -1;
     extrasLine.textContent = `Cleared the link's ${cleared}: the page's own fields apply.`;
+    problems.splice(0, problems.length, ...left);
+    if (notice.dataset.kind === "link") showNotice();
     extrasLine.focus();
     changed();
   }
@@ -170,6 +183,11 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     const given = { ...drawn };
     // The config in calc's short form (calc.hf.compact): what calc reads of it, and a shorter link.
     if (HF_CONFIG in given && answer.hf_config) given[HF_CONFIG] = answer.hf_config;
+    // A number typed in another form ("1,000") as calc read it (calc.inputs.canonical_numbers): the link
+    // reopens the same answer.
+    for (const [name, value] of Object.entries(answer.canonical ?? {})) {
+      if (Object.hasOwn(given, name)) given[name] = value;
+    }
     const query = linkQuery(given, config.defaults);
     // A shared link opens at the calculator, not at the top of the page it lives on.
     const hash = location.hash || (query ? `#${root.id}` : "");

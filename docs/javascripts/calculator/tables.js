@@ -30,7 +30,9 @@ export function drawLoadTable(body, kind, rows, shown, none, disabled = false) {
     tr.dataset[`${kind}None`] = "";
     const td = tr.insertCell();
     td.colSpan = body.closest("table").tHead.rows[0].cells.length;
-    td.textContent = none;
+    const said = document.createElement("span");  // wraps within the box, not the table (site.css)
+    said.textContent = none;
+    td.appendChild(said);
     trs.push(tr);
   }
   body.replaceChildren(...trs);
