@@ -11,7 +11,7 @@ import pytest
 
 from calc import web
 from calc.cli import main
-from calc.inputs import CAPACITY_MESSAGE, parse_inputs
+from calc.inputs import CAPACITY_MESSAGE, canonical_numbers, parse_inputs
 
 CONFIGS = Path(__file__).resolve().parents[1] / "calc" / "configs"
 
@@ -152,3 +152,16 @@ def test_a_capacity_is_written_as_every_number_field_is(value, gb):
         assert rc == 0 and out == run([mode, "--seq", "512", "--json", f"--capacity-gb={gb}"])[1], err
     assert page({"capacity-gb": value})["capacity"] == page({"capacity-gb": gb})["capacity"]
     assert parse_inputs({"seq": value.replace(".", "")})["seq"] == int(gb.replace(".", ""))
+
+
+def test_a_number_in_another_form_is_given_back_in_calcs_one_form():
+    """canonical_numbers (issue 20's last pass, minor 1): "1,000", "1_000", "+8", "016" and a capacity "80.500" as
+    calc read them; a preset, a choice, a list or a number already in that form is left out."""
+    typed = {"seq": "1,000", "micro-batch": "+8", "layers": "1_000", "lora-rank": "016", "capacity-gb": "80.500",
+             "preset": "gpt2", "zero": "0", "capacity-factor": "1.25", "lora-targets": "q,v", "global-batch": "512"}
+    assert canonical_numbers(typed) == {"seq": "1000", "micro-batch": "8", "layers": "1000", "lora-rank": "16",
+                                        "capacity-gb": "80.5"}  # fmt: skip
+    assert canonical_numbers({"capacity-gb": "94.000"}) == {"capacity-gb": "94"}
+    for field, value in canonical_numbers(typed).items():
+        lora = {"finetune": "lora"}  # where a rank applies
+        assert parse_inputs({**lora, field: value}) == parse_inputs({**lora, field: typed[field]}), field
