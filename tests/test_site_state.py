@@ -110,3 +110,25 @@ def test_a_link_refused_on_one_setting_keeps_the_others(open_page):
     eager = "() => Number(document.querySelector('[data-out=\"eager-peak\"]').dataset.bytes)"
     assert page.evaluate(eager) == cli_json(["--walk", "eager"])["peak"]
     assert recorder.errors == []
+
+
+def test_a_sequence_not_typed_follows_learned_positions_as_the_clis_default_does(open_page):
+    """Positions set to learned (a context of 2,048 on llama-7b's shape), by the form or by a link without seq:
+    the sequence the reader never typed becomes the model's own (at most the context), as the CLI's default
+    does, with no refusal; a sequence the reader typed is kept and refused by name, as `--seq` is."""
+    page, recorder = open_page()
+    change(page, "positions", "learned")
+    settle(page)
+    assert_fine(page)
+    want = cli_json(["--positions", "learned"])
+    assert page.input_value('[name="seq"]') == str(want["config"]["seq"]) == "2048"
+    assert page.evaluate(PEAK) == want["peak"]
+    link = "?tied=true&bias=true&norm=layer&positions=learned&gated-ffn=false"
+    page, _ = open_page(link)
+    settle(page)
+    assert_fine(page)
+    flags = ["--tied", "--bias", "--norm", "layer", "--positions", "learned", "--no-gated-ffn"]
+    assert page.evaluate(PEAK) == cli_json(flags)["peak"]
+    page.fill('[data-calc-form] [name="seq"]', "4096")
+    page.wait_for_function(ERRORS.replace("filter(Boolean)", "filter(Boolean).join(' ').includes('at most the context')"))
+    assert recorder.errors == []

@@ -178,6 +178,12 @@ export function createForm(root, config) {
   // The reader changed a field: a shape field is theirs now; a sequence they typed is kept.
   function touched(name) {
     if (isShape(name)) state.overrides.add(name);
+    // Another model has its own sequence (learned positions cap it at their context, calc.inputs): one the
+    // reader did not type follows the model, as the CLI's default does.
+    if (isShape(name) && !state.seqTyped) {
+      setField("seq", "");
+      state.seqAuto = true;
+    }
     if (name === "seq") {
       state.seqAuto = false;
       state.seqTyped = valueOf("seq") !== "";

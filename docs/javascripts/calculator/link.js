@@ -86,7 +86,7 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
       f.setField("preset", preset);
       f.fillPreset(preset);
     }
-    if ((values.has("preset") || f.hfMode()) && !values.has("seq")) {
+    if (!values.has("seq")) {  // the link's model decides its own sequence (learned positions: their context)
       f.setField("seq", "");
       f.state.seqAuto = true;
     }
