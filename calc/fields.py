@@ -84,6 +84,7 @@ class Field:
     finetune: tuple[str, ...] = ()  # the --finetune modes it applies to (none: every one)
     outputs: tuple[str, ...] = OUTPUTS  # the output modes that read it
     chosen: tuple[str, ...] = ()  # the output modes that choose it themselves (their rows are its values)
+    walk_default: tuple[tuple[str, str], ...] = ()  # (walk, value) where the walks' defaults differ
     page: Page | None = None
 
     @property
@@ -188,6 +189,8 @@ STEP = (
     _choice("attention", ATTENTIONS, help="transformers' attn_implementation, in every walk: sdpa, a fused "
             "kernel that keeps no s x s scores (the eager walk's default where the family's code runs it), or "
             "eager, which keeps them (the deck walk's default)",
+            # the deck's accounting keeps Korthikanti et al.'s 5as^2b scores; transformers' default is sdpa
+            walk_default=(("deck", "eager"), ("eager", "sdpa")),
             page=Page("Attention", "Training step", 6, options=(  # "": each walk's own (attention_fields)
                 ("", "each walk's default"), ("sdpa", "sdpa (fused, no scores kept)"),
                 ("eager", "eager (scores kept)")))),

@@ -337,8 +337,9 @@ def attention_fields(given: Mapping[str, object], runs: tuple[str, ...] = ATTENT
     """(the eager walk's attention, whether the deck walk keeps no s x s scores) from --attention and --flash,
     which say one thing in every walk: sdpa (a fused kernel, as FlashAttention: no scores kept) or eager (the
     scores kept). --flash is --attention sdpa and --no-flash --attention eager. Neither given: each walk's
-    default, the deck's accounting keeps the scores, the eager walk runs sdpa (transformers' default) where
-    the family's code runs it (`runs`, calc.families: Gemma 2's and GPT-OSS's run eager only), else eager."""
+    default (calc.fields: Field.walk_default), the deck's accounting keeps the scores, the eager walk runs sdpa
+    (transformers' default) where the family's code runs it (`runs`, calc.families: Gemma 2's and GPT-OSS's
+    run eager only), else eager."""
     attention = _choice("attention", given["attention"], ATTENTIONS) if "attention" in given else None
     flash = _bool("flash", given["flash"]) if "flash" in given else None
     if attention is not None and flash is not None and flash != (attention == "sdpa"):
@@ -346,8 +347,9 @@ def attention_fields(given: Mapping[str, object], runs: tuple[str, ...] = ATTENT
                                   "--no-flash is --attention eager): give one")  # fmt: skip
     if attention is None and flash is not None:
         attention = "sdpa" if flash else "eager"
-    default = ATTENTIONS[0] if ATTENTIONS[0] in runs else runs[0]
-    return attention or default, attention == "sdpa"
+    defaults = dict(FIELD["attention"].walk_default)
+    eager = defaults["eager"] if defaults["eager"] in runs else runs[0]
+    return attention or eager, (attention or defaults["deck"]) == "sdpa"
 
 
 def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finetune.Tuning,
