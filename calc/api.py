@@ -227,7 +227,9 @@ def step_config(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute
         "parallel": asdict(par),
         "walk": walk,
         "grad_accum": grad_accum or par.pp,
-        "attention": attention,
+        # the attention the walk used: the deck walk (and its fine-tuning) keeps the s x s scores unless
+        # par.flash (calc.inputs.attention_fields), whatever `attention`, which the eager walk runs
+        "attention": attention if walk == "eager" else "sdpa" if par.flash else "eager",
         "device": device,
     }
     if not tune.default:

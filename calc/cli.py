@@ -7,7 +7,7 @@ import json
 import sys
 
 from .api import step, table
-from .fields import GROUPS, Field
+from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
 from .inputs import BESIDE_FIELDS, InputError, parse_inputs
 from .optimizers import OPTIMIZERS
@@ -39,9 +39,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 def add_field(group, field: Field) -> None:
     """One field of calc.fields as an option: a switch (--x, --no-x) or --x VALUE."""
     if field.switch:
-        group.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=None, help=field.help)
+        group.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=None, help=field.cli_help)
     else:
-        group.add_argument(f"--{field.name}", metavar=field.metavar, help=field.help)
+        group.add_argument(f"--{field.name}", metavar=field.cli_metavar, help=field.cli_help)
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -182,31 +182,34 @@ def read_config(path: str) -> str:
 
 
 # Fields an output mode does not read, each with the reason it is refused there (issue 19: no flag is accepted
-# and ignored; tests/test_every_flag.py runs every field through every mode).
-PLAN_CHOOSES = ("dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum")
-FIT_CHOOSES = (*PLAN_CHOOSES, "ep", "sequence-parallel", "walk", "finetune", "lora-rank", "lora-alpha",
-               "lora-targets", "freeze-layers")  # fmt: skip
-UNREAD = {
-    "plan": dict.fromkeys(PLAN_CHOOSES, "--plan chooses it itself (its rows are the layouts): leave it unset"),
-    "fit_card": {
-        **dict.fromkeys(FIT_CHOOSES, "--fit-card chooses it itself, on one card: leave it unset"),
-        "global-batch": "applies to --plan",
-    },
-    "table": dict.fromkeys(("recipe", "recompute"), "--table shows every recipe and recomputation: leave it unset"),
-    "step": {
-        **dict.fromkeys(("capacity-gb", "card"), "applies to --plan and --fit-card (the memory they fit)"),
-        "global-batch": "applies to --plan",
-    },
-}
+# and ignored; tests/test_every_flag.py runs every field through every mode), from calc.fields' table: the
+# fields a mode chooses itself, and those it does not read (Field.outputs).
+CHOOSES = {"plan": "--plan chooses it itself (its rows are the layouts): leave it unset",
+           "fit-card": "--fit-card chooses it itself, on one card: leave it unset"}  # fmt: skip
+TABLE_SHOWS = "--table shows every recipe and recomputation: leave it unset"
+
+
+def unread(mode: str) -> dict[str, str]:
+    """{field: why} for the fields output mode `mode` (calc.fields.OUTPUTS) does not read."""
+    out = {}
+    for f in TABLE:
+        if mode in f.chosen:
+            out[f.name] = CHOOSES[mode]
+        elif mode not in f.outputs:
+            out[f.name] = TABLE_SHOWS if mode == "table" and "step" in f.outputs else (
+                "applies to " + " and ".join(f"--{m}" for m in f.outputs) + (f" ({f.why})" if f.why else ""))
+    return out
+
+
+UNREAD = {mode.replace("-", "_"): unread(mode) for mode in ("step", "table", "plan", "fit-card")}
 
 
 def mode_problem(args: argparse.Namespace, raw: dict) -> tuple[str, str] | None:
     """(field, message) for a given field the chosen output mode does not read, or None."""
     mode = next((m for m in ("plan", "fit_card", "table") if getattr(args, m)), "step")
     given = {k for k, v in raw.items() if v is not None}
-    unread = {**UNREAD[mode], **({} if mode == "step" else UNREAD["step"])} if mode == "table" else UNREAD[mode]
-    field = next((f for f in unread if f in given), None)
-    return (field, unread[field]) if field else None
+    field = next((f for f in UNREAD[mode] if f in given), None)
+    return (field, UNREAD[mode][field]) if field else None
 
 
 def eager_figure(inputs: dict, raw: dict) -> tuple[dict | None, tuple[str, str] | None]:

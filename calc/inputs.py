@@ -6,20 +6,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from . import families, finetune, loops
+from . import families, fields, finetune, loops
 from .activations import layer_bytes
 from .counts import param_counts
 from .families import listing
+from .fields import ATTENTIONS, CARDS, DEVICES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
-from .optimizers import OPTIMIZERS
 from .parallel import SINGLE, Parallel, check
 from .presets import PRESETS
-from .recipes import RECIPES, RECOMPUTE
-from .shape import ACTIVATIONS, NORMS, POSITIONS, Shape
+from .shape import Shape
 from .units import GB
 
-DEFAULT_PRESET = "llama-7b"
-DEFAULT_SEQ = 4096
 # Results travel to the browser as JSON numbers: keep every byte count exact there (< 2^53).
 MAX_BYTES = 2**53 - 1
 
@@ -32,116 +29,32 @@ MAX_DIGITS = 30
 # A message quotes at most this much of what was typed (a 10,000-character value is not echoed whole).
 MAX_QUOTE = 40
 
-# Field name (the CLI flag without dashes) -> Shape attribute, largest accepted value.
-INT_FIELDS = {
-    "layers": ("layers", 10_000),
-    "hidden": ("hidden", 1 << 20),
-    "heads": ("heads", 1 << 16),
-    "kv-heads": ("kv_heads", 1 << 16),
-    "ffn": ("ffn", 1 << 24),
-    "vocab": ("vocab", 1 << 24),
-    "context": ("context", 1 << 24),
-    "norms-per-layer": ("norms_per_layer", 16),
-}
+# The fields (calc.fields' table, where each is declared once) in the groups this module reads them by.
+# Model fields: name -> (Shape attribute, largest accepted value), or the attribute (a switch), or its choices.
+INT_FIELDS = {f.name: (f.attr, f.largest) for f in fields.MODEL if f.kind == "int"}
 # Whole numbers where 0 means none (or, for head-size and expert-ffn, the value derived from the others).
-COUNT_FIELDS = {
-    "head-size": ("head_size", 1 << 16),
-    "sliding-window": ("sliding_window", 1 << 24),
-    "experts": ("experts", 1 << 16),
-    "experts-per-token": ("experts_per_token", 1 << 16),
-    "expert-ffn": ("expert_ffn", 1 << 24),
-    "shared-expert-ffn": ("shared_expert_ffn", 1 << 24),
-    "dense-layers": ("dense_layers", 10_000),
-}
-# The mixture-of-experts fields that mean nothing without experts.
-MOE_FIELDS = ("experts-per-token", "expert-ffn", "shared-expert-ffn", "shared-expert-gate", "dense-layers",
-              "capacity-factor")
+COUNT_FIELDS = {f.name: (f.attr, f.largest) for f in fields.MODEL if f.kind == "count"}
+MOE_FIELDS = fields.names(moe=True)  # the mixture-of-experts fields that mean nothing without experts
 MAX_CAPACITY_FACTOR = 64
-BOOL_FIELDS = {
-    "gated-ffn": "gated_ffn",
-    "tied": "tied",
-    "bias": "bias",
-    "final-norm": "final_norm",
-    "qkv-bias": "qkv_bias",
-    "dropout": "dropout",
-    "head-bias": "head_bias",
-    "shared-expert-gate": "shared_expert_gate",
-}
-CHOICE_FIELDS = {
-    "norm": ("norm", NORMS),
-    "positions": ("positions", POSITIONS),
-    "activation": ("activation", ACTIVATIONS),
-    "family": ("family", tuple(families.FAMILIES)),
-}
-RUN_LIMITS = {"seq": 1 << 24, "micro-batch": 1 << 16, "grad-accum": 1 << 20, "global-batch": 1 << 20}
-PARALLEL_LIMITS = {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000, "ep": 1 << 16}
-PARALLEL_BOOLS = {"sequence-parallel": "sequence_parallel", "flash": "flash"}
-DEFAULT_CAPACITY_GB = 80
+BOOL_FIELDS = {f.name: f.attr for f in fields.MODEL if f.kind == "bool"}
+CHOICE_FIELDS = {f.name: (f.attr, f.choices) for f in fields.MODEL if f.kind == "choice"}
+PARALLEL_LIMITS = {f.name: f.largest for f in fields.PARALLEL if f.kind == "int" and f.attr}  # dp, tp, pp, ep
+PARALLEL_BOOLS = {f.name: f.attr for f in fields.PARALLEL if f.kind == "bool"}
+DEFAULT_PRESET = FIELD["preset"].default
+DEFAULT_SEQ = FIELD["seq"].default
+DEFAULT_CAPACITY_GB = FIELD["capacity-gb"].default
 MAX_CAPACITY_GB = 100_000
 CAPACITY_MESSAGE = f"must be a number of GB above 0 and at most {MAX_CAPACITY_GB:,}, like 80 or 94.5 (3 decimals)"
-WALKS = ("deck", "eager")  # calc.walk (the default) or calc.eager (PyTorch eager autograd, one device)
-ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default first); the deck walk: sdpa is
-# FlashAttention (no s x s scores kept), eager keeps them (calc.inputs.attention_fields)
-DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks foreach AdamW on CUDA
-# Fine-tuning (calc.finetune): which parameters train, and the optimizer (calc.optimizers).
-TUNE_LIMITS = {"lora-rank": 1 << 16, "lora-alpha": 1 << 16}
-LORA_FIELDS = ("lora-rank", "lora-alpha", "lora-targets", "adapter-dtype")
-# issue 19: the loop around the eager walk's step and AdamW's implementation (calc.loops)
-LOOP_FIELDS = ("loop", "adamw-impl", "loss")
+# Fine-tuning (calc.finetune): the fields of LoRA's adapters (the rest: which parameters train, the optimizer).
+LORA_FIELDS = fields.names(finetune=fields.LORA)
+LOOP_FIELDS = fields.names(fields.LOOP)  # issue 19: the loop around the eager walk's step (calc.loops)
 # Fields the deck walk does not read (issue 19), each with why: its activations are Korthikanti et al. 2022's
 # (§4, 34sbh + 5as^2b a layer: a GELU MLP and dropout masks whatever the model has; s x s scores, or none under
 # FlashAttention, whatever the window) and its accounting is the same on every device. The eager walk reads
 # each, and so does the page's eager figure beside the deck's (calc.web.eager_beside).
-DECK_UNREAD = {
-    "activation": "the deck walk's MLP is Korthikanti et al.'s, whatever its activation",
-    "dropout": "the deck walk counts Korthikanti et al.'s dropout masks whatever the model does",
-    "sliding-window": "the deck walk's attention has no window: Korthikanti et al.'s s x s scores",
-    "device": "the deck's accounting is the same on every device",
-}
+DECK_UNREAD = {f.name: f.why for f in TABLE if "deck" not in f.walks and f.name not in LOOP_FIELDS}
 BESIDE_FIELDS = (*DECK_UNREAD, *LOOP_FIELDS)  # what the deck walk's step answers with the eager walk's figure
-# Common cards by their memory in GB (10^9 bytes), for --card: the planner's capacity.
-CARDS = {
-    "rtx-3090": "24",  # GeForce RTX 3090 and 4090: 24 GB GDDR6X
-    "rtx-4090": "24",
-    "a100-40gb": "40",
-    "a6000": "48",  # RTX A6000 and L40S: 48 GB GDDR6
-    "l40s": "48",
-    "a100-80gb": "80",
-    "h100-80gb": "80",
-    "h100-nvl": "94",
-    "h200": "141",
-    "b200": "180",  # DGX B200: 1,440 GB over 8 GPUs
-    "mi300x": "192",
-}
-FIELDS = (
-    "preset",
-    "hf-config",
-    *INT_FIELDS,
-    *COUNT_FIELDS,
-    *BOOL_FIELDS,
-    *CHOICE_FIELDS,
-    "capacity-factor",
-    "seq",
-    "micro-batch",
-    "recipe",
-    "recompute",
-    "walk",
-    "attention",
-    "device",
-    *PARALLEL_LIMITS,
-    "zero",
-    *PARALLEL_BOOLS,
-    "grad-accum",
-    "global-batch",
-    "capacity-gb",
-    "card",
-    "finetune",
-    "optimizer",
-    *LORA_FIELDS,
-    "freeze-layers",
-    "paged-optimizer",
-    *LOOP_FIELDS,
-)
+FIELDS = tuple(FIELD)
 
 
 class InputError(ValueError):
@@ -226,6 +139,19 @@ def _choice(field: str, raw: object, choices) -> str:
     return text
 
 
+def _number(given: Mapping[str, object], name: str, default: object = None) -> int:
+    """A whole-number field of calc.fields' table: given, else `default` or its own, within its bounds."""
+    f = FIELD[name]
+    raw = given.get(name, f.default if default is None else default)
+    return _int(name, raw, f.largest, smallest=0 if f.kind == "count" else 1)
+
+
+def _picked(given: Mapping[str, object], name: str) -> str:
+    """A choice field of calc.fields' table: given, else its default, one of its choices."""
+    f = FIELD[name]
+    return _choice(name, given.get(name, f.default), f.choices)
+
+
 def _capacity_factor(raw: object) -> float:
     """A mixture of experts' capacity factor (Fedus et al. 2022): 0 (dropless), or up to two decimals like 1.25."""
     text = str(raw).strip()
@@ -239,7 +165,7 @@ def _capacity_factor(raw: object) -> float:
 def _base(given: Mapping[str, object]) -> Shape:
     """The shape the fields change: a preset's, or a transformers config's (the text of a config.json)."""
     if "hf-config" not in given:
-        return PRESETS[_choice("preset", given.get("preset", DEFAULT_PRESET), tuple(PRESETS))]
+        return PRESETS[_picked(given, "preset")]
     if "preset" in given:
         raise InputError("preset", "give a preset or hf-config, not both")
     try:
@@ -278,12 +204,12 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
     walk, attention = run["walk"], run["attention"]
     par = _parse_parallel(given, shape, run["flash"] and walk == "deck")
     check_size(shape, run["seq"], run["micro_batch"], par)
-    grad_accum = _int("grad-accum", given["grad-accum"], RUN_LIMITS["grad-accum"]) if "grad-accum" in given else None
+    grad_accum = _number(given, "grad-accum") if "grad-accum" in given else None
     problem = walk == "eager" and eager_problem(shape, run["recompute"], par, grad_accum, attention)
     problem = problem or given_problem(given, shape, walk, eager_beside)
     if problem:
         raise InputError(*problem)
-    global_batch = _int("global-batch", given.get("global-batch", 1024), RUN_LIMITS["global-batch"])
+    global_batch = _number(given, "global-batch")
     capacity = parse_capacity(given)
     tune = parse_tuning(given, shape)
     problem = not tune.default and tuning_problem(tune, walk, par, grad_accum, shape)
@@ -333,7 +259,7 @@ def parse_shape(given: Mapping[str, object]) -> Shape:
         changes["capacity_factor"] = _capacity_factor(given["capacity-factor"])
     if changes.get("experts") == 0:  # a dense model: the preset's other expert fields go too
         dense = Shape()
-        changes.update({a: getattr(dense, a) for a in map(_attr, MOE_FIELDS) if a not in changes})
+        changes.update({a: getattr(dense, a) for a in (FIELD[f].attr for f in MOE_FIELDS) if a not in changes})
     if "heads" in changes and "kv_heads" not in changes and base.kv_heads == base.heads:
         changes["kv_heads"] = changes["heads"]  # keep multi-head attention multi-head
     shape = base.replace(name=base.name if not changes else "custom", **changes)
@@ -345,15 +271,13 @@ def _parse_run(given: Mapping[str, object], shape: Shape) -> dict:
     """The step's own fields: {"seq", "micro_batch", "recipe", "recompute", "walk", "attention", "flash",
     "device"} (flash: the deck walk keeps no s x s scores, attention_fields)."""
     default_seq = min(DEFAULT_SEQ, shape.context) if shape.positions == "learned" else DEFAULT_SEQ
-    seq = _int("seq", given.get("seq", default_seq), RUN_LIMITS["seq"])
-    micro_batch = _int("micro-batch", given.get("micro-batch", 1), RUN_LIMITS["micro-batch"])
+    seq = _number(given, "seq", default_seq)
+    micro_batch = _number(given, "micro-batch")
     if shape.positions == "learned" and seq > shape.context:
         raise InputError("seq", f"must be at most the context of {shape.context:,} (learned positions)")
-    recipe = _choice("recipe", given.get("recipe", "mixed"), tuple(RECIPES))
-    recompute = _choice("recompute", given.get("recompute", "none"), RECOMPUTE)
-    walk = _choice("walk", given.get("walk", "deck"), WALKS)
+    recipe, recompute, walk = _picked(given, "recipe"), _picked(given, "recompute"), _picked(given, "walk")
     attention, flash = attention_fields(given, families.FAMILIES[shape.family].attentions)
-    device = _choice("device", given.get("device", DEVICES[0]), DEVICES)
+    device = _picked(given, "device")
     return {"seq": seq, "micro_batch": micro_batch, "recipe": recipe, "recompute": recompute, "walk": walk,
             "attention": attention, "flash": flash, "device": device}  # fmt: skip
 
@@ -361,13 +285,13 @@ def _parse_run(given: Mapping[str, object], shape: Shape) -> dict:
 def _parse_parallel(given: Mapping[str, object], shape: Shape, flash: bool) -> Parallel:
     """The layout over devices (calc.parallel.Parallel), checked against the shape; `flash`: the deck walk's
     FlashAttention (the eager walk's attention is its own field, not a layout)."""
-    degrees = {f: _int(f, given.get(f, 1), largest) for f, largest in PARALLEL_LIMITS.items()}
-    zero = given.get("zero", 0)
-    if str(zero).strip() not in ("0", "1", "2", "3"):
+    degrees = {FIELD[f].attr: _number(given, f) for f in PARALLEL_LIMITS}
+    zero = given.get("zero", FIELD["zero"].default)
+    if str(zero).strip() not in ZERO_STAGES:
         raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {quote(zero)}")
     flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
     flags["flash"] = flash
-    par = Parallel(degrees["dp"], degrees["tp"], degrees["pp"], int(str(zero).strip()), **flags, ep=degrees["ep"])
+    par = Parallel(**degrees, zero=int(str(zero).strip()), **flags)
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
@@ -378,7 +302,7 @@ def parse_capacity(given: Mapping[str, object]) -> int:
     """The device's memory in bytes, for the planner and the fit list: a card's (--card) or --capacity-gb."""
     if "card" in given and "capacity-gb" in given:
         raise InputError("card", "give a card or capacity-gb, not both")
-    card = _choice("card", given["card"], tuple(CARDS)) if "card" in given else None
+    card = _picked(given, "card") if "card" in given else None
     return _capacity(CARDS[card] if card else given.get("capacity-gb", DEFAULT_CAPACITY_GB))
 
 
@@ -430,8 +354,9 @@ def attention_fields(given: Mapping[str, object], runs: tuple[str, ...] = ATTENT
     """(the eager walk's attention, whether the deck walk keeps no s x s scores) from --attention and --flash,
     which say one thing in every walk: sdpa (a fused kernel, as FlashAttention: no scores kept) or eager (the
     scores kept). --flash is --attention sdpa and --no-flash --attention eager. Neither given: each walk's
-    default, the deck's accounting keeps the scores, the eager walk runs sdpa (transformers' default) where
-    the family's code runs it (`runs`, calc.families: Gemma 2's and GPT-OSS's run eager only), else eager."""
+    default (calc.fields: Field.walk_default), the deck's accounting keeps the scores, the eager walk runs sdpa
+    (transformers' default) where the family's code runs it (`runs`, calc.families: Gemma 2's and GPT-OSS's
+    run eager only), else eager."""
     attention = _choice("attention", given["attention"], ATTENTIONS) if "attention" in given else None
     flash = _bool("flash", given["flash"]) if "flash" in given else None
     if attention is not None and flash is not None and flash != (attention == "sdpa"):
@@ -439,8 +364,9 @@ def attention_fields(given: Mapping[str, object], runs: tuple[str, ...] = ATTENT
                                   "--no-flash is --attention eager): give one")  # fmt: skip
     if attention is None and flash is not None:
         attention = "sdpa" if flash else "eager"
-    default = ATTENTIONS[0] if ATTENTIONS[0] in runs else runs[0]
-    return attention or default, attention == "sdpa"
+    defaults = dict(FIELD["attention"].walk_default)
+    eager = defaults["eager"] if defaults["eager"] in runs else runs[0]
+    return attention or eager, (attention or defaults["deck"]) == "sdpa"
 
 
 def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finetune.Tuning,
@@ -448,8 +374,8 @@ def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finet
     """The loop's fields (issue 19) as a calc.loops.Loop: the eager walk's only."""
     for field in LOOP_FIELDS:
         if field in given and walk != "eager":
-            raise InputError(field, "applies to --walk eager (the deck walk has no loop around its step)")
-    name = _choice("loop", given.get("loop", "bare"), loops.LOOPS)
+            raise InputError(field, f"applies to --walk eager ({FIELD[field].why})")
+    name = _picked(given, "loop")
     impl = _choice("adamw-impl", given["adamw-impl"], loops.ADAMW_IMPLS) if "adamw-impl" in given else ""
     if impl and tune.optimizer != "adamw":
         raise InputError("adamw-impl", "applies to --optimizer adamw")
@@ -464,24 +390,19 @@ def parse_loop(given: Mapping[str, object], walk: str, shape: Shape, tune: finet
 
 def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
     """The fine-tuning fields as a calc.finetune.Tuning (its defaults where not given)."""
-    mode = _choice("finetune", given.get("finetune", "full"), finetune.MODES)
-    optimizer = _choice("optimizer", given.get("optimizer", "adamw"), tuple(OPTIMIZERS))
-    if mode not in ("lora", "qlora"):
-        for field in LORA_FIELDS:
-            if field in given:
-                raise InputError(field, "applies to --finetune lora or qlora")
-    if "freeze-layers" in given and mode != "freeze":
-        raise InputError("freeze-layers", "applies to --finetune freeze")
-    default = finetune.Tuning()
+    mode, optimizer = _picked(given, "finetune"), _picked(given, "optimizer")
+    for field in fields.TUNE:  # the LoRA fields and the frozen layers apply to their modes only
+        if field.finetune and mode not in field.finetune and field.name in given:
+            raise InputError(field.name, f"applies to --finetune {' or '.join(field.finetune)}")
     tune = finetune.Tuning(
         mode=mode,
         optimizer=optimizer,
-        rank=_int("lora-rank", given.get("lora-rank", default.rank), TUNE_LIMITS["lora-rank"]),
-        alpha=_int("lora-alpha", given.get("lora-alpha", default.alpha), TUNE_LIMITS["lora-alpha"]),
-        targets=_targets(given["lora-targets"], shape) if "lora-targets" in given else default.targets,
-        freeze_layers=_int("freeze-layers", given.get("freeze-layers", 0), 10_000, smallest=0),
-        paged=_bool("paged-optimizer", given.get("paged-optimizer", False)),
-        adapter_dtype=_choice("adapter-dtype", given.get("adapter-dtype", "fp32"), finetune.ADAPTER_DTYPES),
+        rank=_number(given, "lora-rank"),
+        alpha=_number(given, "lora-alpha"),
+        targets=_targets(given["lora-targets"], shape) if "lora-targets" in given else fields.TUNED.targets,
+        freeze_layers=_number(given, "freeze-layers"),
+        paged=_bool("paged-optimizer", given.get("paged-optimizer", FIELD["paged-optimizer"].default)),
+        adapter_dtype=_picked(given, "adapter-dtype"),
     )
     problem = finetune.check(shape, tune)
     if problem:
@@ -550,10 +471,6 @@ def eager_problem(
 eager_lacks = families.eager_lacks  # what the eager walk does not replay (the registry says)
 
 
-def _attr(field: str) -> str:
-    return field.replace("-", "_")
-
-
 def check_shape(shape: Shape) -> None:
     """Structural checks that the field ranges alone cannot make."""
     if not shape.head_size and shape.hidden % shape.heads:
@@ -566,7 +483,7 @@ def check_shape(shape: Shape) -> None:
     if not shape.experts:
         dense = Shape()
         for field in MOE_FIELDS:
-            if getattr(shape, _attr(field)) != getattr(dense, _attr(field)):
+            if getattr(shape, FIELD[field].attr) != getattr(dense, FIELD[field].attr):
                 raise InputError(field, "applies to a mixture of experts only: give --experts too")
         return
     if not 1 <= shape.experts_per_token <= shape.experts:

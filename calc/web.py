@@ -39,8 +39,9 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
 
 def eager_beside(inputs: dict) -> dict:
     """The step as PyTorch's eager autograd allocates it (calc.eager), for the page to show beside the
-    deck's accounting: {"available": true, "peak", "peak_event", "display", "family", "band"}, or
-    {"available": false, "reason"}."""
+    deck's accounting: {"available": true, "peak", "peak_event", "display", "family", "band", "attention" (the
+    one it ran, which may not be the deck walk's: each walk has its default), ...}, or {"available": false,
+    "reason"}."""
     shape = inputs["shape"]
     tune = inputs["tune"]
     problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"], inputs["attention"])
@@ -66,6 +67,7 @@ def eager_beside(inputs: dict) -> dict:
         "display": _display(top),
         "family": shape.family,
         "band": eager_band(shape, tune),
+        "attention": inputs["attention"],
         "how": eager_how(tune, loop, device),
         # what the measured steps a band quotes must have run for it to speak for this one (hooks/deck.py)
         "setting": f"{inputs['recipe']} {tune.optimizer} {loop.name}{' accum' if loop.grad_accum > 1 else ''}"

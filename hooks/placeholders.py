@@ -176,31 +176,46 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     return markdown
 
 
-FINETUNE_LABELS = {"full": "full (every parameter)", "lora": "LoRA", "qlora": "QLoRA (4-bit base)",
-                   "freeze": "freeze the first layers"}
+def form(shape: dict) -> list[tuple[str, list[dict]]]:
+    """The page's form from calc.fields' table: each fieldset (its legend) with its items in place order. An
+    item is {"field", "control", "value"} (the control "text", "select" with its "options", "check",
+    "presets" or "config"; the value the model's, else the field's default), {"shown_for", "items"} (fields
+    the page shows for these --finetune modes only, data-show-for) or {"block"} (the page's own, not a field)."""
+    fields = deck.calc.fields
+    kinds = {"bool": "check", "choice": "select"}
+    sections: dict[str, list] = {name: [] for name in fields.SECTIONS}
+    for f in fields.TABLE:
+        if f.page is None:
+            continue
+        value = shape[f.attr] if f.sets == "shape" else fields.page_value(f)
+        item = {"field": f, "control": f.page.control or kinds.get(f.kind, "text"), "value": value}
+        if item["control"] == "select":
+            item["options"] = fields.page_options(f)
+        sections[f.page.section].append((f.page.at, item))
+    for name, (section, at) in fields.PAGE_BLOCKS.items():
+        sections[section].append((at, {"block": name}))
+    out = []
+    for legend, items in sections.items():
+        grouped: list[dict] = []
+        for _, item in sorted(items, key=lambda pair: pair[0]):
+            shown = " ".join(item["field"].finetune) if "field" in item else ""
+            if not shown:
+                grouped.append(item)
+            elif grouped and grouped[-1].get("shown_for") == shown:
+                grouped[-1]["items"].append(item)
+            else:
+                grouped.append({"shown_for": shown, "items": [item]})
+        out.append((legend, grouped))
+    return out
 
 
-ADAPTER_LABELS = {"fp32": "fp32 (peft's default)", "model": "the model's dtype"}
-LOOP_LABELS = {"bare": "a bare PyTorch loop", "trainer": "transformers' Trainer", "sft": "TRL's SFTTrainer"}
-LOSS_LABELS = {"transformers": "transformers' cross-entropy", "trl-chunked": "TRL's chunked log-probs",
-               "torchtune-chunked": "torchtune's chunked cross-entropy",
-               "liger-fused": "Liger's fused linear cross-entropy (CUDA; from source, not measured)"}
-
-
-def _labelled(names: tuple[str, ...], labels: dict[str, str]) -> list[tuple[str, str]]:
-    """calc's choices with the form's labels; a choice calc gains without a label fails the build."""
-    missing = [n for n in names if n not in labels]
-    if missing:
-        raise PluginError(f"hooks/placeholders.py: no label for calc's {missing[0]!r}")
-    return [(n, labels[n]) for n in names]
-
-
-def _tuning_defaults() -> dict[str, str]:
-    """The fine-tuning fields' starting values, from calc.finetune.Tuning's defaults."""
-    tune = deck.calc.finetune.Tuning()
-    return {"finetune": tune.mode, "optimizer": tune.optimizer, "lora-rank": str(tune.rank),
-            "lora-targets": ",".join(tune.targets), "freeze-layers": str(tune.freeze_layers),
-            "paged-optimizer": str(tune.paged).lower(), "adapter-dtype": tune.adapter_dtype}
+def form_defaults(shape: dict) -> dict[str, str]:
+    """The form's starting values of the run's fields, keyed by field name (the CLI's flags), from calc.fields'
+    defaults ("" where calc derives the value: grad-accum's as many micro-batches as pipeline stages,
+    attention's each walk's own, the device's AdamW, the loop's loss), and the preset's name."""
+    fields = deck.calc.fields
+    run = {f.name: fields.page_value(f) for f in fields.TABLE if f.page and f not in fields.MODEL}
+    return {"preset": shape["name"], **run}
 
 
 def preset_groups() -> list[tuple[str, list[dict]]]:
@@ -243,20 +258,7 @@ def widget_html(page_url: str) -> str:
     answer = deck.compute(deck.DEFAULT_INPUTS, plan=True, fit=True)
     config = answer["step"]["config"]
     shape = config["shape"]
-    par = config["parallel"]
-    defaults = {  # the form's starting values, keyed by field name (the CLI's flags)
-        "preset": shape["name"], "seq": str(config["seq"]), "micro-batch": str(config["micro_batch"]),
-        "grad-accum": "",  # calc's default: as many micro-batches as pipeline stages
-        "recipe": config["recipe"], "recompute": config["recompute"],
-        "attention": "", "device": config["device"],  # attention: the deck keeps the scores, the eager walk sdpa
-        "dp": str(par["dp"]), "tp": str(par["tp"]), "pp": str(par["pp"]), "zero": str(par["zero"]),
-        "sequence-parallel": str(par["sequence_parallel"]).lower(),
-        "global-batch": str(deck.calc.parse_inputs({})["global_batch"]),
-        "capacity-gb": str(deck.calc.inputs.DEFAULT_CAPACITY_GB),
-        "ep": str(par["ep"]),
-        "loop": "bare", "adamw-impl": "", "loss": "",  # calc.inputs: a bare loop; the device's AdamW; its loss
-        **_tuning_defaults(),
-    }
+    defaults = form_defaults(shape)
     state = {
         "initial": {k: v for k, v in answer.items() if k not in ("plan", "fit")},  # both are drawn in the HTML
         "defaults": defaults,
@@ -275,31 +277,11 @@ def widget_html(page_url: str) -> str:
     def url(path: str) -> str:
         return get_relative_url(path, page_url)
 
-    choices = {
-        "finetune": [(m, FINETUNE_LABELS[m]) for m in deck.calc.finetune.MODES],
-        "optimizer": [(name, name) for name in deck.calc.optimizers.OPTIMIZERS],
-        "adapter-dtype": _labelled(deck.calc.finetune.ADAPTER_DTYPES, ADAPTER_LABELS),
-        "recipe": [(name, r["label"]) for name, r in deck.recipes().items()],
-        "recompute": [(name, name) for name in deck.calc.RECOMPUTE],
-        "norm": [("layer", "LayerNorm"), ("rms", "RMSNorm")],
-        "positions": [("learned", "learned"), ("rope", "rotary (RoPE)")],
-        "zero": [("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")],
-        # one field for both walks (calc.inputs.attention_fields): "" leaves each walk its default
-        "attention": [
-            ("", "each walk's default"),
-            ("sdpa", "sdpa (fused, no scores kept)"),
-            ("eager", "eager (scores kept)"),
-        ],
-        "device": [("cuda", "GPU (CUDA)"), ("cpu", "CPU")],
-        # the eager walk's loop around the step (calc.loops): "" is what the device and the loop pick
-        "loop": _labelled(deck.calc.loops.LOOPS, LOOP_LABELS),
-        "adamw-impl": [("", "as PyTorch picks"), *((name, name) for name in deck.calc.loops.ADAMW_IMPLS)],
-        "loss": [("", "as the loop computes it"), *_labelled(deck.calc.loops.LOSSES, LOSS_LABELS)],
-    }
     return _templates.get_template("calculator.html").render(
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
-        answer=answer, shape=shape, defaults=defaults, choices=choices, recipes=deck.recipes(),
+        answer=answer, shape=shape, defaults=defaults, form=form(shape), recipes=deck.recipes(),
         preset_groups=preset_groups(), fit=answer["fit"], lora_targets=", ".join(deck.calc.finetune.TARGETS),
+        lora_shown=" ".join(deck.calc.fields.LORA),
         capacity_presets=deck.capacity_presets(), plan_max_devices=deck.PLAN_MAX_DEVICES,
         tp_max=max(deck.calc.TP_DEGREES), plan_limit=deck.PLAN_LIMIT,
         fit_micro_batches=deck.calc.families.listing([f"{m:,}" for m in FIT_MICRO_BATCHES()]),

@@ -48,7 +48,7 @@ class BuildError(RuntimeError):
 def requests() -> list[str]:
     """Every kind of request the page sends calc.web.handle, as JSON strings: each preset with its
     sweep and plan, each recipe, each walk, parallelism, a custom shape, and rejected input."""
-    from calc.inputs import WALKS
+    from calc.fields import WALKS
 
     asks: list[object] = [{}]
     asks += [{"inputs": {"preset": name}, "sweep": True, "plan": True} for name in calc.PRESETS]

@@ -35,6 +35,26 @@ def test_each_walk_keeps_its_default():
     assert _peak(EAGER) == _peak([*EAGER, "--attention", "sdpa"])
 
 
+@pytest.mark.parametrize("base", [DECK, EAGER, [*DECK, "--finetune", "lora"]], ids=["deck", "eager", "lora"])
+def test_the_echoed_attention_is_the_one_the_walk_used(base):
+    """A value shown is the value used: left out, --json's config.attention is the walk's own default (the
+    deck's eager scores, the eager walk's sdpa), and the answer is the one that attention given gives."""
+    said = cli_json(base)
+    assert said["config"]["attention"] == ("sdpa" if "eager" in base else "eager")
+    assert said == cli_json([*base, "--attention", said["config"]["attention"]])
+    assert cli_json([*base, "--flash"])["config"]["attention"] == "sdpa"
+
+
+def test_the_pages_eager_figure_says_the_attention_it_ran():
+    """Beside the deck walk's step (eager scores, its default) the page's eager figure runs sdpa, its own."""
+    run = {"preset": "llama-3.2-1b", "seq": "4096", "micro-batch": "2"}
+    got = json.loads(web.handle(json.dumps({"inputs": run, "sweep": False})))
+    assert (got["step"]["config"]["attention"], got["eager"]["attention"]) == ("eager", "sdpa")
+    given = json.loads(web.handle(json.dumps({"inputs": {**run, "attention": "eager"}, "sweep": False})))
+    assert (given["step"]["config"]["attention"], given["eager"]["attention"]) == ("eager", "eager")
+    assert given["eager"]["peak"] > got["eager"]["peak"] and given["step"]["peak"] == got["step"]["peak"]
+
+
 def test_the_deck_walk_follows_a_measured_sdpa_step_closer():
     """A measured CPU step with sdpa (docs/data/transformers.json: llama 4 x 64, seq 256, fp32): the deck walk
     over-predicted it 2.04 x keeping the scores sdpa never keeps; with --attention sdpa it keeps none."""

@@ -179,7 +179,7 @@ def test_the_eager_line_says_its_attention_differs_from_the_deck_peaks():
     """The default step: the deck's peak keeps the s x s scores (eager attention's), the eager walk beside it
     runs sdpa (calc.inputs.attention_fields): the built line says so, not "the same step" (view.js's
     eagerLead says the same once the worker answers: tests/js/view.test.mjs)."""
-    assert (DEFAULT["step"]["config"]["attention"], DEFAULT["step"]["config"]["parallel"]["flash"]) == ("sdpa", False)
+    assert (DEFAULT["step"]["config"]["attention"], DEFAULT["eager"]["attention"]) == ("eager", "sdpa")
     line = re.search(r"<p class=\"calc-eager\"[^>]*>(.*?)</p>", (built_site() / "index.html").read_text(), re.S)[1]
     assert line.startswith("What PyTorch allocates for this step with sdpa attention, where the peak above keeps "
                            "eager attention's s x s scores (<code>")

@@ -100,6 +100,7 @@ def test_eager_walk_beside_the_deck():
         "display": web._display(eager["peak"]),
         "family": "llama",
         "band": "llama",
+        "attention": "eager",  # the one it ran: given
         "how": "AdamW (foreach) as PyTorch runs it on a GPU",  # CUDA's default AdamW
         "setting": "mixed adamw bare transformers",
     }

@@ -7,17 +7,17 @@ import { drawWalk } from "./charts/walk.js";
 import { capacityText, formatInt, recipeText, recomputeText, tuningText, walkText, withLabels } from "./format.js";
 import { widthsKnownFor, withWidths } from "./svg.js";
 
-// The eager walk's line around its `--walk eager` flag: [before, after]. With neither --attention nor --flash
-// given the two walks keep their own defaults (calc.inputs.attention_fields): the deck's peak keeps the s x s
-// scores, as eager attention does, and the eager walk runs sdpa; the line then says the attentions differ
-// (unless the peak above is the eager walk's own).
-// hooks/calculator.html says the same for the page as built.
-export function eagerLead(cfg, how) {
-  if (cfg.walk !== "eager" && cfg.attention === "sdpa" && !cfg.parallel.flash) {
+// The eager walk's line around its `--walk eager` flag: [before, after], for the step's config and the eager
+// figure (its attention and how it ran). With neither --attention nor --flash given the two walks keep their
+// own defaults (calc.inputs.attention_fields): the deck's peak keeps the s x s scores, as eager attention does
+// (config.attention "eager"), and the eager walk runs sdpa; the line then says the attentions differ (unless
+// the peak above is the eager walk's own). hooks/calculator.html says the same for the page as built.
+export function eagerLead(cfg, { attention, how }) {
+  if (cfg.walk !== "eager" && attention !== cfg.attention) {
     return ["What PyTorch allocates for this step with sdpa attention, where the peak above keeps eager " +
       "attention's s x s scores (", `: transformers' code, ${how}): `];
   }
-  return ["What PyTorch allocates for the same step (", `: transformers' code, ${cfg.attention} attention, ${how}): `];
+  return ["What PyTorch allocates for the same step (", `: transformers' code, ${attention} attention, ${how}): `];
 }
 
 // labelOf(name): the form's label for a field (calc's reasons name its flags; the page names its fields).
@@ -110,7 +110,7 @@ export function createView(root, config, answerOf, labelOf) {
     const event = document.createElement("span");
     event.dataset.out = "eager-event";
     event.textContent = eager.peak_event;
-    const [before, after] = eagerLead(cfg, eager.how);
+    const [before, after] = eagerLead(cfg, eager);
     line.append(before, code, after, peak, ", reached at “", event, "”.");
     const band = config.eagerBands[eager.band];
     if (!band) return;
