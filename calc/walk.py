@@ -319,15 +319,16 @@ def events(segs: list[Segment]) -> list[dict]:
     total, out = 0, []
     append = out.append
     for seg in segs:
-        rows = [(e.phase, e.label, e.category, e.bytes, e.source) for e in seg.events]
+        # a label without braces is its own format (the eager walk's are)
+        rows = [(e.phase, e.label, "{" in e.label or "}" in e.label, e.category, e.bytes, e.source) for e in seg.events]
         for args in (None,) if seg.reps is None else seg.reps:
-            for phase, label, category, size, source in rows:
+            for phase, label, braces, category, size, source in rows:
                 totals[category] += size
                 total += size
                 append(
                     {
                         "phase": phase,
-                        "label": label.format(**args) if args else label,
+                        "label": label.format_map(args) if args and braces else label,
                         "category": category,
                         "bytes": size,
                         "source": source,
