@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from functools import lru_cache
 from typing import NamedTuple
 
 from . import eager, eager_step, finetune, loops
@@ -19,8 +20,10 @@ from .walk import (
     peak_of,
     segments,
     seq_sizes,
+    sizes_of,
     stage_kept,
     template,
+    token_parts,
 )
 
 
@@ -290,4 +293,11 @@ def sweep(
     """Peak bytes per device for each sequence length (the same walks, without expanding their events)."""
     top = peak_of(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)))
     p = RECIPES[recipe].activations
-    return [top(seq_sizes(shape, s, micro_batch, recompute, p, par)) for s in seqs]
+    parts = swept_parts(shape, tuple(seqs), micro_batch, par)
+    return [top(sizes_of(part, shape, s, micro_batch, recompute, p, par)) for s, part in zip(seqs, parts, strict=True)]
+
+
+@lru_cache(maxsize=4)  # the page's sweep asks for the same sequence lengths once for each of the table's rows
+def swept_parts(shape: Shape, seqs: tuple[int, ...], micro_batch: int, par: Parallel) -> tuple:
+    """calc.walk.token_parts at each sequence length of a sweep, which every recipe and recomputation shares."""
+    return tuple(token_parts(shape, s, micro_batch, par) for s in seqs)

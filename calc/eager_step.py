@@ -10,7 +10,7 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 
 from . import counts, finetune, inventory, loops, losses, optim_step, phases, trl_head
 from .counts import param_counts
@@ -449,6 +449,7 @@ def _later_micro_batches(shape: Shape, args: tuple, first: Replay, loop: loops.L
     return segs  # the last micro-batch's graph goes after the optimizer's step, as the first's sizes say
 
 
+@lru_cache(maxsize=64)  # asked again for every sequence and batch of a fine-tuning (its frozen inputs are all it reads)
 def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, tune: finetune.Tuning) -> int:
     """The parameters the replay writes a gradient for, each once (a tied weight's second gradient is added in
     place): the step replayed on the CPU allocator, whose sizes are exact, for one token."""

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 from .events import Event
 
+_tuple = tuple.__new__
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, slots=True)
 class T:
     """A tensor: its size in bytes, what it is, and how many things reference it."""
 
@@ -39,7 +41,7 @@ class T:
     # later one into the first in place
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """An autograd node: the op's name, its saved tensors, and what its backward does."""
 
@@ -82,18 +84,21 @@ class Replay:
     # --- the allocator -------------------------------------------------------------------------------
     def blocks(self, nbytes: int) -> int:
         """What the allocator hands out for `nbytes` (signed): whole blocks of its size."""
-        return (1 if nbytes > 0 else -1) * -(-abs(nbytes) // self.block) * self.block
+        block = self.block  # rounded away from zero: up for an allocation, down for a free
+        return -(-nbytes // block) * block if nbytes > 0 else nbytes // block * block
 
     def _emit(self, label: str, category: str, nbytes: int, source: str) -> None:
-        """An allocation (nbytes > 0) or a free, in blocks of the allocator's size."""
-        nbytes = self.blocks(nbytes)
-        if nbytes:
-            self.events.append((self.layer, Event(self.phase, label, category, nbytes, source)))
+        """An allocation (nbytes > 0) or a free, in blocks of the allocator's size (a block of 1 byte: as asked)."""
+        if self.block != 1:
+            nbytes = self.blocks(nbytes)
+        if nbytes:  # tuple.__new__: the Event, without the named tuple's own __new__ on this hot path
+            self.events.append((self.layer, _tuple(Event, (self.phase, label, category, nbytes, source))))
 
     def new(self, nbytes: int, label: str, source: str, category: str = "activations", unit: int = 0) -> T:
-        t = T(nbytes, label, category, unit=unit)
+        t = T(nbytes, label, category, unit)
         self._emit(label, category, nbytes, source)
-        self._touch(t, 0)
+        if self.touched is not None:
+            self._touch(t, 0)
         return t
 
     def view(self, base: T, values: int, label: str) -> T:
@@ -104,7 +109,8 @@ class Replay:
         return t
 
     def keep(self, t: T) -> T:
-        self._touch(t, t.refs)
+        if self.touched is not None:
+            self._touch(t, t.refs)
         t.refs += 1
         return t
 
@@ -117,10 +123,11 @@ class Replay:
             if t is None:
                 continue
             t.refs -= 1
-            if t.refs == 0 and t.base is not None:
-                self.drop(t.base, why=why)
-            elif t.refs == 0:
-                self._emit(f"free {t.label}", t.category, -t.nbytes, why)
+            if t.refs == 0:
+                if t.base is not None:
+                    self.drop(t.base, why=why)
+                else:
+                    self._emit(f"free {t.label}", t.category, -t.nbytes, why)
             elif t.refs < 0:
                 raise AssertionError(f"{t.label} freed twice")
 
@@ -146,16 +153,18 @@ class Replay:
         An op records a node only where an input requires grad (a tensor made from one, or a trainable
         parameter); otherwise its outputs require none and nothing is saved. Returns whether it recorded one.
         The caller passes only what the gradients that are needed save (derivatives.yaml)."""
-        inputs = [i for i in inputs if self.needs(i[0])]
+        trainable, layer = self.trainable, self.layer  # self.needs(i[0]) for each input, inlined: a hot path
+        inputs = [i for i in inputs if (i[0].requires_grad if isinstance(i[0], T) else trainable is None
+                                        or trainable(layer, i[0]))]  # fmt: skip
         if not inputs:
             for t in (out, *outs):
                 if t is not None:
                     t.requires_grad = False
             return False
-        for t in () if self.discard_saved else saved:
-            self.keep(t)
-        self.nodes.append(Node(label, list(saved), out, list(inputs), list(work), self.layer, outs=outs,
-                               unpacks=unpacks))
+        if not self.discard_saved:
+            for t in saved:
+                self.keep(t)
+        self.nodes.append(Node(label, list(saved), out, inputs, list(work), layer, outs=outs, unpacks=unpacks))
         if self.stop_at is not None and len(self.nodes) == self.stop_at:
             # the pack hook of the last saved tensor stops the re-run; an op's inputs are saved before its
             # kernel runs (VariableType), so an output it does not save is never made
@@ -205,10 +214,11 @@ class Replay:
         self._run(self.nodes)
 
     def _run(self, nodes: list[Node]) -> None:
+        grads = self.grads
         for node in reversed(nodes):
             self.layer = node.layer
-            g = self.grads.pop(id(node.out), None) if node.out is not None else None
-            parts = [self.grads.pop(id(t), None) for t in node.outs]  # a split's outputs' gradients
+            g = grads.pop(id(node.out), None) if node.out is not None else None
+            parts = [grads.pop(id(t), None) for t in node.outs] if node.outs else ()  # a split's outputs' gradients
             if node.recompute is not None:
                 self._recompute(node, g)
                 continue
@@ -222,13 +232,16 @@ class Replay:
                     self.param_grad(t, nbytes, node.label)
                 else:
                     outs.append((t, self.new(nbytes, f"gradient of {t.label}", f"{node.label} backward")))
-            temps = [self.new(n, f"{node.label} backward working memory", "derivatives.yaml") for n in node.work]
-            self.drop(*temps, why="end of the node")
+            if node.work:
+                temps = [self.new(n, f"{node.label} backward working memory", "derivatives.yaml") for n in node.work]
+                self.drop(*temps, why="end of the node")
             self.drop(g, *parts, why="consumed by its node")
-            self.drop(*node.saved, why=f"{node.label}: saved values released after its backward")
-            for label, nbytes in self.accumulated:  # AccumulateGrad runs after the node that made the gradient
-                self._emit(f"{label}: added into .grad", "gradients", -nbytes, "AccumulateGrad adds in place")
-            self.accumulated.clear()
+            if node.saved:
+                self.drop(*node.saved, why=f"{node.label}: saved values released after its backward")
+            if self.accumulated:  # AccumulateGrad runs after the node that made the gradient
+                for label, nbytes in self.accumulated:
+                    self._emit(f"{label}: added into .grad", "gradients", -nbytes, "AccumulateGrad adds in place")
+                self.accumulated.clear()
             for t, grad in outs:
                 self.grad(t, grad)
 
@@ -267,8 +280,12 @@ class Replay:
             node.recompute(node.saved[0])
         touched, self.stop_at, self.touched = self.touched, None, None
         saved = Counter(id(t) for n in self.nodes for t in n.saved)
+        views_of: dict[int, list[T]] = {}  # id(base) -> the views of it the re-run touched
+        for v, _ in touched.values():
+            if v.base is not None:
+                views_of.setdefault(id(v.base), []).append(v)
         for t, refs in reversed(touched.values()):  # a view before its base
-            views = sum(1 for v, _ in touched.values() if v.base is t and v.refs > 0)
+            views = sum(1 for v in views_of.get(id(t), ()) if v.refs > 0)
             for _ in range(t.refs - refs - saved[id(t)] - views):
                 self.drop(t, why="checkpoint: the re-run stops at the last saved tensor")
 

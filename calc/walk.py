@@ -85,8 +85,24 @@ def seq_sizes(
     shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2, par: Parallel = SINGLE
 ) -> dict[str, int]:
     """The sizes that depend on the tokens in flight, by the names a template's events use."""
-    logits16 = act.at_width(act.logits_16bit_bytes(shape, seq, micro_batch, par), activation_bytes)
-    logits32 = act.logits_fp32_bytes(shape, seq, micro_batch, par)
+    return sizes_of(token_parts(shape, seq, micro_batch, par), shape, seq, micro_batch, recompute, activation_bytes,
+                    par)  # fmt: skip
+
+
+def token_parts(shape: Shape, seq: int, micro_batch: int, par: Parallel = SINGLE) -> tuple:
+    """What seq_sizes derives every recomputation's and activation width's sizes from: (the 16-bit logits, the
+    fp32 logits, one layer's three groups (calc.activations.layer_parts) for a dense layer and, where the model
+    has them, a mixture-of-experts one). A chart's sweep works them out once for the table's four rows."""
+    kinds = (False, True) if shape.moe_layers else (False,)
+    return (act.logits_16bit_bytes(shape, seq, micro_batch, par), act.logits_fp32_bytes(shape, seq, micro_batch, par),
+            tuple(act.layer_parts(shape, seq, micro_batch, par, moe) for moe in kinds))  # fmt: skip
+
+
+def sizes_of(parts: tuple, shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2,
+             par: Parallel = SINGLE) -> dict[str, int]:  # fmt: skip
+    """seq_sizes from its token_parts."""
+    logits16, logits32, layers = parts
+    logits16 = act.at_width(logits16, activation_bytes)
     out = {
         "logits16": logits16,
         "-logits16": -logits16,
@@ -94,11 +110,9 @@ def seq_sizes(
         "-logits32": -logits32,
     }
     # A dense layer's sizes as "kept", "recomputed", "-full"; a mixture-of-experts layer's as "moe:kept", ...
-    for moe in (False, True) if shape.moe_layers else (False,):
-        parts = act.layer_parts(shape, seq, micro_batch, par, moe)
-        full = act.at_width(sum(parts), activation_bytes)
-        kept = act.at_width(act.kept_of_parts(parts, shape, seq, micro_batch, recompute, par), activation_bytes)
-        prefix = "moe:" if moe else ""
+    for prefix, layer in zip(("", "moe:"), layers, strict=False):  # a dense layer, then a sparse one if any
+        full = act.at_width(sum(layer), activation_bytes)
+        kept = act.at_width(act.kept_of_parts(layer, shape, seq, micro_batch, recompute, par), activation_bytes)
         out.update({prefix + "kept": kept, prefix + "recomputed": full - kept, prefix + "-full": -full})
     return out
 
@@ -305,15 +319,16 @@ def events(segs: list[Segment]) -> list[dict]:
     total, out = 0, []
     append = out.append
     for seg in segs:
-        rows = [(e.phase, e.label, e.category, e.bytes, e.source) for e in seg.events]
+        # a label without braces is its own format (the eager walk's are)
+        rows = [(e.phase, e.label, "{" in e.label or "}" in e.label, e.category, e.bytes, e.source) for e in seg.events]
         for args in (None,) if seg.reps is None else seg.reps:
-            for phase, label, category, size, source in rows:
+            for phase, label, braces, category, size, source in rows:
                 totals[category] += size
                 total += size
                 append(
                     {
                         "phase": phase,
-                        "label": label.format(**args) if args else label,
+                        "label": label.format_map(args) if args and braces else label,
                         "category": category,
                         "bytes": size,
                         "source": source,

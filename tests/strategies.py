@@ -6,15 +6,17 @@ import calc
 
 
 @st.composite
-def shapes(draw) -> calc.Shape:
-    """Any valid shape: heads divide the width, key/value heads divide the heads."""
+def shapes(draw, max_layers: int = 96) -> calc.Shape:
+    """Any valid shape: heads divide the width, key/value heads divide the heads. `max_layers`: a property of a
+    walk expanded event by event (whose cost grows with the depth) draws shallower models, still deeper than the
+    eager walk's four replayed layers of a run (calc.eager_step.layer_spans), the same branches at less cost."""
     head_dim = draw(st.sampled_from([1, 2, 4, 8, 16, 64, 128]))
     heads = draw(st.integers(1, 64))
     kv_heads = draw(st.sampled_from([d for d in range(1, heads + 1) if heads % d == 0]))
     positions = draw(st.sampled_from(calc.shape.POSITIONS))
     return calc.Shape(
         name="drawn",
-        layers=draw(st.integers(1, 96)),
+        layers=draw(st.integers(1, max_layers)),
         hidden=heads * head_dim,
         heads=heads,
         kv_heads=kv_heads,

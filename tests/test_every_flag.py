@@ -8,10 +8,11 @@ import contextlib
 import functools
 import io
 import json
+from unittest import mock
 
 import pytest
 
-from calc import inputs
+from calc import cli, inputs
 from calc.cli import build_parser, main
 
 BASES = [  # inputs where each field can matter: dense, a mixture of experts, learned positions, tensor parallel,
@@ -51,10 +52,24 @@ def run(args: list[str]) -> tuple[int, str, str]:
     return _run(tuple(args))
 
 
+class _CompactJson:
+    """The json module as calc.cli uses it, its answers printed without the indent: an indent takes json's
+    pure-Python encoder, most of this file's time (an eager walk is thousands of events a run). The data are the
+    same either way, and this file compares answers, never their layout (tests/test_cli.py reads the CLI's)."""
+
+    def __getattr__(self, name: str):
+        return getattr(json, name)
+
+    @staticmethod
+    def dumps(obj, indent=None, **kwargs) -> str:
+        return json.dumps(obj, **kwargs)
+
+
 @functools.cache
 def _run(args: tuple[str, ...]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    compact = mock.patch.object(cli, "json", _CompactJson())
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), compact:
         try:
             rc = main([*args, "--json"])
         except SystemExit as e:
@@ -62,6 +77,7 @@ def _run(args: tuple[str, ...]) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
+@functools.cache  # a mode's base answer is compared with every value of every field
 def numbers(text: str) -> str:
     """An answer without the config it echoes: what the field changes, not what it says it was given."""
     got = json.loads(text)
