@@ -150,6 +150,9 @@ def bench_root(site: Path):
         (bench / "snapshot-worker.mjs").write_text(SNAPSHOT_WORKER_JS)
         for name in STOCK_FILES:
             (bench / "pyodide" / name).symlink_to(PYODIDE / name)
+            shipped = site / "assets" / "pyodide" / name
+            if not shipped.is_file() or shipped.read_bytes() != (PYODIDE / name).read_bytes():
+                continue  # the site's own file (its cut standard library): its siblings are not stock Pyodide's
             for suffix in (".gz", ".br"):  # the same siblings the site ships
                 if (site / "assets" / "pyodide" / f"{name}{suffix}").is_file():
                     shipped = site / "assets" / "pyodide" / f"{name}{suffix}"
@@ -286,6 +289,121 @@ def planner_session(browser, url: str, samples: int) -> dict:
     return {"idle": idle, "busy": busy, "plans": plans, "runtimes": started}
 
 
+# --trace: where the deck page's time goes until "calc:live", from Chromium's own trace of one cold load.
+TRACE_CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "blink.user_timing", "toplevel",
+                    "v8.execute"]
+SCRIPT_EVENTS = {"EvaluateScript", "v8.compile", "v8.compileModule", "v8.evaluateModule", "FunctionCall",
+                 "TimerFire", "EventDispatch", "FireAnimationFrame", "HandlePostMessage"}
+RENDER_EVENTS = {"ParseHTML", "UpdateLayoutTree", "Layout", "Paint", "PrePaint", "Layerize", "ParseAuthorStyleSheet",
+                 "Commit", "HitTest"}
+
+
+def trace_load(browser, url: str, throttle: dict | None) -> dict:
+    """One cold load of the deck page, traced: its events, the renderer's pid, navigation start and calc:live (us)."""
+    context = browser.new_context()
+    page = context.new_page()
+    if throttle:
+        cdp = context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.emulateNetworkConditions", throttle)
+    browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
+    page.goto(url)
+    page.wait_for_selector("[data-calc][data-state=ready]", timeout=180_000)
+    events = json.loads(browser.stop_tracing())["traceEvents"]
+    context.close()
+    nav = next(e for e in events if e["name"] == "navigationStart"
+               and e["args"]["data"].get("documentLoaderURL", "").startswith("http"))
+    live = next(e["ts"] for e in events if e["name"] == "calc:live" and e["pid"] == nav["pid"])
+    return {"events": events, "pid": nav["pid"], "t0": nav["ts"], "live": live}
+
+
+def thread_cpu(trace: dict) -> dict[str, float]:
+    """CPU time (ms, the trace's thread time) each of the renderer's threads spent before calc:live: the page's
+    main thread, calc's worker (the thread that fetched pyodide.mjs), Material's search worker, and the
+    background threads (WebAssembly compilation, mostly)."""
+    pid, t0, live, events = trace["pid"], trace["t0"], trace["live"], trace["events"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] == pid}
+    calc = next(e["tid"] for e in events if e["name"] == "ResourceSendRequest" and e["pid"] == pid
+                and e["args"]["data"]["url"].endswith("/pyodide.mjs"))
+    kind = {tid: ("page" if tid == pid else "calc worker" if tid == calc else "search worker"
+                  if name == "DedicatedWorker thread" else "background threads" if name.startswith("ThreadPool")
+                  else "other") for tid, name in names.items()}
+    out: dict[str, float] = dict.fromkeys(("page", "calc worker", "search worker", "background threads", "other"), 0)
+    ends: dict[int, float] = {}
+    for e in sorted((e for e in events if e["pid"] == pid and e["ph"] == "X" and "dur" in e and t0 <= e["ts"] < live),
+                    key=lambda e: (e["ts"], -e["dur"])):
+        if e["ts"] >= ends.get(e["tid"], -1):  # a top-level event of its thread
+            ends[e["tid"]] = e["ts"] + e["dur"]
+            out[kind.get(e["tid"], "other")] += e.get("tdur", 0) / 1e3
+    return out
+
+
+def main_thread_work(trace: dict) -> dict[str, float]:
+    """The page's main thread before calc:live, CPU ms by kind of work: parsing, style, layout, paint, each
+    script by its file (what a script's call forces, a layout say, counted as the layout), and the rest."""
+    pid, t0, live = trace["pid"], trace["t0"], trace["live"]
+    own = sorted((e for e in trace["events"] if e["pid"] == pid and e["tid"] == pid and e["ph"] == "X"
+                  and "dur" in e and t0 <= e["ts"] < live), key=lambda e: (e["ts"], -e["dur"]))
+    stack: list[tuple[dict, str]] = []
+    work: dict[str, float] = {}
+    for e in own:
+        while stack and e["ts"] >= stack[-1][0]["ts"] + stack[-1][0]["dur"]:
+            stack.pop()
+        above = stack[-1][1] if stack else "other tasks"
+        data = (e.get("args") or {}).get("data") or {}
+        url = str(data.get("url") or "").split("?")[0]
+        label = (f"script {url.rsplit('/', 1)[-1]}" if e["name"] in SCRIPT_EVENTS and url
+                 else e["name"] if e["name"] in RENDER_EVENTS else "GC" if "GC" in e["name"] else above)
+        cpu = e.get("tdur", 0) / 1e3
+        if stack:
+            work[above] = work.get(above, 0) - cpu  # its parent's own time excludes it
+        work[label] = work.get(label, 0) + cpu
+        stack.append((e, label))
+    return work
+
+
+def request_times(trace: dict) -> list[tuple[str, str, float, float, int]]:
+    """Each request before calc:live: (file, the thread that asked, start and end in ms since navigation, bytes)."""
+    pid, t0 = trace["pid"], trace["t0"]
+    sent, done = {}, {}
+    for e in trace["events"]:
+        if e["pid"] != pid or e["name"] not in ("ResourceSendRequest", "ResourceFinish"):
+            continue
+        data = e["args"]["data"]
+        if e["name"] == "ResourceSendRequest":
+            sent[data["requestId"]] = (data["url"].split("?")[0].rsplit("/", 1)[-1] or "(the page)",
+                                       "page" if e["tid"] == pid else "worker", (e["ts"] - t0) / 1e3)
+        else:
+            done[data["requestId"]] = ((e["ts"] - t0) / 1e3, data.get("encodedDataLength", 0))
+    rows = [(*sent[r], *done.get(r, (float("nan"), 0))) for r in sent]
+    return sorted((r for r in rows if r[2] < (trace["live"] - t0) / 1e3), key=lambda r: r[2])
+
+
+def trace_report(site: Path, loads: int, condition: str) -> int:
+    """--trace: `loads` traced cold loads of the deck page; the medians of each thread's CPU time and of the main
+    thread's work before calc:live, then the last load's requests."""
+    with bench_root(site) as root, site_browser.serve(root) as base, sync_playwright() as p:
+        browser = site_browser.launch(p)
+        traces = [trace_load(browser, base, CONDITIONS[condition]) for _ in range(loads)]
+        browser.close()
+    lives = [(t["live"] - t["t0"]) / 1e3 for t in traces]
+    print(f"{condition}, {loads} traced loads: calc:live at {statistics.median(lives):.0f} ms (median)")
+    print("CPU ms before calc:live, by thread (medians):")
+    cpus = [thread_cpu(t) for t in traces]
+    for name in cpus[0]:
+        print(f"  {name:20} {statistics.median(c[name] for c in cpus):7.0f}")
+    works = [main_thread_work(t) for t in traces]
+    labels = sorted({k for w in works for k in w}, key=lambda k: -statistics.median(w.get(k, 0) for w in works))
+    print("the page's main thread, CPU ms by work (medians):")
+    for label in labels[:16]:
+        print(f"  {label:44} {statistics.median(w.get(label, 0) for w in works):7.1f}")
+    print("requests of the last load (ms since navigation; encoded bytes):")
+    for name, thread, start, end, size in request_times(traces[-1]):
+        print(f"  {name[:40]:40} {thread:6} {start:7.0f} {end:7.0f} {size:>10,}")
+    return 0
+
+
 AIMS = {  # issue 21's targets, as (figure, how it compares, bound)
     "live_ratio_localhost": ("<=", 0.5),
     "live_ratio_10mbit": ("<=", 0.7),
@@ -404,7 +522,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the loads' shuffled order")
     parser.add_argument("--snapshot", action="store_true", help="also measure a memory snapshot (not shipped)")
     parser.add_argument("--planner-only", action="store_true", help="only the planner's pairs (--pairs of them)")
+    parser.add_argument("--trace", type=int, metavar="LOADS", help="only LOADS traced loads of the deck page: "
+                        "where its time goes until calc:live (CPU by thread and by work, the requests)")
+    parser.add_argument("--throttled", action="store_true", help="with --trace: at 10 Mbit/s, not on localhost")
     args = parser.parse_args()
+    if args.trace:
+        return trace_report(args.site, args.trace, "10 Mbit/s" if args.throttled else "localhost")
     if args.planner_only:
         return planner_only(args.site, args.pairs)
     if args.quick:

@@ -35,6 +35,9 @@ function mount(root) {
   function markLive() {
     if (!performance.getEntriesByName("calc:live").length) performance.mark("calc:live");
   }
+  // "calc:started" on the document: the live start is over (first answer and sweep drawn, or failed), and the
+  // page's held scripts may load (site_overrides/main.html).
+  const started = () => document.dispatchEvent(new CustomEvent("calc:started"));
   function becomeReady() {
     if (root.dataset.state === "ready") return;
     root.dataset.state = "ready";
@@ -44,6 +47,7 @@ function mount(root) {
     markLive();
     performance.mark("calc:ready");
     msg.setStatus(`Live: computed in your browser by calc, running in Pyodide.${restartNote}`);
+    started();
   }
   function refuse(result) {
     msg.clearErrors();
@@ -161,6 +165,7 @@ function mount(root) {
     planner.failed();
     msg.setStatus(`The live calculator could not start: ${error.message}. The numbers shown were computed when ` +
       `this site was built, for the default settings, and the fields are disabled.${lost}`);
+    started();
   }
   // Python stopped for good (a fatal error in Pyodide): the worker started a new runtime and the page says so.
   function restarted(message) {
