@@ -128,7 +128,9 @@ CHANGE_JS = """async ([name, value]) => {
   field.value = value;
   field.dispatchEvent(new Event("input", {bubbles: true}));
   await drawn;
-  return [performance.now() - start, numbers];
+  const end = performance.now();
+  const at = (name) => (performance.getEntriesByName(name).at(-1)?.startTime ?? NaN) - start;
+  return [end - start, numbers, ["calc:answered", "calc:numbers", "calc:swept"].map(at)];
 }"""
 
 
@@ -216,8 +218,19 @@ def runtime_counter(page) -> Callable[[], int]:
     return lambda: max(sum(workers), sum(wasm))
 
 
-def update_latencies(browser, url: str, changes: int) -> tuple[list[float], list[float], int]:
-    """(input change to redrawn chart, to the numbers alone, runtimes started) over `changes` on the default page."""
+PHASES = ("the numbers' answer in (input to calc:answered)", "the numbers drawn (to calc:numbers)",
+          "the sweep's answer in (to calc:swept)", "the sweep drawn (to calc:drawn)")
+
+
+def phases_of(total: float, marks: list[float]) -> list[float]:
+    """A change's four phases (PHASES, ms), from its marks' times since the input."""
+    answered, numbers, swept = marks
+    return [answered, numbers - answered, swept - numbers, total - swept]
+
+
+def update_latencies(browser, url: str, changes: int) -> tuple[list[float], list[float], int, list[list[float]]]:
+    """(input change to redrawn chart, to the numbers alone, runtimes started, each change's phases) over
+    `changes` on the default page."""
     context = browser.new_context()
     page = context.new_page()
     runtimes = runtime_counter(page)
@@ -229,7 +242,22 @@ def update_latencies(browser, url: str, changes: int) -> tuple[list[float], list
     out = [page.evaluate(CHANGE_JS, list(change)) for change in fields]
     started = runtimes()
     context.close()
-    return [total for total, _ in out], [numbers for _, numbers in out], started
+    return ([total for total, _, _ in out], [numbers for _, numbers, _ in out], started,
+            [phases_of(total, marks) for total, _, marks in out])
+
+
+def latency_only(site: Path, changes: int) -> int:
+    """--latency-only: `changes` input changes on a live page, each split into PHASES (median / p95)."""
+    with bench_root(site) as root, site_browser.serve(root) as base, sync_playwright() as p:
+        browser = site_browser.launch(p)
+        totals, numbers, _, phases = update_latencies(browser, base, changes)
+        browser.close()
+    print(f"{changes} changes: input to chart {statistics.median(totals):.1f} / {percentile(totals, 0.95):.1f} ms "
+          f"(median / p95), the numbers alone {statistics.median(numbers):.1f} / {percentile(numbers, 0.95):.1f}")
+    for i, name in enumerate(PHASES):
+        column = [p[i] for p in phases]
+        print(f"  {name:48} {statistics.median(column):6.1f} / {percentile(column, 0.95):6.1f}")
+    return 0
 
 
 # One sample on a live page: optionally a change that sets the planner working (`before`: resolved once its
@@ -525,7 +553,11 @@ def main() -> int:
     parser.add_argument("--trace", type=int, metavar="LOADS", help="only LOADS traced loads of the deck page: "
                         "where its time goes until calc:live (CPU by thread and by work, the requests)")
     parser.add_argument("--throttled", action="store_true", help="with --trace: at 10 Mbit/s, not on localhost")
+    parser.add_argument("--latency-only", action="store_true", help="only the input changes (--changes of them), "
+                        "each split into its phases")
     args = parser.parse_args()
+    if args.latency_only:
+        return latency_only(args.site, args.changes)
     if args.trace:
         return trace_report(args.site, args.trace, "10 Mbit/s" if args.throttled else "localhost")
     if args.planner_only:
@@ -552,7 +584,7 @@ def main() -> int:
                   file=sys.stderr, flush=True)
         with site_browser.serve(root, encodings=("gzip",)) as gzip_base:  # the same page from a gzip-only host
             gzip_bytes = min(load(browser, gzip_base, pages["site"][1], None)["bytes"] for _ in range(2))
-        latencies, numbers, runtimes = update_latencies(browser, base, args.changes)
+        latencies, numbers, runtimes, _ = update_latencies(browser, base, args.changes)
         session = planner_session(browser, base, args.pairs)
         version = browser.version
         browser.close()
