@@ -29,9 +29,21 @@ WebAssembly), which must be one each.
 Aims (issue 21): time to live at most 0.5x bare on localhost and 0.7x at 10 Mbit/s; at most 5.0 MB for
 the calculator page with Brotli; input-to-chart p95 under 30 ms; a redraw while the planner works at most
 1.5x an idle one (medians); the planner's median under 50 ms.
+With --baseline DIR, another build of the site (before a change, say) is served beside this one and its
+deck page loaded in the same shuffled order: on a machine whose load drifts, before and after side by side.
+Each input change is also split in four phases, from its performance marks: the numbers' answer in
+(calc:answered), the numbers drawn (calc:numbers), the sweep's answer in (calc:swept), the sweep drawn
+(calc:drawn); --latency-only prints them alone.
+--trace N shows where the deck page's time goes until calc:live, from Chromium's trace of N cold loads:
+the CPU time of each thread (the page's main thread, calc's worker, Material's search worker, the
+background threads that compile the WebAssembly), the main thread's by kind of work (style, layout,
+paint, each script), and when each request started and ended.
 Usage: python scripts/bench_site.py [--runs 7] [--changes 60] [--site site] [--json out.json]
        python scripts/bench_site.py --quick   # 2 loads of each, 20 changes, 8 plans: a few minutes, rough
+       python scripts/bench_site.py --quick --baseline /tmp/site-before   # another build beside this one
        python scripts/bench_site.py --planner-only --pairs 16   # the planner's pairs alone, on a busy machine
+       python scripts/bench_site.py --latency-only --changes 40   # input to chart, phase by phase
+       python scripts/bench_site.py --trace 3 [--throttled]   # where the start-up's time goes
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ from playwright.sync_api import sync_playwright
 
 PYODIDE = site_browser.ROOT / "node_modules" / "pyodide"
 BARE_PAGE = "__bench__/bare.html"
+BASELINE_PAGE = "__baseline__"  # --baseline: another build's deck page, loaded beside this one's
 # Stock Pyodide, as `loadPyodide()` wants it beside pyodide.mjs: the runtime, full stdlib and lock file.
 STOCK_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 BARE_HTML = """<!doctype html><meta charset="utf-8"><title>bare Pyodide</title>
@@ -135,12 +148,17 @@ CHANGE_JS = """async ([name, value]) => {
 
 
 @contextlib.contextmanager
-def bench_root(site: Path):
-    """The built site plus __bench__/ (the bare page and stock Pyodide), as symlinks in a scratch directory."""
+def bench_root(site: Path, baseline: Path | None = None):
+    """The built site plus __bench__/ (the bare page and stock Pyodide), and `baseline` (another build of the
+    site, to compare with) under __baseline__/, as symlinks in a scratch directory."""
     with tempfile.TemporaryDirectory(prefix="bench-site-") as scratch:
         root = Path(scratch)
         for entry in site.iterdir():
             (root / entry.name).symlink_to(entry.resolve())
+        if baseline:
+            (root / BASELINE_PAGE).mkdir()
+            for entry in baseline.iterdir():
+                (root / BASELINE_PAGE / entry.name).symlink_to(entry.resolve())
         bench = root / "__bench__"
         (bench / "pyodide").mkdir(parents=True)
         (bench / "bare.html").write_text(BARE_HTML)
@@ -461,6 +479,11 @@ def summary(results: dict, gzip_bytes: int, latencies, numbers, session: dict, r
             "site_bytes": statistics.median(t["bytes"] for t in ours),
             "bare_bytes": statistics.median(t["bytes"] for t in bare),
         }
+        if (condition, "baseline") in results:
+            row = out["conditions"][condition]
+            row["baseline_ms"] = statistics.median(t["live"] for t in results[condition, "baseline"])
+            row["baseline_ratio_to_bare"] = row["baseline_ms"] / bare_live
+            row["baseline_bytes"] = statistics.median(t["bytes"] for t in results[condition, "baseline"])
         if (condition, "snapshot") in results:
             row = out["conditions"][condition]
             row["snapshot_ms"] = statistics.median(t["live"] for t in results[condition, "snapshot"])
@@ -517,6 +540,9 @@ def table(report: dict) -> list[str]:
          f"{pl['questions']} questions", aim("plan_median_ms") + " (median)"),
         ("Pyodide runtimes a page started", str(report["runtimes"]), "", aim("runtimes")),
     ]
+    if "baseline_ms" in local:  # --baseline: the other build's deck page, in the same run
+        rows.insert(5, ("  --baseline's deck page: live / bare", f"{local['baseline_ratio_to_bare']:.2f}",
+                        f"{slow['baseline_ratio_to_bare']:.2f}", f"{local['baseline_bytes'] / 1e6:.2f} MB"))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -549,6 +575,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the loads' shuffled order")
     parser.add_argument("--snapshot", action="store_true", help="also measure a memory snapshot (not shipped)")
+    parser.add_argument("--baseline", type=Path, help="another build of the site (say, before a change): its deck "
+                        "page is loaded beside this one's, interleaved, and its live / bare reported")
     parser.add_argument("--planner-only", action="store_true", help="only the planner's pairs (--pairs of them)")
     parser.add_argument("--trace", type=int, metavar="LOADS", help="only LOADS traced loads of the deck page: "
                         "where its time goes until calc:live (CPU by thread and by work, the requests)")
@@ -571,10 +599,12 @@ def main() -> int:
              "worker": (WORKER_PAGE, "body[data-state=ready]")}
     if args.snapshot:
         pages["snapshot"] = ("__bench__/snapshot.html", "body[data-state=ready]")
+    if args.baseline:
+        pages["baseline"] = (f"{BASELINE_PAGE}/", "[data-calc][data-state=ready]")
     plan = [(c, p) for c in CONDITIONS for p in pages] * args.runs
     random.Random(args.seed).shuffle(plan)  # interleaved: every variant sees the same machine load
     results: dict[tuple[str, str], list[dict]] = {key: [] for key in plan}
-    with bench_root(args.site) as root, site_browser.serve(root) as base, sync_playwright() as p:
+    with bench_root(args.site, args.baseline) as root, site_browser.serve(root) as base, sync_playwright() as p:
         browser = site_browser.launch(p)
         snapshot_bytes = take_snapshot(browser, base, root) if args.snapshot else None
         for i, (condition, name) in enumerate(plan):
