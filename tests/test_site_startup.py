@@ -323,8 +323,10 @@ def _load_within_budget(b, base: str, budget: int) -> None:
     page.add_init_script(PROGRESS_LISTENER)
     page.goto(base)
     page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_load_state("networkidle")  # Material's bundle and search index, asked for once live, count too
     steps = page.evaluate("window.__progress")
     context.close()
+    assert any(url.endswith("/search/search_index.json") for url, _ in received)
     assert len(steps) >= 2
     assert all(0 <= s["done"] <= s["total"] and s["label"] for s in steps)
     assert [s["done"] for s in steps] == sorted({s["done"] for s in steps})
