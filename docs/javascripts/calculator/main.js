@@ -82,11 +82,6 @@ function mount(root) {
     }
     seqKept = false;
     if (!result.ok) { refuse(result); return; }
-    // The address of the numbers about to show, written before they are drawn: history.replaceState lays the
-    // page out (Chromium keeps the scroll position with the entry), which costs little while nothing has
-    // changed since the last frame, and runs while the worker computes the sweep. After the drawing it laid the
-    // page out again on the way to the chart (5 to 60 ms a change on a busy 2-core machine, bench_site.py).
-    link.write(given, result);
     delete root.dataset.stale;
     answer = { ...result, sweep: answer.sweep };  // the last sweep stays until the new one comes
     msg.clearErrors();
@@ -104,6 +99,11 @@ function mount(root) {
     performance.mark("calc:numbers");
     markLive();
     root.dispatchEvent(new CustomEvent("calc:numbers"));
+    // The address of the numbers on show, written while the worker computes the sweep: history.replaceState
+    // lays the page out (Chromium keeps the scroll position with the entry), the layout the next frame needs
+    // anyway. Written after the sweep's drawing, it stood between the sweep and the screen (5 to 60 ms a change
+    // on a busy 2-core machine: scripts/bench_site.py --latency-only).
+    link.write(given, answer);
     const full = await withSweep;
     if (full.superseded || ticket !== asked) return;
     performance.mark("calc:swept");
