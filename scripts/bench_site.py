@@ -214,7 +214,7 @@ def load(browser, url: str, ready_selector: str, throttle: dict | None) -> dict:
     context = browser.new_context()
     page = context.new_page()
     finished = []
-    page.on("requestfinished", finished.append)
+    page.on("requestfinished", lambda request: finished.append(request))
     if throttle:
         cdp = context.new_cdp_session(page)
         cdp.send("Network.enable")
