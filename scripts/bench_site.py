@@ -29,9 +29,21 @@ WebAssembly), which must be one each.
 Aims (issue 21): time to live at most 0.5x bare on localhost and 0.7x at 10 Mbit/s; at most 5.0 MB for
 the calculator page with Brotli; input-to-chart p95 under 30 ms; a redraw while the planner works at most
 1.5x an idle one (medians); the planner's median under 50 ms.
+With --baseline DIR, another build of the site (before a change, say) is served beside this one and its
+deck page loaded in the same shuffled order: on a machine whose load drifts, before and after side by side.
+Each input change is also split in four phases, from its performance marks: the numbers' answer in
+(calc:answered), the numbers drawn (calc:numbers), the sweep's answer in (calc:swept), the sweep drawn
+(calc:drawn); --latency-only prints them alone.
+--trace N shows where the deck page's time goes until calc:live, from Chromium's trace of N cold loads:
+the CPU time of each thread (the page's main thread, calc's worker, Material's search worker, the
+background threads that compile the WebAssembly), the main thread's by kind of work (style, layout,
+paint, each script), and when each request started and ended.
 Usage: python scripts/bench_site.py [--runs 7] [--changes 60] [--site site] [--json out.json]
        python scripts/bench_site.py --quick   # 2 loads of each, 20 changes, 8 plans: a few minutes, rough
+       python scripts/bench_site.py --quick --baseline /tmp/site-before   # another build beside this one
        python scripts/bench_site.py --planner-only --pairs 16   # the planner's pairs alone, on a busy machine
+       python scripts/bench_site.py --latency-only --changes 40   # input to chart, phase by phase
+       python scripts/bench_site.py --trace 3 [--throttled]   # where the start-up's time goes
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ from playwright.sync_api import sync_playwright
 
 PYODIDE = site_browser.ROOT / "node_modules" / "pyodide"
 BARE_PAGE = "__bench__/bare.html"
+BASELINE_PAGE = "__baseline__"  # --baseline: another build's deck page, loaded beside this one's
 # Stock Pyodide, as `loadPyodide()` wants it beside pyodide.mjs: the runtime, full stdlib and lock file.
 STOCK_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 BARE_HTML = """<!doctype html><meta charset="utf-8"><title>bare Pyodide</title>
@@ -128,17 +141,24 @@ CHANGE_JS = """async ([name, value]) => {
   field.value = value;
   field.dispatchEvent(new Event("input", {bubbles: true}));
   await drawn;
-  return [performance.now() - start, numbers];
+  const end = performance.now();
+  const at = (name) => (performance.getEntriesByName(name).at(-1)?.startTime ?? NaN) - start;
+  return [end - start, numbers, ["calc:answered", "calc:numbers", "calc:swept"].map(at)];
 }"""
 
 
 @contextlib.contextmanager
-def bench_root(site: Path):
-    """The built site plus __bench__/ (the bare page and stock Pyodide), as symlinks in a scratch directory."""
+def bench_root(site: Path, baseline: Path | None = None):
+    """The built site plus __bench__/ (the bare page and stock Pyodide), and `baseline` (another build of the
+    site, to compare with) under __baseline__/, as symlinks in a scratch directory."""
     with tempfile.TemporaryDirectory(prefix="bench-site-") as scratch:
         root = Path(scratch)
         for entry in site.iterdir():
             (root / entry.name).symlink_to(entry.resolve())
+        if baseline:
+            (root / BASELINE_PAGE).mkdir()
+            for entry in baseline.iterdir():
+                (root / BASELINE_PAGE / entry.name).symlink_to(entry.resolve())
         bench = root / "__bench__"
         (bench / "pyodide").mkdir(parents=True)
         (bench / "bare.html").write_text(BARE_HTML)
@@ -150,6 +170,9 @@ def bench_root(site: Path):
         (bench / "snapshot-worker.mjs").write_text(SNAPSHOT_WORKER_JS)
         for name in STOCK_FILES:
             (bench / "pyodide" / name).symlink_to(PYODIDE / name)
+            shipped = site / "assets" / "pyodide" / name
+            if not shipped.is_file() or shipped.read_bytes() != (PYODIDE / name).read_bytes():
+                continue  # the site's own file (its cut standard library): its siblings are not stock Pyodide's
             for suffix in (".gz", ".br"):  # the same siblings the site ships
                 if (site / "assets" / "pyodide" / f"{name}{suffix}").is_file():
                     shipped = site / "assets" / "pyodide" / f"{name}{suffix}"
@@ -190,9 +213,8 @@ def load(browser, url: str, ready_selector: str, throttle: dict | None) -> dict:
     """One cold load in a fresh context: FCP and time to live in ms since navigation start, and bytes received."""
     context = browser.new_context()
     page = context.new_page()
-    received = []
-    # a response from the browser cache reports a negative body size: nothing received
-    page.on("requestfinished", lambda request: received.append(max(0, request.sizes()["responseBodySize"])))
+    finished = []
+    page.on("requestfinished", lambda request: finished.append(request))
     if throttle:
         cdp = context.new_cdp_session(page)
         cdp.send("Network.enable")
@@ -200,8 +222,12 @@ def load(browser, url: str, ready_selector: str, throttle: dict | None) -> dict:
     page.goto(url)
     page.wait_for_selector(ready_selector, timeout=180_000)
     timings = page.evaluate(TIMINGS_JS)
+    # What the page asks for once live counts too (Material's bundle and search index wait for the first
+    # answer); a response from the browser cache reports a negative body size: nothing received.
+    page.wait_for_load_state("networkidle")
+    received = sum(max(0, request.sizes()["responseBodySize"]) for request in finished)
     context.close()
-    return {**timings, "bytes": sum(received)}
+    return {**timings, "bytes": received}
 
 
 def runtime_counter(page) -> Callable[[], int]:
@@ -213,8 +239,19 @@ def runtime_counter(page) -> Callable[[], int]:
     return lambda: max(sum(workers), sum(wasm))
 
 
-def update_latencies(browser, url: str, changes: int) -> tuple[list[float], list[float], int]:
-    """(input change to redrawn chart, to the numbers alone, runtimes started) over `changes` on the default page."""
+PHASES = ("the numbers' answer in (input to calc:answered)", "the numbers drawn (to calc:numbers)",
+          "the sweep's answer in (to calc:swept)", "the sweep drawn (to calc:drawn)")
+
+
+def phases_of(total: float, marks: list[float]) -> list[float]:
+    """A change's four phases (PHASES, ms), from its marks' times since the input."""
+    answered, numbers, swept = marks
+    return [answered, numbers - answered, swept - numbers, total - swept]
+
+
+def update_latencies(browser, url: str, changes: int) -> tuple[list[float], list[float], int, list[list[float]]]:
+    """(input change to redrawn chart, to the numbers alone, runtimes started, each change's phases) over
+    `changes` on the default page."""
     context = browser.new_context()
     page = context.new_page()
     runtimes = runtime_counter(page)
@@ -226,7 +263,22 @@ def update_latencies(browser, url: str, changes: int) -> tuple[list[float], list
     out = [page.evaluate(CHANGE_JS, list(change)) for change in fields]
     started = runtimes()
     context.close()
-    return [total for total, _ in out], [numbers for _, numbers in out], started
+    return ([total for total, _, _ in out], [numbers for _, numbers, _ in out], started,
+            [phases_of(total, marks) for total, _, marks in out])
+
+
+def latency_only(site: Path, changes: int) -> int:
+    """--latency-only: `changes` input changes on a live page, each split into PHASES (median / p95)."""
+    with bench_root(site) as root, site_browser.serve(root) as base, sync_playwright() as p:
+        browser = site_browser.launch(p)
+        totals, numbers, _, phases = update_latencies(browser, base, changes)
+        browser.close()
+    print(f"{changes} changes: input to chart {statistics.median(totals):.1f} / {percentile(totals, 0.95):.1f} ms "
+          f"(median / p95), the numbers alone {statistics.median(numbers):.1f} / {percentile(numbers, 0.95):.1f}")
+    for i, name in enumerate(PHASES):
+        column = [p[i] for p in phases]
+        print(f"  {name:48} {statistics.median(column):6.1f} / {percentile(column, 0.95):6.1f}")
+    return 0
 
 
 # One sample on a live page: optionally a change that sets the planner working (`before`: resolved once its
@@ -286,6 +338,122 @@ def planner_session(browser, url: str, samples: int) -> dict:
     return {"idle": idle, "busy": busy, "plans": plans, "runtimes": started}
 
 
+# --trace: where the deck page's time goes until "calc:live", from Chromium's own trace of one cold load.
+TRACE_CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "blink.user_timing", "toplevel",
+                    "v8.execute"]
+SCRIPT_EVENTS = {"EvaluateScript", "v8.compile", "v8.compileModule", "v8.evaluateModule", "FunctionCall",
+                 "TimerFire", "EventDispatch", "FireAnimationFrame", "HandlePostMessage"}
+RENDER_EVENTS = {"ParseHTML", "UpdateLayoutTree", "Layout", "Paint", "PrePaint", "Layerize", "ParseAuthorStyleSheet",
+                 "Commit", "HitTest"}
+
+
+def trace_load(browser, url: str, throttle: dict | None) -> dict:
+    """One cold load of the deck page, traced: its events, the renderer's pid, navigation start and calc:live (us)."""
+    context = browser.new_context()
+    page = context.new_page()
+    if throttle:
+        cdp = context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.emulateNetworkConditions", throttle)
+    browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
+    page.goto(url)
+    page.wait_for_selector("[data-calc][data-state=ready]", timeout=180_000)
+    events = json.loads(browser.stop_tracing())["traceEvents"]
+    context.close()
+    nav = next(e for e in events if e["name"] == "navigationStart"
+               and e["args"]["data"].get("documentLoaderURL", "").startswith("http"))
+    live = next(e["ts"] for e in events if e["name"] == "calc:live" and e["pid"] == nav["pid"])
+    return {"events": events, "pid": nav["pid"], "t0": nav["ts"], "live": live}
+
+
+def thread_cpu(trace: dict) -> dict[str, float]:
+    """CPU time (ms, the trace's thread time) each of the renderer's threads spent before calc:live: the page's
+    main thread, calc's worker (the thread that fetched pyodide.mjs), Material's search worker, and the
+    background threads (WebAssembly compilation, mostly)."""
+    pid, t0, live, events = trace["pid"], trace["t0"], trace["live"], trace["events"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] == pid}
+    calc = next(e["tid"] for e in events if e["name"] == "ResourceSendRequest" and e["pid"] == pid
+                and e["args"]["data"]["url"].endswith("/pyodide.mjs"))
+    kind = {tid: ("page" if tid == pid else "calc worker" if tid == calc else "search worker"
+                  if name == "DedicatedWorker thread" else "background threads" if name.startswith("ThreadPool")
+                  else "other") for tid, name in names.items()}
+    out: dict[str, float] = dict.fromkeys(("page", "calc worker", "search worker", "background threads", "other"), 0)
+    ends: dict[int, float] = {}
+    for e in sorted((e for e in events if e["pid"] == pid and e["ph"] == "X" and "dur" in e and t0 <= e["ts"] < live),
+                    key=lambda e: (e["ts"], -e["dur"])):
+        if e["ts"] >= ends.get(e["tid"], -1):  # a top-level event of its thread
+            ends[e["tid"]] = e["ts"] + e["dur"]
+            out[kind.get(e["tid"], "other")] += e.get("tdur", 0) / 1e3
+    return out
+
+
+def main_thread_work(trace: dict) -> dict[str, float]:
+    """The page's main thread before calc:live, CPU ms by kind of work: parsing, style, layout, paint, each
+    script by its file (what a script's call forces, a layout say, counted as the layout), and the rest."""
+    pid, t0, live = trace["pid"], trace["t0"], trace["live"]
+    own = sorted((e for e in trace["events"] if e["pid"] == pid and e["tid"] == pid and e["ph"] == "X"
+                  and "dur" in e and t0 <= e["ts"] < live), key=lambda e: (e["ts"], -e["dur"]))
+    stack: list[tuple[dict, str]] = []
+    work: dict[str, float] = {}
+    for e in own:
+        while stack and e["ts"] >= stack[-1][0]["ts"] + stack[-1][0]["dur"]:
+            stack.pop()
+        above = stack[-1][1] if stack else "other tasks"
+        data = (e.get("args") or {}).get("data") or {}
+        url = str(data.get("url") or "").split("?")[0]
+        label = (f"script {url.rsplit('/', 1)[-1]}" if e["name"] in SCRIPT_EVENTS and url
+                 else "ES modules run (the calculator's mount)" if e["name"] == "v8.evaluateModule"
+                 else e["name"] if e["name"] in RENDER_EVENTS else "GC" if "GC" in e["name"] else above)
+        cpu = e.get("tdur", 0) / 1e3
+        if stack:
+            work[above] = work.get(above, 0) - cpu  # its parent's own time excludes it
+        work[label] = work.get(label, 0) + cpu
+        stack.append((e, label))
+    return work
+
+
+def request_times(trace: dict) -> list[tuple[str, str, float, float, int]]:
+    """Each request before calc:live: (file, the thread that asked, start and end in ms since navigation, bytes)."""
+    pid, t0 = trace["pid"], trace["t0"]
+    sent, done = {}, {}
+    for e in trace["events"]:
+        if e["pid"] != pid or e["name"] not in ("ResourceSendRequest", "ResourceFinish"):
+            continue
+        data = e["args"]["data"]
+        if e["name"] == "ResourceSendRequest":
+            sent[data["requestId"]] = (data["url"].split("?")[0].rsplit("/", 1)[-1] or "(the page)",
+                                       "page" if e["tid"] == pid else "worker", (e["ts"] - t0) / 1e3)
+        else:
+            done[data["requestId"]] = ((e["ts"] - t0) / 1e3, data.get("encodedDataLength", 0))
+    rows = [(*sent[r], *done.get(r, (float("nan"), 0))) for r in sent]
+    return sorted((r for r in rows if r[2] < (trace["live"] - t0) / 1e3), key=lambda r: r[2])
+
+
+def trace_report(site: Path, loads: int, condition: str) -> int:
+    """--trace: `loads` traced cold loads of the deck page; the medians of each thread's CPU time and of the main
+    thread's work before calc:live, then the last load's requests."""
+    with bench_root(site) as root, site_browser.serve(root) as base, sync_playwright() as p:
+        browser = site_browser.launch(p)
+        traces = [trace_load(browser, base, CONDITIONS[condition]) for _ in range(loads)]
+        browser.close()
+    lives = [(t["live"] - t["t0"]) / 1e3 for t in traces]
+    print(f"{condition}, {loads} traced loads: calc:live at {statistics.median(lives):.0f} ms (median)")
+    print("CPU ms before calc:live, by thread (medians):")
+    cpus = [thread_cpu(t) for t in traces]
+    for name in cpus[0]:
+        print(f"  {name:20} {statistics.median(c[name] for c in cpus):7.0f}")
+    works = [main_thread_work(t) for t in traces]
+    labels = sorted({k for w in works for k in w}, key=lambda k: -statistics.median(w.get(k, 0) for w in works))
+    print("the page's main thread, CPU ms by work (medians):")
+    for label in labels[:16]:
+        print(f"  {label:44} {statistics.median(w.get(label, 0) for w in works):7.1f}")
+    print("requests of the last load (ms since navigation; encoded bytes):")
+    for name, thread, start, end, size in request_times(traces[-1]):
+        print(f"  {name[:40]:40} {thread:6} {start:7.0f} {end:7.0f} {size:>10,}")
+    return 0
+
+
 AIMS = {  # issue 21's targets, as (figure, how it compares, bound)
     "live_ratio_localhost": ("<=", 0.5),
     "live_ratio_10mbit": ("<=", 0.7),
@@ -315,6 +483,11 @@ def summary(results: dict, gzip_bytes: int, latencies, numbers, session: dict, r
             "site_bytes": statistics.median(t["bytes"] for t in ours),
             "bare_bytes": statistics.median(t["bytes"] for t in bare),
         }
+        if (condition, "baseline") in results:
+            row = out["conditions"][condition]
+            row["baseline_ms"] = statistics.median(t["live"] for t in results[condition, "baseline"])
+            row["baseline_ratio_to_bare"] = row["baseline_ms"] / bare_live
+            row["baseline_bytes"] = statistics.median(t["bytes"] for t in results[condition, "baseline"])
         if (condition, "snapshot") in results:
             row = out["conditions"][condition]
             row["snapshot_ms"] = statistics.median(t["live"] for t in results[condition, "snapshot"])
@@ -371,6 +544,9 @@ def table(report: dict) -> list[str]:
          f"{pl['questions']} questions", aim("plan_median_ms") + " (median)"),
         ("Pyodide runtimes a page started", str(report["runtimes"]), "", aim("runtimes")),
     ]
+    if "baseline_ms" in local:  # --baseline: the other build's deck page, in the same run
+        rows.insert(5, ("  --baseline's deck page: live / bare", f"{local['baseline_ratio_to_bare']:.2f}",
+                        f"{slow['baseline_ratio_to_bare']:.2f}", f"{local['baseline_bytes'] / 1e6:.2f} MB"))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -403,8 +579,19 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the loads' shuffled order")
     parser.add_argument("--snapshot", action="store_true", help="also measure a memory snapshot (not shipped)")
+    parser.add_argument("--baseline", type=Path, help="another build of the site (say, before a change): its deck "
+                        "page is loaded beside this one's, interleaved, and its live / bare reported")
     parser.add_argument("--planner-only", action="store_true", help="only the planner's pairs (--pairs of them)")
+    parser.add_argument("--trace", type=int, metavar="LOADS", help="only LOADS traced loads of the deck page: "
+                        "where its time goes until calc:live (CPU by thread and by work, the requests)")
+    parser.add_argument("--throttled", action="store_true", help="with --trace: at 10 Mbit/s, not on localhost")
+    parser.add_argument("--latency-only", action="store_true", help="only the input changes (--changes of them), "
+                        "each split into its phases")
     args = parser.parse_args()
+    if args.latency_only:
+        return latency_only(args.site, args.changes)
+    if args.trace:
+        return trace_report(args.site, args.trace, "10 Mbit/s" if args.throttled else "localhost")
     if args.planner_only:
         return planner_only(args.site, args.pairs)
     if args.quick:
@@ -416,10 +603,12 @@ def main() -> int:
              "worker": (WORKER_PAGE, "body[data-state=ready]")}
     if args.snapshot:
         pages["snapshot"] = ("__bench__/snapshot.html", "body[data-state=ready]")
+    if args.baseline:
+        pages["baseline"] = (f"{BASELINE_PAGE}/", "[data-calc][data-state=ready]")
     plan = [(c, p) for c in CONDITIONS for p in pages] * args.runs
     random.Random(args.seed).shuffle(plan)  # interleaved: every variant sees the same machine load
     results: dict[tuple[str, str], list[dict]] = {key: [] for key in plan}
-    with bench_root(args.site) as root, site_browser.serve(root) as base, sync_playwright() as p:
+    with bench_root(args.site, args.baseline) as root, site_browser.serve(root) as base, sync_playwright() as p:
         browser = site_browser.launch(p)
         snapshot_bytes = take_snapshot(browser, base, root) if args.snapshot else None
         for i, (condition, name) in enumerate(plan):
@@ -429,7 +618,7 @@ def main() -> int:
                   file=sys.stderr, flush=True)
         with site_browser.serve(root, encodings=("gzip",)) as gzip_base:  # the same page from a gzip-only host
             gzip_bytes = min(load(browser, gzip_base, pages["site"][1], None)["bytes"] for _ in range(2))
-        latencies, numbers, runtimes = update_latencies(browser, base, args.changes)
+        latencies, numbers, runtimes, _ = update_latencies(browser, base, args.changes)
         session = planner_session(browser, base, args.pairs)
         version = browser.version
         browser.close()

@@ -212,6 +212,25 @@ def test_compressible_runtime_files_have_gzip_and_brotli_siblings():
     assert not (site / "assets" / "pyodide" / "pyodide-lock.json").exists()  # Pyodide's 300-package lock stays out
 
 
+def test_the_standard_librarys_siblings_are_its_members_stored_then_compressed():
+    """python_stdlib.zip stays deflated for a host that sends files as they are; its .gz and .br siblings
+    decompress to the same archive with every member stored (the same names, bytes and order), which Brotli
+    over the whole archive sends in less than three quarters of the deflated zip (issue 21's bytes)."""
+    import gzip
+
+    import brotli
+
+    stdlib = built_site() / "assets" / "pyodide" / "python_stdlib.zip"
+    with zipfile.ZipFile(stdlib) as plain:
+        members = [(i.filename, plain.read(i)) for i in plain.infolist()]
+        assert {i.compress_type for i in plain.infolist()} == {zipfile.ZIP_DEFLATED}
+    for suffix, decode in ((".gz", gzip.decompress), (".br", brotli.decompress)):
+        with zipfile.ZipFile(BytesIO(decode(stdlib.with_name(stdlib.name + suffix).read_bytes()))) as sibling:
+            assert {i.compress_type for i in sibling.infolist()} == {zipfile.ZIP_STORED}, suffix
+            assert [(i.filename, sibling.read(i)) for i in sibling.infolist()] == members, suffix
+    assert stdlib.with_name(stdlib.name + ".br").stat().st_size < 0.75 * stdlib.stat().st_size
+
+
 # ---------------------------------------------------------------- in the browser
 
 
@@ -304,8 +323,10 @@ def _load_within_budget(b, base: str, budget: int) -> None:
     page.add_init_script(PROGRESS_LISTENER)
     page.goto(base)
     page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_load_state("networkidle")  # Material's bundle and search index, asked for once live, count too
     steps = page.evaluate("window.__progress")
     context.close()
+    assert any(url.endswith("/search/search_index.json") for url, _ in received)
     assert len(steps) >= 2
     assert all(0 <= s["done"] <= s["total"] and s["label"] for s in steps)
     assert [s["done"] for s in steps] == sorted({s["done"] for s in steps})
@@ -349,3 +370,39 @@ def test_a_tampered_wheel_is_refused_and_the_build_time_numbers_stay(browser):
     status, table = load(bytes(bad), "failed")
     assert "could not start" in status and "refused" in status and "sha256" in status, status
     assert table == expected_table(answer_for({}))
+
+
+def test_materials_scripts_wait_for_the_calculators_first_answer_or_the_reader(browser):
+    """On the calculator's page Material's bundle and site.js are fetched only once the first live answer and
+    its sweep are drawn (calc:started, site_overrides/main.html), and then run (document$, the search index
+    asked); a key pressed before that loads them at once. Other pages load them as Material does."""
+    b, base = browser
+    assert "data-calc-later" not in (built_site() / "beyond" / "index.html").read_text()
+    context = b.new_context()
+    page = context.new_page()
+    page.goto(base)
+    page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_function("typeof document$ !== 'undefined' && window.__md_scope !== undefined")
+    page.wait_for_function("performance.getEntriesByType('resource').some(e => e.name.endsWith('/search_index.json'))")
+    starts = page.evaluate("""() => Object.fromEntries(performance.getEntriesByType('resource')
+        .filter(e => /\\/(bundle\\.[0-9a-f]+\\.min|site)\\.js$/.test(e.name))
+        .map(e => [e.name.split('/').pop().split('.')[0], e.startTime]))""")
+    live = page.evaluate("performance.getEntriesByName('calc:live')[0].startTime")
+    context.close()
+    assert set(starts) == {"bundle", "site"} and min(starts.values()) >= live, (starts, live)
+
+    context = b.new_context()
+    held = []
+    context.route(f"**/assets/wheels/{wheel.filename()}", lambda route: held.append(route))  # held: no answer yet
+    page = context.new_page()
+    page.goto(base)
+    page.wait_for_function("document.readyState !== 'loading'")
+    assert page.evaluate("typeof document$") == "undefined"
+    page.keyboard.press("Shift")
+    page.wait_for_function("typeof document$ !== 'undefined'")
+    assert page.get_attribute("[data-calc]", "data-state") != "ready"
+    while not held:
+        page.wait_for_timeout(50)
+    held[0].continue_()
+    page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+    context.close()

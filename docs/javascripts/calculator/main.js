@@ -35,6 +35,9 @@ function mount(root) {
   function markLive() {
     if (!performance.getEntriesByName("calc:live").length) performance.mark("calc:live");
   }
+  // "calc:started" on the document: the live start is over (first answer and sweep drawn, or failed), and the
+  // page's held scripts may load (site_overrides/main.html).
+  const started = () => document.dispatchEvent(new CustomEvent("calc:started"));
   function becomeReady() {
     if (root.dataset.state === "ready") return;
     root.dataset.state = "ready";
@@ -44,6 +47,7 @@ function mount(root) {
     markLive();
     performance.mark("calc:ready");
     msg.setStatus(`Live: computed in your browser by calc, running in Pyodide.${restartNote}`);
+    started();
   }
   function refuse(result) {
     msg.clearErrors();
@@ -95,14 +99,19 @@ function mount(root) {
     performance.mark("calc:numbers");
     markLive();
     root.dispatchEvent(new CustomEvent("calc:numbers"));
+    // The address of the numbers on show, written while the worker computes the sweep: history.replaceState
+    // lays the page out (Chromium keeps the scroll position with the entry), the layout the next frame needs
+    // anyway. Written after the sweep's drawing, it stood between the sweep and the screen (5 to 60 ms a change
+    // on a busy 2-core machine: scripts/bench_site.py --latency-only).
+    link.write(given, answer);
     const full = await withSweep;
     if (full.superseded || ticket !== asked) return;
+    performance.mark("calc:swept");
     if (full.ok) {  // else the last sweep stays, marked pending
       answer = { ...answer, sweep: full.sweep };
       view.renderSweep();
     }
     view.finish("live");
-    link.write(given, answer);  // after the chart: the address follows, the reader's eyes first
     planner.schedule();
     becomeReady();
   }
@@ -161,6 +170,7 @@ function mount(root) {
     planner.failed();
     msg.setStatus(`The live calculator could not start: ${error.message}. The numbers shown were computed when ` +
       `this site was built, for the default settings, and the fields are disabled.${lost}`);
+    started();
   }
   // Python stopped for good (a fatal error in Pyodide): the worker started a new runtime and the page says so.
   function restarted(message) {
