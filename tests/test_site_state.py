@@ -130,5 +130,6 @@ def test_a_sequence_not_typed_follows_learned_positions_as_the_clis_default_does
     flags = ["--tied", "--bias", "--norm", "layer", "--positions", "learned", "--no-gated-ffn"]
     assert page.evaluate(PEAK) == cli_json(flags)["peak"]
     page.fill('[data-calc-form] [name="seq"]', "4096")
-    page.wait_for_function(ERRORS.replace("filter(Boolean)", "filter(Boolean).join(' ').includes('at most the context')"))
+    refused = ERRORS.replace("filter(Boolean)", "filter(Boolean).join(' ').includes('at most the context')")
+    page.wait_for_function(refused)
     assert recorder.errors == []
