@@ -264,6 +264,7 @@ def widget_html(page_url: str) -> str:
         "defaults": defaults,
         "presets": deck.presets(),
         "recipeLabels": {name: r["label"] for name, r in deck.recipes().items()},
+        "optimizerLabels": {name: o.label for name, o in deck.calc.optimizers.OPTIMIZERS.items()},
         "categories": list(deck.calc.CATEGORIES),
         "categoryLabels": deck.calc.CATEGORY_LABELS,
         "eagerBands": bands_with_devices(deck.eager_bands()),

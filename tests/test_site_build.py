@@ -9,7 +9,7 @@ from mkdocs.exceptions import PluginError
 from site_fixtures import answer_for, built_site
 
 import calc
-from hooks import placeholders, wheel
+from hooks import deck, placeholders, wheel
 
 DEFAULT = answer_for({})
 
@@ -159,8 +159,6 @@ def test_the_eager_band_says_which_device_its_steps_ran_on():
     only while every measured run in docs/data is a CPU run (the words follow the data, not the page)."""
     import json
 
-    from hooks import deck
-
     devices = set()
     for path in deck.MEASURED.values():
         devices |= {r["device"] for r in json.loads(path.read_text())["runs"] if r.get("measured_peak")}
@@ -184,3 +182,13 @@ def test_the_eager_line_says_its_attention_differs_from_the_deck_peaks():
     assert line.startswith("What PyTorch allocates for this step with sdpa attention, where the peak above keeps "
                            "eager attention's s x s scores (<code>")
     assert "same step" not in line
+
+
+def test_the_built_planner_status_counts_its_rows_as_the_live_one_does():
+    """Without JavaScript (or before the runtime starts) the planner's status is the built page's: a list that
+    stops at the planner's limit says "the first N layouts", as planner.js's countedLayouts does."""
+    html = (built_site() / "index.html").read_text()
+    status = re.search(r"data-plan-status[^>]*>(.*?)</p>", html, re.S)[1]
+    rows = html.count("data-plan-row")
+    assert rows == deck.PLAN_LIMIT
+    assert status == f"The first {rows} layouts that fit (computed when this site was built)."

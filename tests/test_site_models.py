@@ -307,7 +307,7 @@ def test_lora_shows_calcs_trainable_parameters_its_sweep_and_what_fits_one_card(
     assert want["trainable_params"] == 4_194_304
     assert shown(page) == expected(want)
     assert page.text_content('[data-out="trainable"]') == "4,194,304"
-    assert page.text_content("[data-calc-summary]").startswith("Fine-tuning: LoRA rank 8 on q, v, adamw. With ")
+    assert page.text_content("[data-calc-summary]").startswith("Fine-tuning: LoRA rank 8 on q, v, AdamW. With ")
     assert query_of(page)["finetune"] == ["lora"]
     line = page.locator('[data-chart=sweep] polyline[data-recipe="finetune"]')
     assert int(line.get_attribute("data-last")) == want["sweep"]["peaks"]["finetune"][-1]

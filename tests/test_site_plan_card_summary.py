@@ -112,9 +112,9 @@ SELECTED = "() => [...document.querySelectorAll('tr[data-recipe].calc-row--selec
 @pytest.mark.parametrize(
     ("query", "said", "unsaid"),
     [
-        ("?optimizer=sgd-momentum", "mixed-precision sgd-momentum", "Adam"),
+        ("?optimizer=sgd-momentum", "mixed-precision SGD with momentum", "Adam"),
         ("?preset=llama-3.2-1b&walk=eager", "as the eager walk allocates it", None),
-        ("?optimizer=lion&recipe=autocast", "lion", "Adam"),
+        ("?optimizer=lion&recipe=autocast", "autocast bf16 over fp32 Lion", "Adam"),
     ],
 )
 def test_the_summary_names_its_walk_and_optimizer_and_no_row_claims_it(open_page, query, said, unsaid):

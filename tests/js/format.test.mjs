@@ -2,7 +2,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { capacityText, flagsIn, quote, receivedText, sizeText, unitFor, withLabels } from "../../docs/javascripts/calculator/format.js";
+import {
+  capacityText, flagsIn, quote, receivedText, recipeText, sizeText, tuningText, unitFor, withLabels,
+} from "../../docs/javascripts/calculator/format.js";
 
 test("sizes read in the unit their magnitude suits, with separators, rounded half up", () => {
   assert.equal(sizeText(110_700_000_000), "110.7 GB");
@@ -47,4 +49,15 @@ test("the fields a message names are its flags, each whole", () => {
   assert.deepEqual(flagsIn("each token goes to 1 to 8 experts (--experts), got 0"), ["experts"]);
   assert.deepEqual(flagsIn("--experts-per-token beside --walk eager"), ["experts-per-token", "walk"]);
   assert.deepEqual(flagsIn("must be at least 1, got 0"), []);
+});
+
+test("the summary names the optimizer by its label, and says fine-tuning only where some parameters do not train", () => {
+  const labels = { "adamw-8bit": "AdamW 8-bit (bitsandbytes)", lion: "Lion" };
+  const full = { mode: "full", optimizer: "adamw-8bit", paged: false };
+  assert.equal(recipeText("mixed-precision Adam", { finetune: full }, labels), "mixed-precision AdamW 8-bit (bitsandbytes)");
+  assert.equal(recipeText("mixed-precision Adam", {}, labels), "mixed-precision Adam");
+  assert.equal(tuningText(full, labels), "");  // not "Fine-tuning: every parameter, adamw-8bit."
+  assert.match(tuningText({ ...full, paged: true }, labels), /^Every parameter trains, its optimizer state paged\. $/);
+  const lora = { mode: "lora", optimizer: "lion", rank: 8, targets: ["q", "v"], paged: false };
+  assert.equal(tuningText(lora, labels), "Fine-tuning: LoRA rank 8 on q, v, Lion. ");
 });

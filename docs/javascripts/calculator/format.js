@@ -45,21 +45,25 @@ export function quote(value) {
 
 export const recomputeText = (policy) => (policy === "none" ? "no recomputation" : `${policy} recomputation`);
 
-// The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step).
-// A recipe's label ("mixed-precision Adam") for the optimizer the step uses: "mixed-precision lion".
-export function recipeText(label, config) {
+// A recipe's label ("mixed-precision Adam") for the optimizer the step uses, by its label (calc.optimizers):
+// "mixed-precision 8-bit AdamW". config: the step's config (its finetune, absent for the deck's own step).
+export function recipeText(label, config, optimizerLabels = {}) {
   const optimizer = config.finetune?.optimizer ?? "adamw";
-  return optimizer === "adamw" ? label : label.replace(/\bAdamW?\b/, optimizer);
+  return optimizer === "adamw" ? label : label.replace(/\bAdamW?\b/, optimizerLabels[optimizer] ?? optimizer);
 }
 // Which walk gave the peak, said when it is not the deck's.
 export const walkText = (walk) => (!walk || walk === "deck" ? "" : `, as the ${walk} walk allocates it,`);
 
-export function tuningText(tune) {
+// The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step). Training
+// every parameter is said by the recipe's words alone (recipeText names its optimizer).
+export function tuningText(tune, optimizerLabels = {}) {
   if (!tune) return "";
-  const what = { full: "every parameter", lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;
+  const paged = tune.paged ? " (paged)" : "";
+  if (tune.mode === "full") return paged && `Every parameter trains, its optimizer state paged. `;
+  const what = { lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;
   const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}`
     : tune.mode === "freeze" ? ` the first ${formatInt(tune.freeze_layers)} layers` : "";
-  return `Fine-tuning: ${what}${detail}, ${tune.optimizer}${tune.paged ? " (paged)" : ""}. `;
+  return `Fine-tuning: ${what}${detail}, ${optimizerLabels[tune.optimizer] ?? tune.optimizer}${paged}. `;
 }
 
 // calc's messages name its CLI flags (--tp); the page names its own fields: “Tensor parallel”.

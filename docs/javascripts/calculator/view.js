@@ -74,8 +74,8 @@ export function createView(root, config, answerOf, labelOf) {
     event.dataset.out = "peak-event";
     event.textContent = step.peak_event;
     const summary = root.querySelector("[data-calc-summary]");
-    summary.replaceChildren(tuningText(step.config.finetune),
-      `With ${recipeText(config.recipeLabels[step.config.recipe], step.config)} and ` +
+    summary.replaceChildren(tuningText(step.config.finetune, config.optimizerLabels),
+      `With ${recipeText(config.recipeLabels[step.config.recipe], step.config, config.optimizerLabels)} and ` +
       `${recomputeText(step.config.recompute)}${walkText(step.config.walk)} the peak is `,
       peakOut, " (", gib, "), reached at “", event, `”: it ${answer.fits ? "fits" : "does not fit"} on ${device}.`);
     const trainable = out("trainable");
