@@ -182,7 +182,7 @@ def read_config(path: str) -> str:
 
 
 # Fields an output mode does not read, each with the reason it is refused there (issue 19: no flag is accepted
-# and ignored; tests/test_every_flag.py runs every field through every mode), from calc.fields' table: the
+# and ignored; tests/calc/test_every_flag.py runs every field through every mode), from calc.fields' table: the
 # fields a mode chooses itself, and those it does not read (Field.outputs).
 CHOOSES = {"plan": "--plan chooses it itself (its rows are the layouts): leave it unset",
            "fit-card": "--fit-card chooses it itself, on one card: leave it unset"}  # fmt: skip

@@ -3,8 +3,8 @@ calc.inputs' key, the page's input name), how it is read (its kind, bounds, choi
 Parallel attribute it sets), which walks, fine-tunings and output modes read it, the CLI's metavar and help,
 and the page's label and place in the form. Derived from it: calc.cli's parser and its per-mode refusals,
 calc.inputs' limits and field groups (calc.web parses through calc.inputs), and the page's form and starting
-values (hooks/placeholders.py). tests/test_fields.py checks that each name is written once here and that the
-page's template names none; tests/test_every_flag.py runs every field through every walk and output mode."""
+values (hooks/placeholders.py). tests/calc/test_fields.py checks that each name is written once here and that the
+page's template names none; tests/calc/test_every_flag.py runs every field through every walk and output mode."""
 
 from __future__ import annotations
 

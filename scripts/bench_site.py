@@ -232,7 +232,7 @@ def load(browser, url: str, ready_selector: str, throttle: dict | None) -> dict:
 
 def runtime_counter(page) -> Callable[[], int]:
     """How many Pyodide runtimes the page has started so far: its calc workers, and its fetches of the
-    WebAssembly (as tests/site_fixtures.py's Recorder counts them)."""
+    WebAssembly (as tests/site/site_fixtures.py's Recorder counts them)."""
     workers, wasm = [], []
     page.on("worker", lambda worker: workers.append(worker.url.split("?")[0].endswith("/calc-worker.mjs")))
     page.on("request", lambda request: wasm.append(request.url.split("?")[0].endswith("/pyodide.asm.wasm")))

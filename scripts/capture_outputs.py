@@ -9,7 +9,7 @@ renders it. Stored compressed in tests/data/capture.json.xz.
 
     python scripts/capture_outputs.py           # write the capture (from the tree as it is)
     python scripts/capture_outputs.py --check   # compare byte for byte; name the first difference, exit 1
-    python scripts/capture_outputs.py --check --fast   # the quick subset tests/test_capture.py runs
+    python scripts/capture_outputs.py --check --fast   # the quick subset tests/scripts/test_capture.py runs
 """
 
 from __future__ import annotations

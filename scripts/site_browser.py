@@ -1,6 +1,6 @@
 """Serve the built site on 127.0.0.1 and drive Debian's Chromium with Playwright.
 
-Shared by the browser tests (tests/test_site_*.py) and the benchmark (scripts/bench_site.py).
+Shared by the browser tests (tests/site/test_site_*.py) and the benchmark (scripts/bench_site.py).
 Chromium is the system one (/usr/bin/chromium, `apt-get install chromium`): Playwright never
 downloads a browser here.
 """

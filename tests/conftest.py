@@ -54,7 +54,7 @@ def assert_predicts_tensors(predicted: int, got: dict, bound: float) -> None:
 
 
 def pytest_collection_modifyitems(items):
-    """Every test of the built site (tests/test_site_*.py, and test_pyodide.py, which starts the site's own
+    """Every test of the built site (tests/site/test_site_*.py, and test_pyodide.py, which starts the site's own
     runtime) is marked `browser`, so `pytest -m "not torch and not browser"` runs the core alone."""
     for item in items:
         if item.path.name.startswith("test_site_") or item.path.name == "test_pyodide.py":

@@ -8,7 +8,7 @@ from pathlib import Path
 from calc import losses
 from conftest import cli_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # a vocabulary-heavy step where the loss sets the peak: a 1B Llama with LoRA on 2 x 2,048 tokens
 BIG = ["--preset", "llama-3.2-1b", "--seq", "2048", "--micro-batch", "2", "--walk", "eager", "--finetune", "lora",
        "--recompute", "full", "--device", "cuda"]  # fmt: skip

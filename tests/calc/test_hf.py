@@ -14,7 +14,7 @@ from calc.hf import MAX_CHARS, ConfigError, compact, parse, shape_from_config, s
 from calc.presets import CONFIG_PRESETS, config_text
 from calc.web import handle
 
-CONFIGS = Path(__file__).parent / "hf_configs"  # published config.json files of model types no preset uses
+CONFIGS = Path(__file__).parents[1] / "hf_configs"  # published config.json files of model types no preset uses
 
 
 def test_mixtral_active_parameters():
@@ -207,7 +207,7 @@ def test_gpt2_config_reads_gelu_new_as_its_python_ops():
     """GPT-2's own config.json names gelu_new: transformers' NewGELUActivation, Python ops whose intermediates
     autograd saves. Read from the config, the eager step is the gpt2 preset's (which types it out), not the
     fused tanh GELU's (22% lower: gelu_pytorch_tanh saves only its input)."""
-    shape = shape_from_text((Path(__file__).parent / "hf_configs" / "gpt2.json").read_text())
+    shape = shape_from_text((Path(__file__).parents[1] / "hf_configs" / "gpt2.json").read_text())
     assert shape.activation == "gelu_new"
 
     def peak(s):  # a small vocabulary, so that the layers take the peak

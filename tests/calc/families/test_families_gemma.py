@@ -12,7 +12,7 @@ from calc.cli import main
 from calc.hf import shape_from_config
 from calc.presets import PRESET_GROUPS, config_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RUNS = json.loads((ROOT / "docs" / "data" / "families.json").read_text())
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 BAND = (0.999, 1.001)  # the eager walk's ratio, predicted / measured, on every recorded Gemma step

@@ -22,7 +22,7 @@ from calc.inputs import eager_lacks, family_problem
 from conftest import assert_cli_predicts
 from strategies import micro_batches, recipes, shapes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "training"))
 
 BOUND = 0.03  # the bound: within 3% of the measured peak

@@ -15,7 +15,7 @@ from calc.presets import CONFIG_PRESETS, config_text
 
 pytestmark = pytest.mark.torch
 
-CONFIGS = Path(__file__).parent / "hf_configs"  # published config.json files of model types no preset uses
+CONFIGS = Path(__file__).parents[1] / "hf_configs"  # published config.json files of model types no preset uses
 
 
 def transformers_count(cfg: dict) -> int:

@@ -14,7 +14,7 @@ from calc.cli import main
 from calc.hf import ConfigError, shape_from_config
 from calc.presets import config_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 FAMILIES = json.loads((ROOT / "docs" / "data" / "families.json").read_text())
 TINY = {"model_type": "deepseek_v3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
         "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 512, "q_lora_rank": 32,

@@ -18,7 +18,7 @@ from calc.plan import FIT_MICRO_BATCHES, TP_DEGREES, _divisors, _Layouts, fit_ca
 from calc.walk import label_at, peak
 from strategies import modern_shapes, moe_shapes, recipes, recomputes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan_one_by_one(shape, seq, global_batch, capacity, recipe="mixed", sequence_parallel=False, flash=False,

@@ -11,7 +11,7 @@ import pytest
 
 from calc import cli, fields, inputs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_each_field_is_named_once_in_the_table():

@@ -12,7 +12,7 @@ import pytest
 from calc import web
 from conftest import cli_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DECK = ["--preset", "llama-7b", "--seq", "8192", "--micro-batch", "2"]
 EAGER = ["--preset", "llama-3.2-1b", "--seq", "4096", "--micro-batch", "2", "--walk", "eager"]
 

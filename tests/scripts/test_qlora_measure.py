@@ -15,7 +15,7 @@ import pytest
 from calc import finetune
 from conftest import assert_cli_predicts, assert_predicts_tensors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "training"))
 
 CODE_BOOKS = 4 * (16 + 256)  # fp32: the 16 NF4 values and the 256 of the absmax's 8-bit code, in every linear

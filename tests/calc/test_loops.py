@@ -15,7 +15,7 @@ from calc.finetune import Tuning
 from calc.presets import PRESETS
 from conftest import cli_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOOPS = json.loads((ROOT / "docs" / "data" / "loops.json").read_text())["runs"]
 BOUND = 0.03  # issue 19: within 3% of the measured step
 # What a user adds to the command for each measured loop (measure_loops.py's LOOPS says what each runs): Trainer's

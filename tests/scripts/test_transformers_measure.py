@@ -13,7 +13,7 @@ import pytest
 
 from conftest import assert_predicts_tensors, cli_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "training"))
 
 import hf_models  # noqa: E402
