@@ -489,3 +489,15 @@ def test_the_eager_figure_links_to_its_table(open_page):
     page.click("[data-calc-eager] a")
     page.wait_for_selector("#sec-10-8")
     assert "transformers" in page.text_content("#sec-10-8")
+
+
+def test_a_measured_band_of_one_value_is_said_once(open_page):
+    """OLMo 2 in fp32 was measured within 0.00% on every step: the band reads "predicted 100.00% of the
+    measured peak", not "100.00% to 100.00%"; the figures in the data attributes are the band's."""
+    page, recorder = open_page("?preset=olmo-2-13b&recipe=fp32-full&seq=512")
+    shown = eager_shown(page)
+    low, high = f"{100 * shown['low']:.2f}%", f"{100 * shown['high']:.2f}%"
+    assert low == high, "the band this test reads is one value at two decimals"
+    text = page.text_content('[data-out="eager-band"]')
+    assert f"it predicted {low} of the measured peak" in text and " to " not in text.split("predicted")[1]
+    assert recorder.errors == []

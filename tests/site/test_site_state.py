@@ -133,3 +133,21 @@ def test_a_sequence_not_typed_follows_learned_positions_as_the_clis_default_does
     refused = ERRORS.replace("filter(Boolean)", "filter(Boolean).join(' ').includes('at most the context')")
     page.wait_for_function(refused)
     assert recorder.errors == []
+
+
+def test_a_links_fine_tuning_refused_takes_its_own_fields_along(open_page):
+    """`?preset=mixtral-8x7b&finetune=lora&lora-rank=64`: calc refuses LoRA on a mixture of experts (as the CLI's
+    --finetune lora does); Trains falls back to full and the link's rank goes with it, named in the same line,
+    and LoRA's fields are hidden again (no value on show that the step does not use); the numbers are the CLI's
+    full training of the preset and the address says no more than that."""
+    page, recorder = open_page("?preset=mixtral-8x7b&finetune=lora&lora-rank=64")
+    settle(page)
+    line = page.text_content("[data-calc-notice]:not([hidden])")
+    assert "not modelled for a mixture of experts" in line
+    assert "LoRA rank (r) dropped with it" in line
+    assert page.input_value('[name="finetune"]') == "full"
+    assert not page.locator('[data-calc-form] [name="lora-rank"]').is_visible()
+    assert page.evaluate(PEAK) == cli_json(["--preset", "mixtral-8x7b"])["peak"]
+    query = query_of(page)
+    assert query == {"preset": ["mixtral-8x7b"]}
+    assert recorder.errors == []

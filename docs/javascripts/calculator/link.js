@@ -157,10 +157,14 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     const fromLink = f.state.fromLink;
     const culprits = blame(result, fromLink);
     if (!culprits.length) return false;
-    const names = culprits.map((n) => labelOf(n) ?? n).join(", ");
-    const also = culprits.includes(result.field) ? "" : `; the link's ${names} dropped`;
-    say(result.field ?? culprits[0], result.message + also);
+    const named = (list) => list.map((n) => labelOf(n) ?? n).join(", ");
+    const also = culprits.includes(result.field) ? "" : `; the link's ${named(culprits)} dropped`;
     for (const name of culprits) { f.resetField(name); fromLink.delete(name); }
+    // What the link set for the choice that fell back (LoRA's rank for its fine-tuning) goes with it, named.
+    const along = [...fromLink].filter((name) => f.field(name) && !f.applies(name));
+    for (const name of along) { f.resetField(name); fromLink.delete(name); }
+    f.showApplicable();
+    say(result.field ?? culprits[0], result.message + also + (along.length ? `; the link's ${named(along)} dropped with it` : ""));
     showNotice();
     return true;
   }

@@ -133,7 +133,8 @@ export function createView(root, config, answerOf, labelOf) {
     said.dataset.high = band.high;
     const setting = band.setting ? `, ${band.setting}` : "";
     said.textContent = ` Measured against ${band.runs} real steps of this code (${band.models.join(", ")}${setting}), ` +
-      `it predicted ${pct(band.low)} to ${pct(band.high)} of the measured peak`;
+      `it predicted ${pct(band.low) === pct(band.high) ? pct(band.low) : `${pct(band.low)} to ${pct(band.high)}`} ` +
+      "of the measured peak";
     link.textContent = `results §${band.section}`;
     line.append(said, " (", link, ").");
   }
