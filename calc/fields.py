@@ -105,6 +105,14 @@ class Field:
         return one_of(self.choices) if self.kind == "choice" else None
 
 
+def page_unread(shape) -> list[str]:
+    """The page's model fields that this model's numbers do not read, which the form hides: the experts' fields
+    for a dense model, the dense FFN's width where every layer is a mixture of experts (calc.inputs refuses it
+    there). calc.web's answer carries them; hooks/placeholders.py hides them in the built form."""
+    unread = [f.name for f in MODEL if f.page and f.moe and not shape.experts]
+    return unread + ([] if shape.ffn_read else ["ffn"])
+
+
 def one_of(choices) -> str:
     """A metavar listing the values a field takes."""
     return "|".join(choices)
@@ -151,7 +159,7 @@ MODEL = (
            why="the deck walk's attention has no window: Korthikanti et al.'s s x s scores"),
     _count("experts", 1 << 16),
     _count("experts-per-token", 1 << 16, moe=True),
-    _count("expert-ffn", 1 << 24, moe=True),
+    _count("expert-ffn", 1 << 24, moe=True, page=_model_page("Experts' FFN width", 7)),
     _count("shared-expert-ffn", 1 << 24, moe=True),
     _count("dense-layers", 10_000, moe=True),
     _switch("gated-ffn", "shape", page=_model_page("Gated FFN (SwiGLU)", 12)),

@@ -321,6 +321,9 @@ def given_problem(given: Mapping[str, object], shape: Shape, walk: str, eager_be
         return "context", "applies to learned positions (a context x hidden table); rotary ones keep nothing for it"
     if "head-bias" in given and (shape.tied or not shape.bias):
         return "head-bias", "applies to an untied head with biases: give --no-tied and --bias too"
+    if "ffn" in given and not shape.ffn_read:
+        return "ffn", (f"sizes the dense layers' FFN, and every layer of this model is a mixture of experts, each "
+                       f"expert {shape.expert_ffn:,} wide: give --expert-ffn instead")  # fmt: skip
     if "shared-expert-gate" in given and not shape.shared_expert_ffn:
         return "shared-expert-gate", "applies to a shared expert (Qwen2-MoE's): give --shared-expert-ffn too"
     fam = families.FAMILIES[shape.family]

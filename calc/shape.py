@@ -108,6 +108,12 @@ class Shape:
         return self.expert_ffn or self.ffn
 
     @property
+    def ffn_read(self) -> bool:
+        """Whether `ffn` sizes anything: a dense layer, or experts that take their width from it (not a mixture
+        of experts in every layer, each its own expert_ffn wide: Mixtral's, Qwen3-MoE's, GPT-OSS's)."""
+        return not (self.experts and self.expert_ffn and not self.dense_layers)
+
+    @property
     def moe_layers(self) -> int:
         """Layers whose FFN is a mixture of experts."""
         return max(0, self.layers - self.dense_layers) if self.experts else 0

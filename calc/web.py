@@ -7,6 +7,7 @@ import time
 from collections.abc import Generator
 
 from .api import eager_peak, step, sweep, table
+from .fields import page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
     MAX_BYTES,
@@ -144,6 +145,7 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
     result["fits"] = result["step"]["peak"] <= inputs["capacity"]
     result["trainable_params"] = result["step"]["trainable_params"]
     result["eager"] = eager_beside(inputs)
+    result["unread"] = page_unread(shape)  # the form hides these fields (calc.fields.page_unread)
     if inputs.get("hf_config"):
         result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
         counts = result["step"]["param_counts"]

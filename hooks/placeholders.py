@@ -176,11 +176,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     return markdown
 
 
-def form(shape: dict) -> list[tuple[str, list[dict]]]:
+def form(shape: dict, unread: tuple[str, ...] = ()) -> list[tuple[str, list[dict]]]:
     """The page's form from calc.fields' table: each fieldset (its legend) with its items in place order. An
     item is {"field", "control", "value"} (the control "text", "select" with its "options", "check",
     "presets" or "config"; the value the model's, else the field's default), {"shown_for", "items"} (fields
-    the page shows for these --finetune modes only, data-show-for) or {"block"} (the page's own, not a field)."""
+    the page shows for these --finetune modes only, data-show-for) or {"block"} (the page's own, not a field).
+    The fields in `unread` (calc.fields.page_unread: the model's numbers do not read them) start hidden."""
     fields = deck.calc.fields
     kinds = {"bool": "check", "choice": "select"}
     sections: dict[str, list] = {name: [] for name in fields.SECTIONS}
@@ -188,7 +189,8 @@ def form(shape: dict) -> list[tuple[str, list[dict]]]:
         if f.page is None:
             continue
         value = shape[f.attr] if f.sets == "shape" else fields.page_value(f)
-        item = {"field": f, "control": f.page.control or kinds.get(f.kind, "text"), "value": value}
+        item = {"field": f, "control": f.page.control or kinds.get(f.kind, "text"), "value": value,
+                "hidden": f.name in unread}
         if item["control"] == "select":
             item["options"] = fields.page_options(f)
         sections[f.page.section].append((f.page.at, item))
@@ -280,7 +282,7 @@ def widget_html(page_url: str) -> str:
 
     return _templates.get_template("calculator.html").render(
         state_json=json.dumps(state, separators=(",", ":")).replace("</", "<\\/"),
-        answer=answer, shape=shape, defaults=defaults, form=form(shape), recipes=deck.recipes(),
+        answer=answer, shape=shape, defaults=defaults, form=form(shape, answer["unread"]), recipes=deck.recipes(),
         preset_groups=preset_groups(), fit=answer["fit"], lora_targets=", ".join(deck.calc.finetune.TARGETS),
         lora_shown=" ".join(deck.calc.fields.LORA),
         capacity_presets=deck.capacity_presets(), plan_max_devices=deck.PLAN_MAX_DEVICES,

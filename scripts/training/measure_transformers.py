@@ -92,7 +92,9 @@ GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_mod
 def cli_args(m: hf_models.Model, seq: int, b: int, precision: str, attention: str, checkpointing: str, device: str):
     """The command a user types to predict this step."""
     shape = ["--layers", m.layers, "--hidden", m.hidden, "--heads", m.heads, "--kv-heads", m.kv_heads]
-    shape += ["--ffn", m.ffn, "--vocab", m.vocab]
+    if "expert-ffn" not in m.moe:  # every layer of these is experts: their width is --expert-ffn, not --ffn
+        shape += ["--ffn", m.ffn]
+    shape += ["--vocab", m.vocab]
     if m.model_type in ("qwen2", "qwen2_moe"):
         shape.append("--qkv-bias")
     for flag, value in m.moe.items():

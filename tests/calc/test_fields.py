@@ -97,3 +97,20 @@ def test_the_pages_form_is_the_tables():
                                    "[targets-note]"]  # fmt: skip
     shown = {n.split(":")[-1].strip("[]") for _, items in form for n in names(items)}
     assert shown == {f.name for f in fields.TABLE if f.page} | set(fields.PAGE_BLOCKS)
+
+
+@pytest.mark.parametrize("preset, unread", [
+    ("llama-7b", ["expert-ffn"]),  # dense: no experts to size
+    ("mixtral-8x7b", ["ffn"]), ("qwen3-30b-a3b", ["ffn"]), ("gpt-oss-20b", ["ffn"]),  # every layer experts
+    ("deepseek-v3", []),  # three dense layers, then experts: both widths sized
+])
+def test_the_page_hides_the_widths_a_model_does_not_read(preset, unread):
+    """Issue 19: the form hides what calc.inputs refuses for this model (calc.fields.page_unread): each hidden
+    field, given, is refused in its own name."""
+    from calc.presets import PRESETS
+
+    assert fields.page_unread(PRESETS[preset]) == unread
+    for name in unread:
+        with pytest.raises(inputs.InputError) as refused:
+            inputs.parse_inputs({"preset": preset, name: "1000"})
+        assert refused.value.field == name

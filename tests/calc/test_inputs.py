@@ -43,6 +43,11 @@ def page(inputs: dict) -> dict:
         (["--walk", "eager", "--norms-per-layer", "2"],  # the family's code has its own norms
          {"walk": "eager", "norms-per-layer": "2"}, "norms-per-layer"),
         (["--sliding-window", "512"], {"sliding-window": "512"}, "sliding-window"),  # Llama's code: no window
+        # every layer a mixture of experts, their width their own: the dense FFN's width sizes nothing
+        (["--preset", "mixtral-8x7b", "--ffn", "1000"], {"preset": "mixtral-8x7b", "ffn": "1000"}, "ffn"),
+        (["--preset", "qwen3-30b-a3b", "--walk", "eager", "--ffn", "1000"],
+         {"preset": "qwen3-30b-a3b", "walk": "eager", "ffn": "1000"}, "ffn"),
+        (["--preset", "gpt-oss-20b", "--table", "--ffn", "1000"], None, "ffn"),
     ],
 )
 def test_a_field_nothing_reads_is_refused_in_one_line(args, fields, field):
@@ -52,6 +57,18 @@ def test_a_field_nothing_reads_is_refused_in_one_line(args, fields, field):
     if fields is not None:
         got = page(fields)
         assert got["field"] == field and err == f"error: --{field}: {got['message']}\n", got
+
+
+@pytest.mark.parametrize("args", [
+    ["--preset", "deepseek-v3"],  # its first three layers are dense, of width --ffn
+    ["--experts", "8", "--experts-per-token", "2"],  # no --expert-ffn: each expert is --ffn wide
+    ["--preset", "mixtral-8x7b", "--dense-layers", "2"],
+])
+def test_ffn_is_read_where_some_layer_is_dense_or_the_experts_follow_it(args):
+    """Issue 19: --ffn is refused only where it sizes nothing; where it sizes a dense layer or the experts, it
+    changes the peak."""
+    answers = [json.loads(run([*args, *more, "--json"])[1])["peak"] for more in ([], ["--ffn", "1000"])]
+    assert answers[0] != answers[1]
 
 
 @pytest.mark.parametrize("name", ["mistral-7b", "gemma-2-9b", "qwen2.5-7b", "gpt-oss-20b"])

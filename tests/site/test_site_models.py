@@ -364,3 +364,29 @@ def test_screenshots_of_the_new_controls_for_review(open_page, width):
                 " return s.getBoundingClientRect().right - s.querySelector('table').getBoundingClientRect().right; }"
             )
             assert spare >= 0
+
+
+def test_a_model_all_experts_shows_their_width_not_a_dense_ffn(open_page):
+    """Issue 19: on Qwen3-30B-A3B every layer is a mixture of experts, so the form hides FFN width (the config's
+    intermediate_size, which sizes nothing) and shows the experts' width instead, calc's value, which changes
+    the peak as the CLI's --expert-ffn does; a dense model shows no experts' width; a link's ffn there falls
+    back, refused in calc's words."""
+    visible = "n => !document.querySelector(`[name=\"${n}\"]`).closest('.calc-field').hidden"
+    page, recorder = open_page()
+    assert page.evaluate(visible, "ffn") and not page.evaluate(visible, "expert-ffn")
+    change(page, "preset", "qwen3-30b-a3b")
+    assert not page.evaluate(visible, "ffn") and page.evaluate(visible, "expert-ffn")
+    assert page.input_value('[name="expert-ffn"]') == "768"
+    change(page, "expert-ffn", "1024")
+    want = answer_for({"preset": "qwen3-30b-a3b", "expert-ffn": "1024"})
+    assert want["step"]["peak"] != answer_for({"preset": "qwen3-30b-a3b"})["step"]["peak"]
+    assert shown(page) == expected(want)
+    assert query_of(page)["expert-ffn"] == ["1024"]
+    change(page, "preset", "deepseek-v3")  # three dense layers first: both widths are read
+    assert page.evaluate(visible, "ffn") and page.evaluate(visible, "expert-ffn")
+    assert recorder.errors == []
+    page, recorder = open_page("?preset=mixtral-8x7b&ffn=1000")
+    line = page.text_content("[data-calc-notice]:not([hidden]) [data-link-problem=ffn]")
+    assert line.startswith("FFN width: ") and "give “Experts' FFN width” instead" in line, line
+    assert not page.evaluate(visible, "ffn") and "ffn" not in query_of(page)
+    assert recorder.errors == []

@@ -63,6 +63,14 @@ export function createForm(root, config) {
     }
   }
   const fillPreset = (name) => presets.has(name) && fillShape(presets.get(name));
+  // The model's fields its numbers do not read (calc.fields.page_unread: the experts' width of a dense model,
+  // the dense FFN's of a model all experts) are hidden, unless the reader set one: its message shows by it.
+  function showRead(unread) {
+    for (const name of shapeNames) {
+      const box = field(name)?.closest(".calc-field");
+      if (box) box.hidden = unread.includes(name) && !state.overrides.has(name);
+    }
+  }
   // main.js writes the list's entry for the config after each answer ("your config.json — 8.2B"), the size of
   // the model calc answered for; only an answer with no shape field overridden gives the config's own.
   function keepOwnLabel() {
@@ -204,7 +212,7 @@ export function createForm(root, config) {
   }
   return {
     form, fields, presets, hf, state, field, labelOf, setField, valueOf, hfMode, applies, isShape,
-    showApplicable, fillPreset, fillFromAnswer, fillDefaults, enterHf, leaveHf, dropHf, choosePreset, resetField,
+    showApplicable, fillPreset, fillFromAnswer, showRead, fillDefaults, enterHf, leaveHf, dropHf, choosePreset, resetField,
     touched, inputs,
   };
 }

@@ -91,6 +91,7 @@ function mount(root) {
     if (f.state.seqAuto && f.valueOf("seq") === "" && !typing) f.setField("seq", answer.step.config.seq);
     f.state.seqAuto = false;
     f.fillFromAnswer(answer.step.config.shape);  // the shape fields not set show what calc used
+    f.showRead(answer.unread);
     if (f.state.extras.has("card")) f.setField("capacity-gb", answer.capacity / 1e9);  // the card's GB (10^9 B)
     if (f.hfMode()) f.hf.option.textContent = `your config.json — ${answer.params_label}`;
     msg.showHints(answer);
