@@ -371,7 +371,7 @@ def test_a_model_all_experts_shows_their_width_not_a_dense_ffn(open_page):
     intermediate_size, which sizes nothing) and shows the experts' width instead, calc's value, which changes
     the peak as the CLI's --expert-ffn does; a dense model shows no experts' width; a link's ffn there falls
     back, refused in calc's words."""
-    visible = "n => !document.querySelector(`[name=\"${n}\"]`).closest('.calc-field').hidden"
+    visible = "n => document.querySelector(`[name=\"${n}\"]`).closest('.calc-field').getClientRects().length > 0"
     page, recorder = open_page()
     assert page.evaluate(visible, "ffn") and not page.evaluate(visible, "expert-ffn")
     change(page, "preset", "qwen3-30b-a3b")
