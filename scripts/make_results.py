@@ -430,11 +430,24 @@ def finetune_section() -> list[str]:
 
 
 def _torchtune_terms(llama, runs: dict) -> list[str]:
-    """§12.3's term-by-term account of the difference, row by row."""
+    """§12.3's term-by-term account of the difference, row by row: the table, then what each row says."""
+    return [*_torchtune_table(llama, runs), *_torchtune_prose(llama, runs)]
+
+
+def _torchtune_qlora(llama, runs: dict) -> dict:
+    """The QLoRA row's terms: its run, the NF4 base resident at the step's start, torchtune's reserve at model
+    init, and torchao's quantization transient for the largest matrix."""
     from calc import finetune
 
-    lora = [label for label, mode, *_ in TORCHTUNE if mode == "lora"]
     qlora = next(label for label, mode, *_ in TORCHTUNE if mode == "qlora")
+    largest = max(d_in * d_out for d_in, d_out in finetune.linears(llama).values())
+    return {"label": qlora, "q": runs[qlora], "model": runs[qlora]["deck"][1]["events"][0]["bytes"],
+            "init": int(float(TORCHTUNE_INIT[qlora]) * 1000) * calc.GB // 1000, "largest": largest,
+            "transient": nf4_init_transient(largest)}  # fmt: skip
+
+
+def _torchtune_table(llama, runs: dict) -> list[str]:
+    lora = [label for label, mode, *_ in TORCHTUNE if mode == "lora"]
     out = [
         "Term by term, row by row (GB; *deck* and *eager* are our two walks at the two lengths):",
         "",
@@ -459,21 +472,26 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
             f"| {label} | {gb(eager[1]['peak'] - deck[1]['peak'])} | {head_cell} | {gb(theirs - eager[0]['peak'])} "
             f"| {gb(theirs - eager[1]['peak'])} | {init + ' GB' if init else 'not published'} | {verdict} |"
         )
-    q = runs[qlora]
-    model = q["deck"][1]["events"][0]["bytes"]  # the NF4 base resident at the step's start
-    init = int(float(TORCHTUNE_INIT[qlora]) * 1000) * calc.GB // 1000
-    largest = max(d_in * d_out for d_in, d_out in finetune.linears(llama).values())
-    transient = nf4_init_transient(largest)
+    t = _torchtune_qlora(llama, runs)
+    q, qlora = t["q"], t["label"]
     out.append(
         f"| {qlora} | not walked | none | {gb(q['theirs'] - q['deck'][0]['peak'])} (deck) | "
         f"{gb(q['theirs'] - q['deck'][1]['peak'])} (deck) | {TORCHTUNE_INIT[qlora]} GB | "
-        f"{gb(q['theirs'] - init)} grew in training |"
+        f"{gb(q['theirs'] - t['init'])} grew in training |"
     )
+    return out
+
+
+def _torchtune_prose(llama, runs: dict) -> list[str]:
+    lora = [label for label, mode, *_ in TORCHTUNE if mode == "lora"]
+    t = _torchtune_qlora(llama, runs)
+    q, qlora, model, init, largest, transient = (t[k] for k in ("q", "label", "model", "init", "largest",
+                                                                "transient"))  # fmt: skip
     e_lora = runs[lora[0]]["eager"]
     span = [gb(e_lora[i]["peak"]) for i in (0, 1)]
     bf16_base = runs[TORCHTUNE[1][0]]["deck"][1]["events"][0]["bytes"]
     eager_q = [e["peak"] - bf16_base + model for e in runs[TORCHTUNE[1][0]]["eager"]]
-    out += [
+    return [
         "",
         "*The LoRA rows.* The deck walk leaves out backward's temporaries; the eager walk, which follows peft's "
         "LoRA within 3% of measured steps (§12.4), counts them: cross-entropy's fp32 gradient beside the fp32 "
@@ -516,7 +534,6 @@ def _torchtune_terms(llama, runs: dict) -> list[str]:
         "The per-call dequantized weight of a 4-bit linear is the deck walk's as one layer's largest "
         f"({gb(2 * largest)}), and the eager walk's at every call as bitsandbytes makes it (§12.5).",
     ]
-    return out
 
 
 def _short_shape(m: dict) -> str:
@@ -936,23 +953,12 @@ def gpu_section() -> list[str]:
     return [*out, ""]
 
 
-def render() -> str:
+def overview_section() -> list[str]:
+    """§10.1: the deck's four recipes for LLaMA 7B, their figures, and why a peak differs from the deck's."""
     llama = calc.PRESETS["llama-7b"]
     rows = calc.table(llama, SEQ, MICRO_BATCH)
     n = calc.param_counts(llama)["total"]
-    mixed = calc.step(llama, SEQ, MICRO_BATCH, "mixed", "none")
-    dec = calc.PRESETS["decoder"]
-    dec_step = calc.step(dec, DECODER_SEQ, DECODER_BATCH, "mixed", "none")
-    dec_n = dec_step["params"]
-    per_seq_block = calc.layer_bytes(dec, DECODER_SEQ, 1) // 2  # 16-bit bytes -> values
     lines = [
-        "# Results",
-        "",
-        "Every number on this page is computed by `calc` and written by `python scripts/make_results.py`;",
-        "a test fails when this file differs from what that command produces. GB is $10^9$ bytes, GiB $2^{30}$.",
-        "",
-        "## 10. Memory",
-        "",
         f"### 10.1 The four recipes: LLaMA 7B, sequence {SEQ:,}, micro-batch {MICRO_BATCH}",
         "",
         f"LLaMA 7B has {n:,} parameters (embedding, 32 layers, final RMSNorm and an untied head).",
@@ -977,7 +983,8 @@ def render() -> str:
                 f"{calc.format_gb(row['peak'])} GB here): {WHY_DIFFERENT[row['id']]}.",
                 "",
             ]
-    lines += [
+    return [
+        *lines,
         "What these figures assume, as the deck does: activations follow Korthikanti et al.'s GPT layer (a "
         "feed-forward layer four times the width, dropout), whatever the model's own feed-forward width; the "
         "FP32 recipe keeps 16-bit activations and logits (fp32 weights with autocast); one micro-batch per "
@@ -985,6 +992,19 @@ def render() -> str:
         "sequence 4,096 that equals one $V \\times h$ matrix, so this table alone cannot tell that event from "
         "another of the same size: §10.6 checks the walk against real steps instead.",
         "",
+    ]
+
+
+def state_section() -> list[str]:
+    """§10.2 to §10.5: LLaMA 7B's state and activations, the Decoder's numbers, the presets' counts."""
+    llama = calc.PRESETS["llama-7b"]
+    n = calc.param_counts(llama)["total"]
+    mixed = calc.step(llama, SEQ, MICRO_BATCH, "mixed", "none")
+    dec = calc.PRESETS["decoder"]
+    dec_step = calc.step(dec, DECODER_SEQ, DECODER_BATCH, "mixed", "none")
+    dec_n = dec_step["params"]
+    per_seq_block = calc.layer_bytes(dec, DECODER_SEQ, 1) // 2  # 16-bit bytes -> values
+    return [
         "### 10.2 State: 16 bytes per parameter",
         "",
         f"Mixed-precision Adam: weights {gb(mixed['bytes']['weights'])}, gradients {gb(mixed['bytes']['gradients'])}, "
@@ -1009,6 +1029,26 @@ def render() -> str:
         "|---|---:|",
         *[f"| `{name}` | {calc.param_counts(s)['total']:,} |" for name, s in calc.PRESETS.items()],
         "",
+    ]
+
+
+HEADER = [
+    "# Results",
+    "",
+    "Every number on this page is computed by `calc` and written by `python scripts/make_results.py`;",
+    "a test fails when this file differs from what that command produces. GB is $10^9$ bytes, GiB $2^{30}$.",
+    "",
+    "## 10. Memory",
+    "",
+]
+
+
+def render() -> str:
+    """docs/results.md: its sections in order, each rendered from calc and the measurements' data."""
+    lines = [
+        *HEADER,
+        *overview_section(),
+        *state_section(),
         *measured_section(),
         *recipes_section(),
         *transformers_section(),
