@@ -313,3 +313,16 @@ def test_moe_families_recorded_steps_are_within_a_tenth_of_a_percent():
     for r in measured:
         low = KNOWN_GAPS.get((r["family"], r["shape"], r["precision"], r["checkpointing"]), 0.999)
         assert low <= r["eager"]["peak"] / r["measured_peak"] <= 1.001, r["eager"]["command"]
+
+
+@pytest.mark.parametrize("family", sorted(families.FAMILIES))
+def test_any_family_on_any_shape_answers_or_refuses_in_one_line(family, capsys):
+    """A hurried reader's `--family` on a shape its code does not have (learned positions, LayerNorm, a plain
+    feed-forward layer, biases) gets an answer or one line naming a field, exit 2, in either walk; never a
+    traceback (Phi-3's code on GPT-2's learned positions raised AttributeError)."""
+    bases = (["--preset", "gpt2"], ["--preset", "llama-3.2-1b", "--norm", "layer", "--no-gated-ffn", "--bias"])
+    for base in bases:
+        for walk in ([], ["--walk", "eager"]):
+            rc = main([*base, "--layers", "2", "--seq", "64", "--family", family, *walk])
+            err = capsys.readouterr().err
+            assert rc == 0 or (rc == 2 and err.startswith("error: --") and err.count("\n") == 1), (base, walk, err)
