@@ -15,7 +15,7 @@ from .plan import fit_card, fit_problem, plan, plan_problem
 from .recipes import RECIPES
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
-from .web import eager_beside
+from .web import beside_refusal, eager_beside
 
 HEADERS = ("Recipe", "Weights", "Gradients", "Optimiser", "Master", "Activations", "Logits", "Peak")
 
@@ -219,10 +219,7 @@ def eager_figure(inputs: dict, raw: dict) -> tuple[dict | None, tuple[str, str] 
     if not field:
         return None, None
     figure = eager_beside(inputs)
-    if not figure["available"]:
-        return None, (field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: "
-                             f"{figure['reason']}")  # fmt: skip
-    return figure, None
+    return (figure, None) if figure["available"] else (None, beside_refusal(field, figure))
 
 
 def _main(argv: list[str] | None, prog: str | None) -> int:
