@@ -126,19 +126,18 @@ def eager_lines(result: dict) -> list[str]:
 
 
 def format_plan(rows: list[dict], capacity: int) -> str:
+    """--plan's table: the page's planner's columns, ep among them for a dense model too (1: no expert
+    parallelism), so a table's columns do not change with the model."""
     if not rows:
         return f"nothing fits in {format_gb(capacity)} GB"
-    experts = any(r["ep"] > 1 for r in rows)  # an ep column only where expert parallelism is among the layouts
     lines = [
-        "devices | dp | tp | pp | " + ("ep | " if experts else "") + "ZeRO | recompute | micro-batch | peak GB | "
-        "extra compute",
-        "---: | ---: | ---: | ---: | " + ("---: | " if experts else "") + "---: | --- | ---: | ---: | ---:",
+        "devices | dp | tp | pp | ep | ZeRO | recompute | micro-batch | peak GB | extra compute",
+        "---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---:",
     ]
     for r in rows:
         lines.append(
-            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | " + (f"{r['ep']} | " if experts else "")
-            + f"{r['zero']} | {r['recompute']} | {r['micro_batch']} | {format_gb(r['peak'])} | "
-            f"{r['extra_compute']:.1%}"
+            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | {r['ep']} | {r['zero']} | {r['recompute']} | "
+            f"{r['micro_batch']} | {format_gb(r['peak'])} | {r['extra_compute']:.1%}"
         )
     return "\n".join(lines)
 
