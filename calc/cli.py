@@ -15,7 +15,7 @@ from .plan import fit_card, fit_problem, plan, plan_problem
 from .recipes import RECIPES
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
-from .web import eager_beside
+from .web import beside_refusal, eager_beside
 
 HEADERS = ("Recipe", "Weights", "Gradients", "Optimiser", "Master", "Activations", "Logits", "Peak")
 
@@ -126,19 +126,18 @@ def eager_lines(result: dict) -> list[str]:
 
 
 def format_plan(rows: list[dict], capacity: int) -> str:
+    """--plan's table: the page's planner's columns, ep among them for a dense model too (1: no expert
+    parallelism), so a table's columns do not change with the model."""
     if not rows:
         return f"nothing fits in {format_gb(capacity)} GB"
-    experts = any(r["ep"] > 1 for r in rows)  # an ep column only where expert parallelism is among the layouts
     lines = [
-        "devices | dp | tp | pp | " + ("ep | " if experts else "") + "ZeRO | recompute | micro-batch | peak GB | "
-        "extra compute",
-        "---: | ---: | ---: | ---: | " + ("---: | " if experts else "") + "---: | --- | ---: | ---: | ---:",
+        "devices | dp | tp | pp | ep | ZeRO | recompute | micro-batch | peak GB | extra compute",
+        "---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---:",
     ]
     for r in rows:
         lines.append(
-            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | " + (f"{r['ep']} | " if experts else "")
-            + f"{r['zero']} | {r['recompute']} | {r['micro_batch']} | {format_gb(r['peak'])} | "
-            f"{r['extra_compute']:.1%}"
+            f"{r['devices']} | {r['dp']} | {r['tp']} | {r['pp']} | {r['ep']} | {r['zero']} | {r['recompute']} | "
+            f"{r['micro_batch']} | {format_gb(r['peak'])} | {r['extra_compute']:.1%}"
         )
     return "\n".join(lines)
 
@@ -219,10 +218,7 @@ def eager_figure(inputs: dict, raw: dict) -> tuple[dict | None, tuple[str, str] 
     if not field:
         return None, None
     figure = eager_beside(inputs)
-    if not figure["available"]:
-        return None, (field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: "
-                             f"{figure['reason']}")  # fmt: skip
-    return figure, None
+    return (figure, None) if figure["available"] else (None, beside_refusal(field, figure))
 
 
 def _main(argv: list[str] | None, prog: str | None) -> int:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 
 from .families import MODEL_TYPES
-from .families.config import MAX_CHARS, ConfigError, shown
+from .families.config import MAX_CHARS, ConfigError, Written, shown
 from .shape import Shape
 
 __all__ = ["MAX_CHARS", "READERS", "ConfigError", "compact", "parse", "shape_from_config", "shape_from_text"]
@@ -25,7 +25,7 @@ def parse(text: str) -> dict:
         raise ConfigError(f"too long: {len(text):,} characters, where a config.json has at most {MAX_CHARS:,}")
     text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as Windows editors write one: not JSON's
     try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, parse_float=Written)  # each number with its text, for messages
     except json.JSONDecodeError as e:
         raise ConfigError(f"not JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
     except (ValueError, RecursionError) as e:  # a number of over 4,300 digits, or nesting past the stack

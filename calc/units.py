@@ -42,6 +42,15 @@ def format_size(n: int, binary: bool = False) -> str:
     return f"{n:,} {b}"
 
 
+def format_capacity(n: int) -> str:
+    """A device's memory as format_size writes it, less a ".0" where the size is that many units exactly:
+    "80 GB", "94.5 GB", "1 MB", but "80.0 GB" for 80.04 GB (a card's size is a whole number of GB)."""
+    text = format_size(n)
+    number, unit = text.split(" ")
+    size = dict(DECIMAL_UNITS)[unit]
+    return f"{number.removesuffix('.0')} {unit}" if number.endswith(".0") and n % size == 0 else text
+
+
 def format_unit(n: int, unit: int, decimals: int = 1) -> str:
     """Bytes as a number of `unit`-byte units, grouped and rounded half up: (286_208, 1000) -> "286.2"."""
     return _grouped(_fixed(n, unit, decimals))

@@ -7,9 +7,10 @@ import time
 from collections.abc import Generator
 
 from .api import eager_peak, step, sweep, table
-from .fields import page_unread
+from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
+    BESIDE_FIELDS,
     MAX_BYTES,
     InputError,
     canonical_numbers,
@@ -74,6 +75,32 @@ def eager_beside(inputs: dict) -> dict:
         "setting": f"{inputs['recipe']} {tune.optimizer} {loop.name}{' accum' if loop.grad_accum > 1 else ''}"
         + f" {loop.loss_kind}",  # the band says the device its steps ran on
     }
+
+
+def beside_refusal(field: str, figure: dict) -> tuple[str, str]:
+    """(field, message) for a field only the eager figure beside the deck's reads, given where these inputs
+    have no such figure (figure: eager_beside's {"available": false, "reason"}): the CLI's and the page's."""
+    return field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: {figure['reason']}"
+
+
+def beside_problem(inputs: dict, raw: dict) -> tuple[str, str] | None:
+    """The page's refusal of a field only the eager figure beside the deck's reads (the loop, AdamW's
+    implementation, the loss, the device...) set to other than its default where no eager figure is shown, as
+    the CLI refuses it given (calc.cli.eager_figure): the page sends each field's default (loop "bare", device
+    "cuda") whatever the step, so a default is no choice made; or None."""
+    field = inputs["walk"] == "deck" and next((f for f in BESIDE_FIELDS if not _is_default(f, raw.get(f))), None)
+    if not field:
+        return None
+    figure = eager_beside(inputs)
+    return None if figure["available"] else beside_refusal(field, figure)
+
+
+def _is_default(field: str, value: object) -> bool:
+    """Whether a raw value is the field's default as calc reads it (a choice trimmed, in lower case), or none."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return True
+    default = FIELD[field].default
+    return default is not None and str(value).strip().lower() == str(default).lower()
 
 
 LOOP_WORDS = {"trainer": "transformers' Trainer", "sft": "TRL's SFTTrainer"}
@@ -263,6 +290,9 @@ def answer_steps(request: str) -> Generator[None, None, str]:
             return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
         raw = payload.get("inputs", {})
         inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
+        problem = beside_problem(inputs, raw)
+        if problem:
+            raise InputError(*problem)
         if payload.get("numbers", True) is False and payload.get("sweep", True):
             return json.dumps({"ok": True, "sweep": sweep_for(inputs)})
         if payload.get("numbers", True) is False and (payload.get("plan", False) or payload.get("fit", False)):

@@ -94,7 +94,7 @@ def breakdown(rows: list[dict], capacity_bytes: int, narrow: bool = False) -> by
                     xytext=(0, 5), ha="center", va="bottom", fontsize=10 if narrow else 9)
     if narrow:  # named in the legend: beside the line it would cover a bar
         ax.axhline(capacity_bytes / GB, color="black", linewidth=1.5,
-                   label=f"{calc.format_gb(capacity_bytes).removesuffix('.0')} GB device")
+                   label=f"{calc.units.format_capacity(capacity_bytes)} device")
     else:
         ax.axhline(capacity_bytes / GB, color="black", linewidth=1.5)
         _capacity_label(ax, capacity_bytes, narrow)
@@ -109,7 +109,7 @@ def breakdown(rows: list[dict], capacity_bytes: int, narrow: bool = False) -> by
 
 def _capacity_label(ax, capacity_bytes: int, narrow: bool) -> None:
     """The device's capacity, named at the right end of its line (above it, inside, on a narrow figure)."""
-    text = f"{calc.format_gb(capacity_bytes).removesuffix('.0')} GB device"
+    text = f"{calc.units.format_capacity(capacity_bytes)} device"
     if narrow:
         ax.annotate(text, (1.0, capacity_bytes / GB), xycoords=("axes fraction", "data"), textcoords="offset points",
                     xytext=(0, 3), ha="right", va="bottom", fontsize=10,

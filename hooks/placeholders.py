@@ -15,9 +15,10 @@ as `--plan --json` prints it). ``zero_state.PARAMS.DP.STAGE`` is the state
 (weights, gradients, Adam, master copy) one of DP data-parallel workers holds for
 a model of PARAMS parameters at that ZeRO stage (calc.recipes.state_bytes). PATH
 may add values with ``+``. FORMAT is ``GB`` (calc.format_gb + " GB", the default),
-``MB`` (10^6 bytes, one decimal, thousands separators), ``int`` (thousands
-separators), ``values`` (16-bit bytes as a count of values), ``percent`` (one
-decimal) or ``text``.
+``card`` (a device's memory, calc.units.format_capacity: "80 GB" where whole), ``MB``
+(10^6 bytes, one decimal, thousands separators), ``int`` (thousands separators),
+``values`` (16-bit bytes as a count of values), ``percent`` (one decimal) or
+``text``.
 
 Claims about the numbers (``{{ calc-claim: A > B }}``, ``{{ calc-if: A > B }} ... {{ calc-else }} ...
 {{ calc-end }}``, ``{{ calc-ratio: A / B }}``) are checked or resolved first (hooks/claims.py).
@@ -51,7 +52,7 @@ PLACEHOLDER = re.compile(r"\{\{\s*(calc[^}]*?)\s*\}\}")
 LEFTOVER = re.compile(r"\{\{[^}]*\}\}")
 WIDGET_SLOT = '<div data-calc-slot="widget"></div>'
 NUMBERED_HEADING = re.compile(r"^(#{1,6}) (\d+(?:\.\d+)*)\.? (?!.*\{\s*#)(.*)$", re.MULTILINE)
-FORMATS = ("GB", "MB", "int", "values", "percent", "text")
+FORMATS = ("GB", "card", "MB", "int", "values", "percent", "text")
 
 _templates = Environment(
     loader=FileSystemLoader(str(deck.ROOT / "hooks")), autoescape=True, undefined=StrictUndefined,
@@ -94,6 +95,8 @@ def _format(value: object, fmt: str) -> str:
         raise TypeError(f"format {fmt} needs a whole number, got {value!r}")
     if fmt == "GB":
         return f"{deck.calc.format_gb(value)} GB"
+    if fmt == "card":  # a device's memory: "80 GB", as the page's capacity reads
+        return deck.calc.units.format_capacity(value)
     if fmt == "int":
         return f"{value:,}"
     if fmt == "MB":  # rounded half up with separators, as calc.format_gb

@@ -62,11 +62,23 @@ class ConfigError(ValueError):
     """A config that calc cannot read; calc.inputs turns it into an InputError on "hf-config"."""
 
 
+class Written(float):
+    """A config's number with a fraction or an exponent, as its text wrote it (calc.hf.parse reads them so):
+    `1e999` is Python's inf, which a message quotes as the config wrote it, not as JSON's "Infinity"."""
+
+    text: str
+
+    def __new__(cls, text: str) -> Written:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def shown(value: object) -> str:
     """A config's value as JSON for a message, shortened: a whole number of over MAX_SHOWN digits by its
     count of digits (as calc.inputs says of a flag's), other JSON cut to MAX_SHOWN characters with its length
     said, so that a 300-digit hidden_size does not fill the page."""
-    text = json.dumps(value)
+    text = value.text if isinstance(value, Written) else json.dumps(value)
     if len(text) <= MAX_SHOWN:
         return text
     if isinstance(value, int) and not isinstance(value, bool):

@@ -141,3 +141,15 @@ def test_parse_inputs_only_raises_input_errors(raw):
         calc.parse_inputs(raw)
     except calc.InputError as e:
         assert e.field in FIELDS
+
+
+def test_the_plans_table_has_the_same_columns_for_every_model(capsys):
+    """--plan's table has an ep column for a dense model as for a mixture of experts, as the page's planner and
+    --plan --json (whose rows always carry "ep") do (issue 20, a fresh reviewer's minor)."""
+    heads = []
+    for preset in ("llama-7b", "mixtral-8x7b"):
+        assert main(["--preset", preset, "--plan"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        heads.append(lines[0])
+        assert preset != "llama-7b" or {line.split(" | ")[4] for line in lines[2:]} == {"1"}  # dense: no ep
+    assert heads[0] == heads[1] and " | ep | " in heads[0]

@@ -279,3 +279,18 @@ def test_any_config_is_read_or_refused_with_a_message(name, changes):
         assert e.field in calc.inputs.FIELDS and e.message
     else:
         assert calc.param_counts(inputs["shape"])["total"] > 0
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1E+999", "4096.0e0", "1.50"])
+def test_a_bad_number_is_quoted_as_the_config_wrote_it(number):
+    """A number past float's range (1e999 is Python's inf) or written with an exponent is quoted back as the
+    text the reader pasted, not as JSON's "Infinity" (issue 20, a fresh reviewer's minor); a whole number
+    written so is still read."""
+    text = (CONFIGS / "llama-2-7b.json").read_text().replace('"hidden_size": 4096', f'"hidden_size": {number}')
+    assert number in text
+    if number == "4096.0e0":
+        assert shape_from_text(text).hidden == 4096
+        return
+    with pytest.raises(ConfigError) as e:
+        shape_from_text(text)
+    assert str(e.value) == f"hidden_size must be a whole number, got {number}"

@@ -115,3 +115,23 @@ def test_the_page_formats_sizes_as_calc_does():
               f"console.log(JSON.stringify({json.dumps(sizes)}.map((n) => sizeText(n))));")  # fmt: skip
     out = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == [format_size(n) for n in sizes]
+
+
+def test_a_cards_memory_reads_whole_where_it_is_whole_and_the_page_agrees():
+    """A device's memory (issue 20, a fresh reviewer's minor: "80.0 GB" on the home and Beyond pages):
+    "80 GB" where it is a whole number of units, else format_size's one decimal; the page's capacityText
+    writes the same."""
+    import json
+    import subprocess
+
+    from calc.units import format_capacity
+    from conftest import ROOT
+
+    sizes = [80 * 10**9, 94_500_000_000, 80_040_000_000, 10**6, 512_000_000, 141 * 10**9, 20_000 * 10**9, 0, 1]
+    want = ["80 GB", "94.5 GB", "80.0 GB", "1 MB", "0.5 GB", "141 GB", "20 TB", "0 GB", "1 B"]
+    assert [format_capacity(n) for n in sizes] == want
+    module = (ROOT / "docs" / "javascripts" / "calculator" / "format.js").as_uri()
+    script = (f"import {{ capacityText }} from {json.dumps(module)};"
+              f"console.log(JSON.stringify({json.dumps(sizes)}.map((n) => capacityText(n))));")  # fmt: skip
+    out = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == want

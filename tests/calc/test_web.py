@@ -275,3 +275,39 @@ def test_the_fit_list_on_the_eager_walk_is_refused_as_the_planner_is():
         assert "deck walk" in got["fit_refused"]["message"]
     deck = call(inputs={"preset": "llama-3.1-8b", "seq": "2048", "loop": "sft"}, sweep=False, numbers=False, fit=True)
     assert "fit_refused" not in deck and deck["fit"]
+
+
+# Steps the page shows no eager figure beside (selective recomputation, a paged optimizer, tensor parallelism)
+# and the loop's fields at a value other than their default (issue 20, a fresh reviewer's major).
+PAGED = {"finetune": "lora", "optimizer": "adamw-8bit", "paged-optimizer": "true"}
+NO_EAGER_STEPS = ({"recompute": "selective"}, PAGED, {"tp": "2"})
+LOOP_VALUES = ({"loop": "trainer"}, {"loop": "sft"}, {"adamw-impl": "fused"}, {"loss": "torchtune-chunked"},
+               {"device": "cpu"}, {"activation": "gelu"})  # fmt: skip
+
+
+def _flags(fields: dict) -> list[str]:
+    """The CLI's flags for page fields (a switch "true" as --name)."""
+    return [x for k, v in fields.items() for x in ((f"--{k}",) if v == "true" else (f"--{k}", v))]
+
+
+def test_the_page_and_the_cli_agree_on_the_loop_fields_beside_the_deck(capsys):
+    """A loop field (loop, adamw-impl, loss, device, a field only the eager walk reads) other than its default,
+    on a step with no eager figure beside the deck's: calc.web refuses it naming the field, as the CLI does,
+    with the CLI's message; the same field's default (which the page always sends) is no refusal. On steps
+    with an eager figure both answer the same step and the same figure."""
+    for step_fields in NO_EAGER_STEPS:
+        for loop_fields in LOOP_VALUES:
+            out = call(inputs={**step_fields, **loop_fields}, sweep=False)
+            assert main(_flags({**step_fields, **loop_fields})) == 2
+            err = capsys.readouterr().err.strip()
+            assert not out["ok"], (step_fields, loop_fields)
+            assert err == f"error: --{out['field']}: {out['message']}"
+            assert out["field"] in loop_fields
+        sent = call(inputs={**step_fields, "loop": "bare", "device": "cuda", "adamw-impl": ""}, sweep=False)
+        assert sent["ok"] and sent["eager"]["available"] is False, step_fields
+    for loop_fields in LOOP_VALUES:
+        out = call(inputs={**loop_fields, "finetune": "lora"}, sweep=False)
+        assert main([*_flags({**loop_fields, "finetune": "lora"}), "--json"]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        assert out["ok"] and out["step"]["peak"] == cli["peak"]
+        assert out["eager"]["peak"] == cli["eager"]["peak"] and out["eager"]["how"] == cli["eager"]["how"]

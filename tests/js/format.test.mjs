@@ -27,6 +27,7 @@ test("a capacity drops a trailing .0, and a tiny one is not 0 GB", () => {
   assert.equal(capacityText(80e9), "80 GB");
   assert.equal(capacityText(94.5e9), "94.5 GB");
   assert.equal(capacityText(1e6), "1 MB");
+  assert.equal(capacityText(80.04e9), "80.0 GB");  // not exact: one decimal, as calc.units.format_capacity
 });
 
 test("calc's flags become the form's labels; a flag with no field stays", () => {

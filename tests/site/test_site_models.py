@@ -62,6 +62,7 @@ def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_p
     """Llama 2 7B's config.json shows calc's answer; the address holds calc's compact form, which a fresh
     page opens to the same numbers; a field set beside it overrides it; Clear goes back to the presets."""
     page, recorder = open_page()
+    assert page.locator('[name="preset"] option[value="hf-config"]').count() == 0
     page.evaluate(WATCH_DRAWN)
     paste(page, LLAMA2)
     assert page.evaluate(AWAIT_DRAWN) == "live"
@@ -91,7 +92,9 @@ def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_p
     again.click("[data-hf-clear]")
     assert again.evaluate(AWAIT_DRAWN) == "live"
     assert again.input_value('[name="preset"]') == "llama-7b"
-    assert again.locator(option).text_content() == "your config.json"
+    # no config held: no "your config.json" entry for a keyboard or a screen reader to land on (a fresh
+    # reviewer's minor: a disabled, hidden entry was still counted among the presets)
+    assert again.locator(option).count() == 0
     assert shown(again) == expected(DEFAULT)
     assert "hf-config" not in query_of(again)
     assert recorder.errors == [] and recorder2.errors == []
@@ -129,7 +132,7 @@ def test_a_config_left_for_a_preset_says_it_is_not_in_use_and_comes_back_as_its_
     page.click("[data-hf-clear]")
     assert page.evaluate(AWAIT_DRAWN) == "live"
     assert page.input_value('[name="preset"]') == "gpt2" and status.is_hidden()
-    assert page.locator(option).evaluate("o => o.hidden && o.disabled")
+    assert page.locator(option).count() == 0  # forgotten: no entry left in the list
     assert recorder.errors == []
 
 

@@ -4,6 +4,7 @@ the address, a bad global batch, and every number of the Beyond page against cal
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -256,6 +257,9 @@ def test_when_nothing_fits_each_table_says_so_across_its_columns(open_page):
         [12, [[True, 12, "No layout up to 4,096 devices fits.", "left"]], 0],
         [9, [[True, 9, "Nothing fits one card.", "left"]], 0],
     ]
+    # said once (a fresh reviewer's minor): the status says where it was computed, not "0 layouts fit" again
+    assert re.fullmatch(r"Computed in your browser in [0-9,]+ ms\.", page.text_content("[data-plan-status]"))
+    assert page.text_content("[data-fit-status]") == "Computed in your browser."
     assert recorder.errors == []
 
 

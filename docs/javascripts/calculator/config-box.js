@@ -5,12 +5,24 @@ import { formatInt } from "./format.js";
 import { HF_CONFIG } from "./values.js";
 
 export function createConfigBox(root, config, f, msg) {
-  function refuse(problem) {
+  let refused = null;  // {text, problem}: the box's text the page refused, said until the text changes
+  function say(problem) {
     msg.showError(HF_CONFIG, `${problem}. The numbers below are for the last model calc accepted.`);
     root.dataset.stale = "true";
   }
+  function refuse(problem, text) {
+    refused = { text, problem };
+    say(problem);
+  }
+  // The refusal said again after an answer cleared the messages: a paste refused while calc was answering
+  // the change before it (the first live answer, say) stays named under the box (a fresh reviewer's minor).
+  function again() {
+    if (refused && refused.text === f.field(HF_CONFIG).value) say(refused.problem);
+    else refused = null;
+  }
   // A config's text from the box, a file or a link: true when the form now holds it (or left it, for "").
   function take(text) {
+    refused = null;
     root.querySelector(`[data-error-for="${HF_CONFIG}"]`).textContent = "";
     f.field(HF_CONFIG).removeAttribute("aria-invalid");
     if (text.trim() === "") {
@@ -20,7 +32,7 @@ export function createConfigBox(root, config, f, msg) {
     }
     const problem = configProblem(text, config.hfMaxChars);
     if (problem) {
-      refuse(problem);
+      refuse(problem, text);
       return false;
     }
     f.enterHf(text);
@@ -29,7 +41,7 @@ export function createConfigBox(root, config, f, msg) {
   function readFile(file) {
     if (!file) return;
     if (file.size > config.hfMaxChars) {
-      refuse(`a file of ${formatInt(file.size)} bytes is not a config.json; at most ${formatInt(config.hfMaxChars)} characters are read`);
+      say(`a file of ${formatInt(file.size)} bytes is not a config.json; at most ${formatInt(config.hfMaxChars)} characters are read`);
       return;
     }
     file.text().then((text) => {
@@ -48,5 +60,5 @@ export function createConfigBox(root, config, f, msg) {
     f.field(HF_CONFIG).value = "";
     f.field(HF_CONFIG).dispatchEvent(new Event("input", { bubbles: true }));
   });
-  return { take };
+  return { take, again };
 }

@@ -24,6 +24,11 @@ export function createForm(root, config) {
     ownLabel: null,     // the list's entry for the config as calc read it, no field overridden (keepOwnLabel)
     labelIsOwn: false,  // the answer on show is the config's own: the label main.js writes for it is
   };
+  // The list's "your config.json" is an entry only while a config is held (enterHf to forgetHf): a disabled,
+  // hidden entry would still be one a screen reader counts, or a keyboard could land on, with nothing behind it.
+  hf.option.remove();
+  hf.option.disabled = false;
+  hf.option.hidden = false;
   const state = {
     overrides: new Set(),  // shape fields the reader or the link set: sent to calc, kept in the link
     extras: new Map(),     // the link's fields with no control here (walk, experts...): sent and kept
@@ -125,8 +130,7 @@ export function createForm(root, config) {
       hf.option.textContent = "your config.json";
     }
     hf.text = text;
-    hf.option.disabled = false;
-    hf.option.hidden = false;
+    if (!hf.option.isConnected) field("preset").prepend(hf.option);
     setField("preset", HF_CONFIG);
     if (field(HF_CONFIG).value !== text) field(HF_CONFIG).value = text;
     hf.details.open = true;
@@ -138,8 +142,7 @@ export function createForm(root, config) {
     hf.text = "";
     hf.ownLabel = null;
     hf.labelIsOwn = false;
-    hf.option.disabled = true;
-    hf.option.hidden = true;
+    hf.option.remove();
     hf.option.textContent = "your config.json";
   }
   // Back to a preset: the config is forgotten.

@@ -34,8 +34,13 @@ export function sizeText(bytes, unit = unitFor(bytes)) {
   return `${fixed(bytes, BigInt(unit.bytes))} ${unit.name}`;
 }
 
-// A device's capacity as "80 GB", "94.5 GB" or "1 MB".
-export const capacityText = (bytes) => sizeText(bytes).replace(/\.0 /, " ");
+// A device's capacity as "80 GB", "94.5 GB" or "1 MB": no ".0" where it is that many units exactly (80.04 GB
+// reads "80.0 GB"), as calc.units.format_capacity.
+export function capacityText(bytes) {
+  const unit = unitFor(bytes);
+  const text = sizeText(bytes, unit);
+  return Number(bytes) % unit.bytes === 0 ? text.replace(/\.0 /, " ") : text;
+}
 
 // A value from a link or a field, quoted for a message, never more than 40 characters of it.
 export function quote(value) {

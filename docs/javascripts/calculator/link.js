@@ -33,6 +33,7 @@ export const extrasText = (extras) =>
 
 export function createLink(root, config, f, notice, takeConfig, changed = () => {}) {
   const problems = [];  // [{name, message, line}]: what the link asked for that could not be used
+  let written = location.search;  // the query the form's address was last written with
   const say = (name, message, line = null) => problems.push({ name, message, line });
 
   // One value of the link into its field (or, with no control here, kept to send as it is).
@@ -182,8 +183,12 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     showNotice();
     return true;
   }
-  // The address of the numbers on show: every value that differs from the defaults.
-  function write(drawn, answer) {
+  // The address of the form as it stands: every value that differs from the defaults, those of the numbers on
+  // show, or a value calc refused (answer {}: the address follows the field, so a link copied then reopens to
+  // the same refusal, named in its notice, not silently to the value before). `push`: a deliberate change (a
+  // preset, a config, a Load) gets its own history entry, which Back leaves for the one before; typing
+  // replaces the entry it is in.
+  function write(drawn, answer, push = false) {
     const given = { ...drawn };
     // The config in calc's short form (calc.hf.compact): what calc reads of it, and a shorter link.
     if (HF_CONFIG in given && answer.hf_config) given[HF_CONFIG] = answer.hf_config;
@@ -196,7 +201,19 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     // A shared link opens at the calculator, not at the top of the page it lives on.
     const hash = location.hash || (query ? `#${root.id}` : "");
     const url = `${location.pathname}${query ? `?${query}` : ""}${hash}`;
-    if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(history.state, "", url);
+    written = query ? `?${query}` : "";
+    if (url === `${location.pathname}${location.search}${location.hash}`) return;
+    if (push) history.pushState(null, "", url);
+    else history.replaceState(history.state, "", url);
   }
-  return { read, write, refused, dropped, problems, showExtras };
+  // Back or Forward to another entry: what the link said before is forgotten, its notice with it (read again).
+  // Whether the address is another than the form's (Back past a deliberate change; not a jump to a heading).
+  const moved = () => location.search !== written;
+  function reset() {
+    problems.splice(0, problems.length);
+    f.state.fromLink.clear();
+    delete extrasLine.dataset.cleared;
+    showNotice();
+  }
+  return { read, write, reset, moved, refused, dropped, problems, showExtras };
 }

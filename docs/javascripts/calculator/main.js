@@ -27,7 +27,11 @@ function mount(root) {
   let ask = null;   // the worker's ask(kind, request), once it is ready
   let asked = 0;    // the latest change's number: an answer to an older one is not drawn
   let seqKept = false;  // a typed sequence was kept for a new model (calc may refuse it for that model)
-  const planner = createPlanner(root, config, f, { ask: (kind, request) => ask(kind, request), update: () => update() });
+  let deliberate = false;  // the change being answered is a choice (a preset, a config, a Load), not typing:
+  // its address gets a history entry of its own (link.write)
+  const choose = () => { deliberate = true; };
+  const planner = createPlanner(root, config, f,
+    { ask: (kind, request) => ask(kind, request), update: () => { choose(); update(); } });
   const box = createConfigBox(root, config, f, msg);
   const link = createLink(root, config, f, msg.notice, box.take, () => update());
 
@@ -49,8 +53,12 @@ function mount(root) {
     msg.setStatus(`Live: computed in your browser by calc, running in Pyodide.${restartNote}`);
     started();
   }
-  function refuse(result) {
-    msg.clearErrors();
+  // The messages of the last answer cleared; a config the box refused meanwhile stays said (box.again).
+  const clearErrors = () => { msg.clearErrors(); box.again(); };
+  function refuse(result, given) {
+    link.write(given, {}, deliberate);  // the address follows the form, the refused value with it
+    deliberate = false;
+    clearErrors();
     // A refused input leaves the last answer calc gave on show, dimmed, and says so.
     const kept = f.hfMode() && (result.field === HF_CONFIG || f.isShape(result.field))
       ? "; the numbers below are for the last model calc accepted" : "; the numbers shown are the last accepted";
@@ -81,10 +89,10 @@ function mount(root) {
       return;
     }
     seqKept = false;
-    if (!result.ok) { refuse(result); return; }
+    if (!result.ok) { refuse(result, given); return; }
     delete root.dataset.stale;
     answer = { ...result, sweep: answer.sweep };  // the last sweep stays until the new one comes
-    msg.clearErrors();
+    clearErrors();
     msg.clearInputNotice();
     // The model's own sequence is filled in, but never under the reader's cursor (unless the page reset it).
     const typing = document.activeElement === f.field("seq") && !msg.notes.has("seq");
@@ -104,7 +112,8 @@ function mount(root) {
     // lays the page out (Chromium keeps the scroll position with the entry), the layout the next frame needs
     // anyway. Written after the sweep's drawing, it stood between the sweep and the screen (5 to 60 ms a change
     // on a busy 2-core machine: scripts/bench_site.py --latency-only).
-    link.write(given, answer);
+    link.write(given, answer, deliberate);
+    deliberate = false;
     const full = await withSweep;
     if (full.superseded || ticket !== asked) return;
     performance.mark("calc:swept");
@@ -122,6 +131,7 @@ function mount(root) {
     if (!name || name === "event") return;
     planner.cancel();  // a plan waits until the reader pauses
     msg.notes.delete(name);
+    if (name === "preset" || name === HF_CONFIG) choose();
     if (name === "preset") {
       seqKept = f.state.seqTyped;
       f.choosePreset(event.target.value);  // "your config.json" again: its shape comes with the answer
@@ -146,6 +156,7 @@ function mount(root) {
   const loopPreset = root.querySelector("[data-loop-preset]");
   loopPreset?.addEventListener("input", (event) => {
     event.stopPropagation();
+    choose();
     for (const [name, value] of Object.entries(config.loopPresets[loopPreset.value] || {})) {
       f.setField(name, value);
       f.field(name).dispatchEvent(new Event("input", { bubbles: true }));
@@ -155,10 +166,25 @@ function mount(root) {
   f.form.addEventListener("submit", (event) => event.preventDefault());
   for (const button of root.querySelectorAll("[data-capacity-preset]")) {
     button.addEventListener("click", () => {
+      choose();
       f.setField("capacity-gb", button.dataset.capacityPreset);
       f.field("capacity-gb").dispatchEvent(new Event("input", { bubbles: true }));
     });
   }
+
+  // Back or Forward between the page's own entries: the form is the address's again, read as a link is.
+  function restore() {
+    planner.cancel();
+    msg.notes.clear();
+    if (f.hf.text) f.leaveHf(config.defaults.preset);
+    f.fillDefaults();
+    link.reset();
+    link.read();
+    seqKept = false;
+    deliberate = false;
+    update();
+  }
+  window.addEventListener("popstate", () => { if (root.isConnected && ask && link.moved()) restore(); });
 
   function failed(error) {
     const lost = f.state.fromLink.size || link.problems.length ? " This link's settings cannot be shown without it." : "";

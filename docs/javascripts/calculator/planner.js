@@ -84,13 +84,16 @@ export function createPlanner(root, config, f, { ask, update }) {
     drawFit(fitView.body, result.fit, fitReason || "Nothing fits one card.", live);
     fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `on one ${capacityText(result.capacity)} device.`;
-    fitView.status.textContent = fitReason || `${result.fit.length} fine-tuning${result.fit.length === 1 ? "" : "s"} ` +
-      "fit (computed in your browser).";
+    // With no row the table's one cell says so (its reason, or that nothing fits): the status does not say it again.
+    const fits = result.fit.length;
+    fitView.status.textContent = fitReason ||
+      (fits ? `${fits} fine-tuning${fits === 1 ? "" : "s"} fit (computed in your browser).` : "Computed in your browser.");
     setLoadButtons();
     planner.caption.textContent = `Layouts for ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `global batch ${formatInt(result.global_batch)}, on ${capacityText(result.capacity)} devices.`;
     const counted = countedLayouts(plan.length, config.planLimit);
-    planner.readyMessage = refused ? reason : `${counted} (computed in your browser in ${formatInt(Math.round(ms))} ms).`;
+    const took = `in your browser in ${formatInt(Math.round(ms))} ms`;  // with no row its one cell says so, once
+    planner.readyMessage = refused ? reason : plan.length ? `${counted} (computed ${took}).` : `Computed ${took}.`;
     planner.root.dataset.planSource = "live";
     markLoaded();
     state("ready", planner.readyMessage);

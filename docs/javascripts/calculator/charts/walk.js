@@ -17,14 +17,20 @@ export function drawWalk(container, step, capacity, categories, peakText) {
   const y = yAxis(frame, maxBytes, "on one device");
   const w = frame.plotW / events.length;
   const x = (i) => frame.margin.left + i * w;
+  // The bands in whole pixels (crisp edges): a step's edges fall on pixel boundaries, each as wide as the
+  // next, and a band that holds bytes is at least a pixel tall (16-bit logits beside 600 GB are half of one),
+  // not a blurred, broken fringe along the top (a fresh reviewer's minor: qwen3-30b-a3b's edge at 1280 px).
+  const px = (i) => Math.round(x(i));
   const base = new Array(events.length).fill(0);
+  const basePx = new Array(events.length).fill(Math.round(y(0)));
   for (const cat of categories) {
     const top = events.map((e, i) => base[i] + e.totals[cat]);
+    const topPx = events.map((e, i) => (e.totals[cat] > 0 ? Math.min(basePx[i] - 1, Math.round(y(top[i]))) : basePx[i]));
     let d = "";
-    events.forEach((_, i) => { d += `${i ? "L" : "M"}${x(i).toFixed(2)},${y(top[i]).toFixed(2)}H${x(i + 1).toFixed(2)}`; });
-    for (let i = events.length - 1; i >= 0; i--) d += `L${x(i + 1).toFixed(2)},${y(base[i]).toFixed(2)}H${x(i).toFixed(2)}`;
-    svg("path", { d: `${d}Z`, class: `calc-fill-${cat}`, "data-category": cat }, frame.root);
-    top.forEach((v, i) => { base[i] = v; });
+    events.forEach((_, i) => { d += `${i ? "L" : "M"}${px(i)},${topPx[i]}H${px(i + 1)}`; });
+    for (let i = events.length - 1; i >= 0; i--) d += `L${px(i + 1)},${basePx[i]}H${px(i)}`;
+    svg("path", { d: `${d}Z`, class: `calc-fill-${cat}`, "data-category": cat, "shape-rendering": "crispEdges" }, frame.root);
+    top.forEach((v, i) => { base[i] = v; basePx[i] = topPx[i]; });
   }
   const peakX = x(step.peak_index) + w / 2;
   const peak = svg("g", { class: "calc-peak-marker" }, frame.root);
