@@ -68,15 +68,16 @@ BINARY = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 @given(st.integers(min_value=-(10**19), max_value=10**19), st.booleans())
 def test_format_size_reads_back_to_within_half_a_tenth(n, binary):
     """The text, read back, is n to within half its last digit, in the unit the magnitude asks for: no
-    nonzero size reads "0.0 GB", none "12345.0 GB", none "1,000.0 kB"."""
+    nonzero size reads "0.0 GB", none "12345.0 GB", none "1,000.0 kB"; TB (TiB) from 10,000 GB (GiB) on."""
     from calc.units import format_size
 
     number, name = format_size(n, binary=binary).split(" ")
     unit, step = (BINARY if binary else DECIMAL)[name], (1024 if binary else 1000)
     shown = abs(float(number.replace(",", "")))
     assert abs(shown * unit - abs(n)) <= unit / 20 + unit * 1e-9 * shown
-    if name in ("TB", "TiB"):
-        assert shown >= 10
+    giga = BINARY["GiB"] if binary else DECIMAL["GB"]
+    if name in ("TB", "TiB"):  # from 10,000 GB (GiB) on: 10.0 TB, 9.8 TiB
+        assert shown * unit + unit / 20 >= 10_000 * giga
     elif name in ("GB", "GiB"):
         assert 0.1 <= shown < 10_000 or n == 0
     elif name == "B":
