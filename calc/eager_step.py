@@ -525,8 +525,9 @@ def _stretch(chunks: list[tuple[int, list[Event]]], spans: list[tuple[int, int]]
         twin = chunks[i - len(group) : i] if up else chunks[j : j + len(group)]  # the second period's chunks
         if [(k + period, e) for k, e in twin] != group or len({k for k, _ in group}) > period:
             return None
+        events = [e for _, e in twin]  # the same lists as the second period's: _merge sees them the same at once
         for rep in range(count) if up else range(count - 1, -1, -1):
-            out += [(k + rep * period, e) for k, e in group]
+            out += [(k + rep * period, e) for (k, _), e in zip(group, events, strict=True)]
         i = j
     return _merge(out) if seen[0] == seen[1] else None
 
