@@ -313,9 +313,10 @@ def segments(
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad.
 
-    One layer of each kind is replayed (layer_spans: the layers of a run of one kind, but the first and the
-    last, run the same ops on the same sizes), and their segments are stretched to the real depth (checked:
-    where a run's middle layers' events differ, the whole model is replayed)."""
+    A few layers of each run are replayed (layer_spans: the layers of a run of one kind, or the periods of a run
+    whose kinds repeat, but the first and the last, run the same ops on the same sizes), and their events are
+    stretched to the real depth (checked: where a run's middle periods' events differ, the whole model is
+    replayed)."""
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind)
     start, tensors = _resident(shape, recipe, tune)
