@@ -526,9 +526,9 @@ def _stretch(chunks: list[tuple[int, list[Event]]], spans: list[tuple[int, int]]
         twin = chunks[i - len(group) : i] if up else chunks[j : j + len(group)]  # the second period's chunks
         if [(k + period, e) for k, e in twin] != group or len({k for k, _ in group}) > period:
             return None
-        events = [e for _, e in twin]  # the same lists as the second period's: _merge sees them the same at once
-        for rep in range(count) if up else range(count - 1, -1, -1):
-            out += [(k + rep * period, e) for (k, _), e in zip(group, events, strict=True)]
+        # the same lists as the second period's: _merge sees them the same at once
+        pairs = [(k, e) for (k, _), (_, e) in zip(group, twin, strict=True)]
+        out += [(k + rep * period, e) for rep in (range(count) if up else range(count - 1, -1, -1)) for k, e in pairs]
         i = j
     return _merge(out) if seen[0] == seen[1] else None
 
@@ -554,16 +554,18 @@ def _merge(chunks: list[tuple[int, list[Event]]]) -> list[Segment]:
     """Segments of chunks (_chunks): runs of chunks of consecutive layers, up or down, whose events are the same
     become one segment repeated over those layers; a chunk outside the layers is a segment of its own."""
     segs: list[Segment] = []
-    i = 0
-    while i < len(chunks):
+    i, n = 0, len(chunks)
+    while i < n:
         layer, evs = chunks[i]
         j = i + 1
         if layer:
-            step = 1 if j < len(chunks) and chunks[j][0] == layer + 1 else -1
-            while j < len(chunks) and chunks[j][0] == chunks[j - 1][0] + step and (
-                    chunks[j][1] is evs or chunks[j][1] == evs):  # fmt: skip
-                j += 1
-            last = chunks[j - 1][0]
+            step = 1 if j < n and chunks[j][0] == layer + 1 else -1
+            last, alike = layer, evs  # alike: the last list found equal (a stretched copy is the same list)
+            while j < n:
+                nxt, more = chunks[j]
+                if nxt != last + step or not (more is alike or more == evs):
+                    break
+                last, alike, j = nxt, more, j + 1
             segs.append(Segment(tuple(evs), Reps(range(layer, last + step, step))))
         else:
             segs.append(Segment(tuple(evs)))
