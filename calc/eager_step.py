@@ -523,7 +523,7 @@ def _stretch(chunks: list[tuple[int, list[Event]]], spans: list[tuple[int, int]]
         group, seen[1] = chunks[i:j], seen[1] + j - i
         period, count = wide[group[0][0]]
         up = group[0][1][0].phase == "forward"
-        twin = chunks[i - len(group) : i] if up else chunks[j : j + len(group)]  # the second period's chunks
+        twin = chunks[max(i - len(group), 0) : i] if up else chunks[j : j + len(group)]  # the second period's
         if [(k + period, e) for k, e in twin] != group or len({k for k, _ in group}) > period:
             return None
         # the same lists as the second period's: _merge sees them the same at once
