@@ -294,7 +294,9 @@ def _checkpointed(ops: Ops, layer_fn, x: T, cos, sin, mask, device: str, ids: T 
     return y
 
 
-SMALL = 4  # layers replayed of a run of one kind: the first, two in the middle (which the rest repeat), the last
+SMALL = 4  # periods replayed of a run of one pattern of kinds: the first, two in the middle (which the rest
+# repeat), the last; a period is one layer where every layer is of one kind (Llama), two where they alternate
+# (Gemma 2, GPT-OSS), six for Gemma 3's five sliding layers and a full one
 
 
 def segments(
@@ -311,9 +313,10 @@ def segments(
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad.
 
-    One layer of each kind is replayed (layer_spans: the layers of a run of one kind, but the first and the
-    last, run the same ops on the same sizes), and their segments are stretched to the real depth (checked:
-    where a run's middle layers' events differ, the whole model is replayed)."""
+    A few layers of each run are replayed (layer_spans: the layers of a run of one kind, or the periods of a run
+    whose kinds repeat, but the first and the last, run the same ops on the same sizes), and their events are
+    stretched to the real depth (checked: where a run's middle periods' events differ, the whole model is
+    replayed)."""
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind)
     start, tensors = _resident(shape, recipe, tune)
@@ -390,13 +393,12 @@ def _graph_goes(rp: Replay) -> list[Event]:
 
 
 def _replayed(shape: Shape, args: tuple, **how):
-    """(replay, step, segments) of one micro-batch: one layer of each kind replayed, stretched to the model's
-    depth (layer_spans), or the whole model where the stretch cannot be checked. `how`: replay's accumulate and
-    loss_kind."""
+    """(replay, step, segments) of one micro-batch: a few periods of each run of layers replayed, stretched to the
+    model's depth (layer_spans, _stretch), or the whole model where the stretch cannot be checked. `how`: replay's
+    accumulate and loss_kind."""
     spans = layer_spans(shape, args[-1])
     rp, st = replay(shape, *args, **how, layers=[lo for lo, _ in spans])
-    at = {lo: i for i, (lo, _) in enumerate(spans, 1)}  # a replayed layer -> its place among them
-    replayed = _stretch(_compress([(at.get(layer, 0), e) for layer, e in rp.events]), spans)
+    replayed = _stretch(_chunks(rp.events), spans)
     if replayed is None:
         rp, st = replay(shape, *args, **how)
         replayed = _compress(rp.events)
@@ -418,20 +420,43 @@ def layer_kinds(shape: Shape, tune: finetune.Tuning) -> list:
 
 
 def layer_spans(shape: Shape, tune: finetune.Tuning) -> list[tuple[int, int]]:
-    """(first, last) layers each replayed layer stands for. A run of more than SMALL layers of one kind is
-    replayed as its first, second, third and last layer: the first and the last meet other kinds (or the
-    embeddings, or the head), the second and the third show the run's steady state, and the third stands for
-    every layer up to the last but one. A shorter run is replayed whole."""
-    kinds, spans, start = layer_kinds(shape, tune), [], 1
-    for end in range(1, shape.layers + 1):
-        if end < shape.layers and kinds[end] == kinds[end - 1]:
+    """(first, last) layers each replayed layer stands for: itself and every period-th layer after it up to the
+    last (the period: the number of consecutive replayed layers that stand for more than one, _wide_groups).
+
+    The layers are cut into runs of one pattern of kinds (_period: Llama's one kind, Gemma 2's two alternating,
+    Gemma 3's six). A run of more than SMALL periods is replayed as its first, second, third and last period: the
+    first and the last meet other runs (or the embeddings, or the head), the second and the third show the run's
+    steady state, and the third stands for every period up to the last but one. A shorter run of one kind is
+    replayed whole, a layer of no run a period long on its own."""
+    kinds, spans, start = layer_kinds(shape, tune), [], 0
+    while start < len(kinds):
+        period, count = _period(kinds, start)
+        first = start + 1
+        if count > SMALL:
+            spans += [(i, i) for i in range(first, first + 2 * period)]
+            spans += [(i, i + (count - 4) * period) for i in range(first + 2 * period, first + 3 * period)]
+            start += count * period
+            spans += [(i, i) for i in range(start - period + 1, start + 1)]
             continue
-        if end - start + 1 > SMALL:
-            spans += [(start, start), (start + 1, start + 1), (start + 2, end - 1), (end, end)]
-        else:
-            spans += [(i, i) for i in range(start, end + 1)]
-        start = end + 1
+        run = next((i for i in range(start, len(kinds)) if kinds[i] != kinds[start]), len(kinds)) - start
+        spans += [(i, i) for i in range(first, first + run)]
+        start += run
     return spans
+
+
+def _period(kinds: list, start: int) -> tuple[int, int]:
+    """(period, whole periods) of the longest stretch of layers from `start` (counted from 0) whose kinds repeat
+    with a period: the one that covers the most layers in more than SMALL periods, the shortest of equals;
+    (1, 0) where none does."""
+    best, left = (1, 0), len(kinds) - start
+    for period in range(1, left // (SMALL + 1) + 1):
+        end = next((i for i in range(start + period, len(kinds)) if kinds[i] != kinds[i - period]), len(kinds))
+        count = (end - start) // period
+        if count > SMALL and count * period > best[0] * best[1]:
+            best = (period, count)
+            if count * period > left - period:  # no longer period can cover more
+                break
+    return best
 
 
 def _later_micro_batches(shape: Shape, args: tuple, first: Replay, loop: loops.Loop) -> list[Segment]:
@@ -459,47 +484,88 @@ def trainable_params(shape: Shape, recipe: str, recompute: str, attention: str, 
     return grads // finetune.trained_recipe(recipe, tune).gradients
 
 
-def _stretch(segs: list[Segment], spans: list[tuple[int, int]]) -> list[Segment] | None:
-    """The segments of the replayed layers (numbered 1 to len(spans)) for the whole model: replayed layer i
-    stands for layers spans[i - 1]. None where a layer that stands for several does not repeat the one
-    before it (their events differ: the run has no steady state to stretch)."""
-    wide = [i for i, (lo, hi) in enumerate(spans, 1) if hi > lo]
-    out = []
-    for seg in segs:
-        if seg.reps is None:
-            out.append(seg)
-            continue
-        small = seg.reps.layers
-        if any((i in small) != (i - 1 in small) for i in wide if i in small or i - 1 in small):
-            return None
-        if small.step > 0:
-            first, last = spans[small[0] - 1][0], spans[small[-1] - 1][1]
-        else:
-            first, last = spans[small[0] - 1][1], spans[small[-1] - 1][0]
-        step = 1 if last >= first else -1
-        out.append(Segment(seg.events, Reps(range(first, last + step, step))))
+def _wide_groups(spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Each replayed layer that stands for several (layer_spans) -> (its period, how many periods it stands for):
+    the period is the number of such layers in a row (the third period of a run, whose layers are consecutive)."""
+    wide = [(lo, hi) for lo, hi in spans if hi > lo]
+    out, i = {}, 0
+    while i < len(wide):
+        j = i + 1
+        while j < len(wide) and wide[j][0] == wide[j - 1][0] + 1:
+            j += 1
+        for lo, hi in wide[i:j]:
+            out[lo] = (j - i, (hi - lo) // (j - i) + 1)
+        i = j
     return out
 
 
-def _compress(events: list[tuple[int, Event]]) -> list[Segment]:
-    """Segments of the replayed events: runs of consecutive layers whose events are the same become one
-    segment repeated over those layers."""
+def _stretch(chunks: list[tuple[int, list[Event]]], spans: list[tuple[int, int]]) -> list[Segment] | None:
+    """The segments of the whole model from the chunks of the replayed layers (_chunks, layers as numbered in the
+    model): each run of the third period's chunks (forward: layers up; backward: down) is repeated over the
+    periods it stands for, its layers shifted a period at a time, then the chunks are merged as _compress merges
+    the whole replay's. None where the third period does not repeat the second, chunk for chunk (the run has no
+    steady state to stretch)."""
+    wide = _wide_groups(spans)
+    if not wide:
+        return _merge(chunks)
+    second = {lo - period: period for lo, (period, _) in wide.items()}
+    out, i, seen = [], 0, [0, 0]  # seen: chunks of the second periods, of the third
+    for layer, _ in chunks:
+        seen[0] += layer in second
+    while i < len(chunks):
+        j = i
+        while j < len(chunks) and chunks[j][0] in wide:
+            j += 1
+        if j == i:
+            out.append(chunks[i])
+            i += 1
+            continue
+        group, seen[1] = chunks[i:j], seen[1] + j - i
+        period, count = wide[group[0][0]]
+        up = group[0][1][0].phase == "forward"
+        twin = chunks[max(i - len(group), 0) : i] if up else chunks[j : j + len(group)]  # the second period's
+        if [(k + period, e) for k, e in twin] != group or len({k for k, _ in group}) > period:
+            return None
+        # the same lists as the second period's: _merge sees them the same at once
+        pairs = [(k, e) for (k, _), (_, e) in zip(group, twin, strict=True)]
+        out += [(k + rep * period, e) for rep in (range(count) if up else range(count - 1, -1, -1)) for k, e in pairs]
+        i = j
+    return _merge(out) if seen[0] == seen[1] else None
+
+
+def _chunks(events: list[tuple[int, Event]]) -> list[tuple[int, list[Event]]]:
+    """The replayed events as chunks: runs of events of one layer (0: outside the layers) and one phase."""
     chunks: list[tuple[int, list[Event]]] = []
     for layer, e in events:
         if chunks and chunks[-1][0] == layer and chunks[-1][1][-1].phase == e.phase:
             chunks[-1][1].append(e)
         else:
             chunks.append((layer, [e]))
+    return chunks
+
+
+def _compress(events: list[tuple[int, Event]]) -> list[Segment]:
+    """Segments of the replayed events: runs of consecutive layers whose events are the same become one
+    segment repeated over those layers."""
+    return _merge(_chunks(events))
+
+
+def _merge(chunks: list[tuple[int, list[Event]]]) -> list[Segment]:
+    """Segments of chunks (_chunks): runs of chunks of consecutive layers, up or down, whose events are the same
+    become one segment repeated over those layers; a chunk outside the layers is a segment of its own."""
     segs: list[Segment] = []
-    i = 0
-    while i < len(chunks):
+    i, n = 0, len(chunks)
+    while i < n:
         layer, evs = chunks[i]
         j = i + 1
         if layer:
-            step = 1 if j < len(chunks) and chunks[j][0] == layer + 1 else -1
-            while j < len(chunks) and chunks[j][0] == chunks[j - 1][0] + step and chunks[j][1] == evs:
-                j += 1
-            last = chunks[j - 1][0]
+            step = 1 if j < n and chunks[j][0] == layer + 1 else -1
+            last, alike = layer, evs  # alike: the last list found equal (a stretched copy is the same list)
+            while j < n:
+                nxt, more = chunks[j]
+                if nxt != last + step or not (more is alike or more == evs):
+                    break
+                last, alike, j = nxt, more, j + 1
             segs.append(Segment(tuple(evs), Reps(range(layer, last + step, step))))
         else:
             segs.append(Segment(tuple(evs)))

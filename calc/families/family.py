@@ -8,15 +8,16 @@ from dataclasses import dataclass
 # Layers of one kind. The eager walk (calc.eager_step) replays one layer of each kind, not every layer: a run of
 # consecutive layers of the same kind is replayed as its first, two of its middle and its last layer, and the
 # middle ones are stretched over the run (their events checked the same; otherwise the whole model is
-# replayed). Two layers are of the same kind when the family's code runs the same ops on the same sizes in
+# replayed); a run whose kinds repeat with a period (sliding and full layers alternating) likewise, a period for
+# a layer. Two layers are of the same kind when the family's code runs the same ops on the same sizes in
 # both: `Family.layer_kind(shape, index)` says so, index counted from 1 as `Replay.layer` counts it. The
 # default, `dense_or_moe`, separates only the dense layers that come first from the mixture-of-experts ones;
 # the walk adds whether the layer is frozen (calc.finetune's freeze_layers). A family whose layer reads its
 # index (`ops.rp.layer`: sliding-window layers among global ones, layers without rotary positions, a dense
 # first layer) must return a key that differs wherever the layer's ops or sizes do, e.g.
 # `lambda shape, i: (dense_or_moe(shape, i), i > shape.dense_layers + 2)`. A key that differs for every index is
-# always safe (the whole model is replayed) and only slower; so is a pattern that alternates (sliding-window
-# layers every other one: runs of one layer each). Comments, not a docstring: they cost the page's wheel nothing.
+# always safe (the whole model is replayed) and only slower. Comments, not a docstring: they cost the page's
+# wheel nothing.
 
 
 def dense_or_moe(shape, index: int) -> Hashable:
