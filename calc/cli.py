@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .api import step, table
 from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
 from .inputs import BESIDE_FIELDS, InputError, parse_inputs
+from .json_text import dumps as json_text
 from .optimizers import OPTIMIZERS
 from .plan import fit_card, fit_problem, plan, plan_problem
 from .recipes import RECIPES
@@ -253,7 +253,7 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     if beside:
         result["eager"] = beside
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json_text(result))
     elif args.events:
         print(format_events(result))
     else:
@@ -290,9 +290,9 @@ def rows_text(args: argparse.Namespace, inputs: Run) -> str:
     if args.fit_card:
         rows = fit_card(shape, seq, capacity, inputs.recipe, tune.optimizer, tune.paged, par.flash,
                         adapter_dtype=tune.adapter_dtype)  # fmt: skip
-        return json.dumps(rows, indent=1) if args.json else format_fit(rows, capacity)
+        return json_text(rows) if args.json else format_fit(rows, capacity)
     if args.plan:
         rows = plan(shape, seq, inputs.global_batch, capacity, inputs.recipe, par.sequence_parallel, par.flash)
-        return json.dumps(rows, indent=1) if args.json else format_plan(rows, capacity)
+        return json_text(rows) if args.json else format_plan(rows, capacity)
     rows = table(shape, seq, inputs.micro_batch, par, inputs.grad_accum)
-    return json.dumps(rows, indent=1) if args.json else format_table(rows)
+    return json_text(rows) if args.json else format_table(rows)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import calc
 from calc.cli import main
 from calc.inputs import FIELDS
+from calc.json_text import dumps as json_text
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "training" / "memory.py"
@@ -141,3 +142,26 @@ def test_parse_inputs_only_raises_input_errors(raw):
         calc.parse_inputs(raw)
     except calc.InputError as e:
         assert e.field in FIELDS
+
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+JSON_KEYS = st.text() | st.integers() | st.booleans() | st.none() | st.floats()
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=5) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(JSON_KEYS, inner, max_size=5),
+    max_leaves=40,
+)
+
+
+@given(JSON_VALUES)
+def test_the_json_text_is_jsons_own(value):
+    """--json's text (calc.json_text, the C encoder for each run of scalars) is json.dumps(value, indent=1)'s,
+    character for character, for any JSON value: nesting, empty containers, NaN, non-ASCII text, non-str keys."""
+    assert json_text(value) == json.dumps(value, indent=1)
+
+
+def test_the_json_text_of_an_eager_walk_is_jsons_own():
+    """An eager walk's whole answer (thousands of events, each with its totals) prints as json.dumps would."""
+    result = calc.step(calc.PRESETS["gpt2"], 128, 1, "mixed", "none", walk="eager")
+    assert json_text(result) == json.dumps(result, indent=1)
