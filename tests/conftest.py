@@ -1,9 +1,15 @@
 import contextlib
 import io
+import itertools
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+from _pytest.mark.expression import Expression  # what -m compiles to (pytest's own parser)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,6 +57,42 @@ def assert_predicts_tensors(predicted: int, got: dict, bound: float) -> None:
         f"predicted / step's tensors = {ratio:.4f} (predicted / measured peak = {predicted / peak:.4f}; "
         f"workspace up to {largest:,} bytes, {got['workspace_at']})"
     )
+
+
+# The parts of a check over recorded rows (docs/data/*.json): the core runs a sample, `make test` (plain
+# `pytest`) the rest too, marked `slow`: every row is still checked by the whole suite.
+PARTS = ["sample", pytest.param("rest", marks=pytest.mark.slow)]
+
+
+def part_of(rows: list[dict], part: str, key: Callable[[dict], object]) -> list[dict]:
+    """The rows of one of PARTS: "sample", the first row of each key(row) (each model and setting measured),
+    or "rest", every other row."""
+    seen: set = set()
+    chosen = []
+    for row in rows:
+        k = key(row)
+        if (k not in seen) == (part == "sample"):
+            chosen.append(row)
+        seen.add(k)
+    return chosen
+
+
+TORCH_MODULE = re.compile(r"^pytestmark = pytest\.mark\.torch$", re.M)  # a module whose every test needs torch
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A module whose every test needs torch is not imported where `-m` deselects every test marked torch: the
+    core's run (-m "not torch and ...") would import torch and transformers only to deselect them, some 3 s."""
+    expr = config.getoption("markexpr")
+    if not expr or collection_path.suffix != ".py" or not TORCH_MODULE.search(collection_path.read_text()):
+        return None
+    names = sorted(set(re.findall(r"[\w.-]+", expr)) - {"and", "or", "not", "torch"})
+    compiled = Expression.compile(expr)
+    for values in itertools.product((False, True), repeat=len(names)):  # any other marks a test may carry
+        marked = {"torch", *(n for n, v in zip(names, values, strict=True) if v)}
+        if compiled.evaluate(marked.__contains__):
+            return None  # some test marked torch may be selected
+    return True
 
 
 def pytest_collection_modifyitems(items):

@@ -115,7 +115,19 @@ def test_frozen_layers_are_a_kind():
     same_as_whole(small, (16, 2, "autocast", "full", "eager", "cpu", tune))
 
 
-@pytest.mark.parametrize("name", sorted(calc.PRESETS))
+def _kinds(name: str) -> tuple:
+    """What decides a preset's kinds of layer beside its layer count: its family, experts and q/k/v biases."""
+    shape = calc.PRESETS[name]
+    return shape.family, shape.experts > 0, shape.qkv_bias
+
+
+# The core replays the shallowest preset of each kind in whole; `slow` (make test) every other preset too.
+SHALLOWEST = {min(group, key=lambda n: (calc.PRESETS[n].layers, calc.PRESETS[n].hidden, n))
+              for _, group in itertools.groupby(sorted(calc.PRESETS, key=_kinds), key=_kinds)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in SHALLOWEST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(calc.PRESETS)])
 def test_every_preset_replayed_by_kind_is_its_whole_replay(name):
     """Every preset the eager walk replays (a family added later included, with its own kinds of layer: sliding
     windows, dense first layers): the fast replay's segments are the whole replay's, with and without
