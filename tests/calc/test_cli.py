@@ -12,7 +12,7 @@ import calc
 from calc.cli import main
 from calc.inputs import FIELDS
 from calc.json_text import dumps as json_text
-from conftest import ROOT
+from conftest import ROOT, cli_run
 
 SCRIPT = ROOT / "scripts" / "training" / "memory.py"
 
@@ -98,14 +98,22 @@ def test_learned_positions_default_to_the_context(capsys):
     ],
 )
 def test_bad_input_one_line_exit_2(args, field):
-    """Bad input: exit 2, one line on stderr naming the field, no traceback."""
-    out = run(*args)
+    """Bad input: exit 2, one line on stderr naming the field, no traceback (in this process: cli_run; the
+    script's own process: test_unknown_flag_is_one_line, test_a_bad_value_is_one_line_from_the_script)."""
+    out = cli_run(args)
     assert out.returncode == 2
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1
     assert f"--{field}" in lines[0]
     assert "Traceback" not in out.stderr
+
+
+def test_a_bad_value_is_one_line_from_the_script():
+    """The script itself, started as a user starts it: a bad value is one line on stderr and exit 2."""
+    out = run("--seq", "0")
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", cli_run(["--seq", "0"]).stderr)
+    assert out.stderr.count("\n") == 1 and "--seq" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_unknown_flag_is_one_line():

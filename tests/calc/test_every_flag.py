@@ -121,7 +121,14 @@ def test_the_fields_come_from_calc():
     assert names == set(inputs.FIELDS) and len(names) > 50
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
+# The eager walk's two modes replay every base's step for each value of each field, most of this file's time:
+# `slow` (make test runs them). What each field does there has its own quicker test (test_attention.py,
+# test_loops.py, test_eager.py; the refusals: test_fields.py, test_inputs.py); the other modes run in the core.
+EAGER_MODES = ("eager", "eager-lora")
+
+
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=pytest.mark.slow) if m in EAGER_MODES else m for m in sorted(MODES)])
 def test_no_field_is_accepted_and_ignored(mode):
     """In this walk or mode every field changes some answer for some input or is refused in one line."""
     found = {a.option_strings[0][2:] for a in FIELDS if a.option_strings[0][2:] not in NO_MEMORY and ignored(mode, a)}
