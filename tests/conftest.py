@@ -85,8 +85,8 @@ def part_of(rows: list[dict], part: str, key: Callable[[dict], object]) -> list[
     return chosen
 
 
-TORCH_MODULE = re.compile(r"^pytestmark = pytest\.mark\.torch$", re.M)  # a module whose every test needs torch
-QUICK_EXAMPLES = (4, 25)  # the quick run's share of a property's examples: a quarter, at least 25
+TORCH_MODULE = re.compile(r"^pytestmark = pytest\.mark\.torch(\s*#.*)?$", re.M)  # every test needs torch
+QUICK_EXAMPLES = (5, 20)  # the quick run's share of a property's examples: a fifth, at least 20
 
 
 def deselects(config: pytest.Config, mark: str) -> bool:
@@ -103,21 +103,31 @@ def deselects(config: pytest.Config, mark: str) -> bool:
     return True
 
 
+def browser_module(path: Path) -> bool:
+    """Whether every test of the module is marked browser (pytest_collection_modifyitems marks them)."""
+    return path.name.startswith("test_site_") or path.name == "test_pyodide.py"
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A module whose every test needs torch is not imported where `-m` deselects every test marked torch: the
-    core's run (-m "not torch and ...") would import torch and transformers only to deselect them, some 3 s."""
-    if collection_path.suffix != ".py" or not TORCH_MODULE.search(collection_path.read_text()):
+    """A module whose every test needs torch, or the browser, is not imported where `-m` deselects every test
+    so marked: the core's run (-m "not torch and not browser ...") would import torch and transformers, and
+    compute the site's answers, only to deselect them (some 4 s)."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
-    return True if deselects(config, "torch") else None
+    if browser_module(collection_path) and deselects(config, "browser"):
+        return True
+    if TORCH_MODULE.search(collection_path.read_text()) and deselects(config, "torch"):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test of the built site (tests/site/test_site_*.py, and test_pyodide.py, which starts the site's own
     runtime) is marked `browser`, so `pytest -m "not torch and not browser and not slow"` runs the core alone.
-    That quick run (it deselects `slow`) draws a quarter of each Hypothesis property's examples, at least 25;
+    That quick run (it deselects `slow`) draws a fifth of each Hypothesis property's examples, at least 20;
     every other run (make test: plain pytest) draws each property's own max_examples."""
     for item in items:
-        if item.path.name.startswith("test_site_") or item.path.name == "test_pyodide.py":
+        if browser_module(item.path):
             item.add_marker("browser")
     if deselects(config, "slow"):
         for test in {item.obj for item in items if isinstance(item, pytest.Function)}:
