@@ -10,6 +10,7 @@ from .parallel import SINGLE, Parallel, device_params
 from .plan import TP_DEGREES, plan, recompute_overhead
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE, TABLE_ROWS, Recipe
+from .run import Run
 from .shape import Shape
 from .units import GB, GIB, format_gb, format_gib
 from .walk import CATEGORIES, CATEGORY_LABELS
@@ -30,6 +31,7 @@ __all__ = [
     "InputError",
     "Parallel",
     "Recipe",
+    "Run",
     "Shape",
     "device_params",
     "format_gb",

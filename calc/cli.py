@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .api import step, table
 from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
 from .inputs import BESIDE_FIELDS, InputError, parse_inputs
+from .json_text import dumps as json_text
 from .optimizers import OPTIMIZERS
 from .plan import fit_card, fit_problem, plan, plan_problem
 from .recipes import RECIPES
+from .run import Run
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
 from .web import beside_refusal, eager_beside
@@ -211,10 +212,10 @@ def mode_problem(args: argparse.Namespace, raw: dict) -> tuple[str, str] | None:
     return (field, UNREAD[mode][field]) if field else None
 
 
-def eager_figure(inputs: dict, raw: dict) -> tuple[dict | None, tuple[str, str] | None]:
+def eager_figure(inputs: Run, raw: dict) -> tuple[dict | None, tuple[str, str] | None]:
     """(the eager walk's figure beside the deck walk's step, as the page shows it: calc.web.eager_beside, or
     None where no field given only it reads; a problem (field, message) where these inputs have none)."""
-    field = inputs["walk"] == "deck" and next((f for f in BESIDE_FIELDS if raw.get(f) is not None), None)
+    field = inputs.walk == "deck" and next((f for f in BESIDE_FIELDS if raw.get(f) is not None), None)
     if not field:
         return None, None
     figure = eager_beside(inputs)
@@ -232,23 +233,23 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
         print(rows_text(args, inputs))
         return 0
     result = step(
-        inputs["shape"],
-        inputs["seq"],
-        inputs["micro_batch"],
-        inputs["recipe"],
-        inputs["recompute"],
-        par=inputs["par"],
-        walk=inputs["walk"],
-        grad_accum=inputs["grad_accum"],
-        attention=inputs["attention"],
-        device=inputs["device"],
-        tune=inputs["tune"],
-        loop=inputs["loop"],
+        inputs.shape,
+        inputs.seq,
+        inputs.micro_batch,
+        inputs.recipe,
+        inputs.recompute,
+        par=inputs.par,
+        walk=inputs.walk,
+        grad_accum=inputs.grad_accum,
+        attention=inputs.attention,
+        device=inputs.device,
+        tune=inputs.tune,
+        loop=inputs.loop,
     )
     if beside:
         result["eager"] = beside
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json_text(result))
     elif args.events:
         print(format_events(result))
     else:
@@ -256,7 +257,7 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     return 0
 
 
-def validated(args: argparse.Namespace) -> tuple[dict, dict | None]:
+def validated(args: argparse.Namespace) -> tuple[Run, dict | None]:
     """(calc.inputs.parse_inputs' answer for the flags, the eager walk's figure beside the deck walk's step or
     None), or InputError naming the field the chosen output mode cannot use."""
     modes = ("json", "table", "events", "plan", "fit_card")
@@ -268,26 +269,26 @@ def validated(args: argparse.Namespace) -> tuple[dict, dict | None]:
     # figure beside the deck walk's (eager_figure)
     inputs = parse_inputs(raw, eager_beside=not rows)
     problem = mode_problem(args, raw)
-    problem = problem or ((args.plan or args.table) and plan_problem(inputs["walk"], inputs["tune"]))
+    problem = problem or ((args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))
     beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)
     problem = problem or refused
     if problem:
         raise InputError(*problem)
-    problem = args.fit_card and fit_problem(inputs["shape"], inputs["walk"])
+    problem = args.fit_card and fit_problem(inputs.shape, inputs.walk)
     if problem:
         raise InputError(*problem)
     return inputs, beside
 
 
-def rows_text(args: argparse.Namespace, inputs: dict) -> str:
+def rows_text(args: argparse.Namespace, inputs: Run) -> str:
     """What --fit-card, --plan or --table prints: its rows, as JSON or as a table."""
-    shape, seq, par, tune, capacity = inputs["shape"], inputs["seq"], inputs["par"], inputs["tune"], inputs["capacity"]
+    shape, seq, par, tune, capacity = inputs.shape, inputs.seq, inputs.par, inputs.tune, inputs.capacity
     if args.fit_card:
-        rows = fit_card(shape, seq, capacity, inputs["recipe"], tune.optimizer, tune.paged, par.flash,
+        rows = fit_card(shape, seq, capacity, inputs.recipe, tune.optimizer, tune.paged, par.flash,
                         adapter_dtype=tune.adapter_dtype)  # fmt: skip
-        return json.dumps(rows, indent=1) if args.json else format_fit(rows, capacity)
+        return json_text(rows) if args.json else format_fit(rows, capacity)
     if args.plan:
-        rows = plan(shape, seq, inputs["global_batch"], capacity, inputs["recipe"], par.sequence_parallel, par.flash)
-        return json.dumps(rows, indent=1) if args.json else format_plan(rows, capacity)
-    rows = table(shape, seq, inputs["micro_batch"], par, inputs["grad_accum"])
-    return json.dumps(rows, indent=1) if args.json else format_table(rows)
+        rows = plan(shape, seq, inputs.global_batch, capacity, inputs.recipe, par.sequence_parallel, par.flash)
+        return json_text(rows) if args.json else format_plan(rows, capacity)
+    rows = table(shape, seq, inputs.micro_batch, par, inputs.grad_accum)
+    return json_text(rows) if args.json else format_table(rows)

@@ -14,6 +14,7 @@ from .fields import ATTENTIONS, CARDS, DEVICES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
 from .parallel import SINGLE, Parallel, check
 from .presets import PRESETS
+from .run import Run
 from .shape import Shape
 from .units import GB
 
@@ -189,10 +190,10 @@ def _capacity(raw: object) -> int:
     return capacity
 
 
-def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
-    """Validated inputs: {"shape", "seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device",
-    "par", "grad_accum" (None: as many micro-batches as pipeline stages), "global_batch", "capacity",
-    "hf_config" (a given config.json in calc.hf.compact's short form, or None)}.
+def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
+    """Validated inputs, one frozen calc.run.Run: shape, seq, micro_batch, recipe, recompute, walk, attention,
+    device, par, grad_accum (None: as many micro-batches as pipeline stages), global_batch, capacity, tune,
+    hf_config (a given config.json in calc.hf.compact's short form, or None) and loop.
 
     Keys are the CLI's flag names without dashes; missing keys take the preset's (or the
     default's) value. `eager_beside`: the answer carries the eager walk's figure beside the deck's (the
@@ -216,18 +217,18 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> dict:
     if problem:
         raise InputError(*problem)
     loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
-    return {
-        "shape": shape,
+    return Run(
+        shape=shape,
         **{k: run[k] for k in ("seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device")},
-        "par": par,
-        "grad_accum": grad_accum,
-        "global_batch": global_batch,
-        "capacity": capacity,
-        "tune": tune,
+        par=par,
+        grad_accum=grad_accum,
+        global_batch=global_batch,
+        capacity=capacity,
+        tune=tune,
         # The given config reduced to what calc reads, for a link that reproduces it (None: a preset).
-        "hf_config": compact(parse(given["hf-config"])) if "hf-config" in given else None,
-        "loop": loop,
-    }
+        hf_config=compact(parse(given["hf-config"])) if "hf-config" in given else None,
+        loop=loop,
+    )
 
 
 def _given(raw: Mapping[str, object]) -> dict:

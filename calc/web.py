@@ -23,6 +23,7 @@ from .loops import BARE
 from .optimizers import OPTIMIZERS
 from .plan import fit_card_steps, fit_problem, plan_problem, plan_steps, run_to_end
 from .recipes import RECIPES, TABLE_ROWS
+from .run import Run
 from .units import format_gb, format_gib, format_size, params_label
 from .walk import peak
 
@@ -39,29 +40,29 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
     return sorted({seq} | {lo + (hi - lo) * i // (points - 1) for i in range(points)})
 
 
-def eager_beside(inputs: dict) -> dict:
+def eager_beside(inputs: Run) -> dict:
     """The step as PyTorch's eager autograd allocates it (calc.eager), for the page to show beside the
     deck's accounting: {"available": true, "peak", "peak_event", "display", "family", "band", "attention" (the
     one it ran, which may not be the deck walk's: each walk has its default), ...}, or {"available": false,
     "reason"}."""
-    shape = inputs["shape"]
-    tune = inputs["tune"]
-    problem = eager_problem(shape, inputs["recompute"], inputs["par"], inputs["grad_accum"], inputs["attention"])
+    shape = inputs.shape
+    tune = inputs.tune
+    problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
     if problem:
         return {"available": False, "reason": problem[1]}
     top, event = eager_peak(
         shape,
-        inputs["seq"],
-        inputs["micro_batch"],
-        inputs["recipe"],
-        inputs["recompute"],
-        inputs["attention"],
-        inputs["device"],
+        inputs.seq,
+        inputs.micro_batch,
+        inputs.recipe,
+        inputs.recompute,
+        inputs.attention,
+        inputs.device,
         tune,
-        None if inputs["loop"] == BARE else inputs["loop"],
+        None if inputs.loop == BARE else inputs.loop,
     )
-    loop, device = inputs["loop"], inputs["device"]
+    loop, device = inputs.loop, inputs.device
     return {
         "available": True,
         "peak": top,
@@ -69,10 +70,10 @@ def eager_beside(inputs: dict) -> dict:
         "display": _display(top),
         "family": shape.family,
         "band": eager_band(shape, tune),
-        "attention": inputs["attention"],
+        "attention": inputs.attention,
         "how": eager_how(tune, loop, device),
         # what the measured steps a band quotes must have run for it to speak for this one (hooks/deck.py)
-        "setting": f"{inputs['recipe']} {tune.optimizer} {loop.name}{' accum' if loop.grad_accum > 1 else ''}"
+        "setting": f"{inputs.recipe} {tune.optimizer} {loop.name}{' accum' if loop.grad_accum > 1 else ''}"
         + f" {loop.loss_kind}",  # the band says the device its steps ran on
     }
 
@@ -83,12 +84,12 @@ def beside_refusal(field: str, figure: dict) -> tuple[str, str]:
     return field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: {figure['reason']}"
 
 
-def beside_problem(inputs: dict, raw: dict) -> tuple[str, str] | None:
+def beside_problem(inputs: Run, raw: dict) -> tuple[str, str] | None:
     """The page's refusal of a field only the eager figure beside the deck's reads (the loop, AdamW's
     implementation, the loss, the device...) set to other than its default where no eager figure is shown, as
     the CLI refuses it given (calc.cli.eager_figure): the page sends each field's default (loop "bare", device
     "cuda") whatever the step, so a default is no choice made; or None."""
-    field = inputs["walk"] == "deck" and next((f for f in BESIDE_FIELDS if not _is_default(f, raw.get(f))), None)
+    field = inputs.walk == "deck" and next((f for f in BESIDE_FIELDS if not _is_default(f, raw.get(f))), None)
     if not field:
         return None
     figure = eager_beside(inputs)
@@ -135,16 +136,16 @@ def eager_band(shape, tune) -> str:
 PAGE_EAGER_LAYERS = 256  # the eager walk's event list (some 70 kB a layer in JSON) on the page: at most this deep
 
 
-def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want_fit: bool = False) -> dict:
+def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_fit: bool = False) -> dict:
     """Everything the page draws for one set of validated inputs. With fine-tuning inputs (finetune, optimizer,
     lora-rank, lora-targets, freeze-layers, paged-optimizer) `step` is the fine-tuning step, `trainable_params`
     its trainable parameters and the sweep gains a "finetune" row; `fit` lists what fits one card."""
-    shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
-    if inputs["walk"] == "eager" and shape.layers > PAGE_EAGER_LAYERS:
+    shape, seq, b, par = inputs.shape, inputs.seq, inputs.micro_batch, inputs.par
+    if inputs.walk == "eager" and shape.layers > PAGE_EAGER_LAYERS:
         raise InputError("layers", f"the page walks the eager step event by event for at most {PAGE_EAGER_LAYERS:,} "
                          "layers (the list would not fit the browser): clear the link's walk (“Clear the link's other "
                          "settings”) for the deck walk, or run the CLI's --walk eager")  # fmt: skip
-    accum = inputs["grad_accum"]
+    accum = inputs.grad_accum
     rows = table(shape, seq, b, par, accum)
     for row in rows:
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
@@ -154,27 +155,27 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
             shape,
             seq,
             b,
-            inputs["recipe"],
-            inputs["recompute"],
+            inputs.recipe,
+            inputs.recompute,
             par=par,
-            walk=inputs["walk"],
+            walk=inputs.walk,
             grad_accum=accum,
-            attention=inputs["attention"],
-            device=inputs["device"],
-            tune=inputs["tune"],
-            loop=inputs["loop"],
+            attention=inputs.attention,
+            device=inputs.device,
+            tune=inputs.tune,
+            loop=inputs.loop,
         ),
         "table": rows,
-        "capacity": inputs["capacity"],
-        "global_batch": inputs["global_batch"],
+        "capacity": inputs.capacity,
+        "global_batch": inputs.global_batch,
     }
     result["peak_display"] = _display(result["step"]["peak"])
-    result["fits"] = result["step"]["peak"] <= inputs["capacity"]
+    result["fits"] = result["step"]["peak"] <= inputs.capacity
     result["trainable_params"] = result["step"]["trainable_params"]
     result["eager"] = eager_beside(inputs)
     result["unread"] = page_unread(shape)  # the form hides these fields (calc.fields.page_unread)
-    if inputs.get("hf_config"):
-        result["hf_config"] = inputs["hf_config"]  # the config in short form, for the address
+    if inputs.hf_config:
+        result["hf_config"] = inputs.hf_config  # the config in short form, for the address
         counts = result["step"]["param_counts"]
         result["params_label"] = params_label(counts["total"], counts["active"])  # as the presets are listed
     result.update(planned(inputs, want_plan, want_fit))
@@ -183,34 +184,34 @@ def compute(inputs: dict, want_sweep: bool = True, want_plan: bool = False, want
     return result
 
 
-def planned(inputs: dict, want_plan: bool, want_fit: bool) -> dict:
+def planned(inputs: Run, want_plan: bool, want_fit: bool) -> dict:
     """planned_steps' answer, worked out at once."""
     return run_to_end(planned_steps(inputs, want_plan, want_fit))
 
 
-def planned_steps(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
+def planned_steps(inputs: Run, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
     """The planner's layouts ("plan", or "plan_refused" with no rows) and the fit list ("fit", or "fit_refused"
     with no rows), each where asked:
     a generator of calc.plan's slices that returns them."""
-    shape, seq, par = inputs["shape"], inputs["seq"], inputs["par"]
+    shape, seq, par = inputs.shape, inputs.seq, inputs.par
     result = {}
-    problem = want_plan and plan_problem(inputs["walk"], inputs["tune"])
+    problem = want_plan and plan_problem(inputs.walk, inputs.tune)
     if problem:  # the CLI's --plan refuses these inputs: the planner says why, with no rows
         result["plan"] = []
         result["plan_refused"] = {"field": problem[0], "message": problem[1]}
     elif want_plan:
         result["plan"] = yield from plan_steps(
-            shape, seq, inputs["global_batch"], inputs["capacity"], inputs["recipe"], par.sequence_parallel, par.flash
+            shape, seq, inputs.global_batch, inputs.capacity, inputs.recipe, par.sequence_parallel, par.flash
         )
         for row in result["plan"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
-    tune = inputs["tune"]
-    problem = want_fit and fit_problem(shape, inputs["walk"])
+    tune = inputs.tune
+    problem = want_fit and fit_problem(shape, inputs.walk)
     if problem:  # the CLI's --fit-card refuses this model: the fit list says why, with no rows
         result["fit"] = []
         result["fit_refused"] = {"field": problem[0], "message": problem[1]}
     elif want_fit:
-        capacity, recipe = inputs["capacity"], inputs["recipe"]
+        capacity, recipe = inputs.capacity, inputs.recipe
         result["fit"] = yield from fit_card_steps(shape, seq, capacity, recipe, tune.optimizer, tune.paged,
                                                   par.flash, adapter_dtype=tune.adapter_dtype)
         for row in result["fit"]:
@@ -218,18 +219,18 @@ def planned_steps(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[No
     return result
 
 
-def plan_only(inputs: dict, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
+def plan_only(inputs: Run, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
     """What the page's planner draws, without the step's numbers (the change before it drew them): the
     layouts, the fit list, and the run they are for (its shape and sequence, the capacity, the global batch).
     A generator of the planner's slices (planned_steps) that returns it."""
-    run = {"shape": inputs["shape"].as_dict(), "seq": inputs["seq"]}
-    ask = {"capacity": inputs["capacity"], "global_batch": inputs["global_batch"]}
+    run = {"shape": inputs.shape.as_dict(), "seq": inputs.seq}
+    ask = {"capacity": inputs.capacity, "global_batch": inputs.global_batch}
     return {"ok": True, "config": run, **ask, **(yield from planned_steps(inputs, want_plan, want_fit))}
 
 
-def sweep_for(inputs: dict) -> dict:
+def sweep_for(inputs: Run) -> dict:
     """Peak against sequence length for the table's recipes (and a fine-tuning step), for the chart."""
-    shape, seq, b, par = inputs["shape"], inputs["seq"], inputs["micro_batch"], inputs["par"]
+    shape, seq, b, par = inputs.shape, inputs.seq, inputs.micro_batch, inputs.par
     seqs = seq_grid(seq)
     if shape.positions == "learned":
         seqs = [s for s in seqs if s <= shape.context]
@@ -240,13 +241,13 @@ def sweep_for(inputs: dict) -> dict:
     out = {
         "seq": seqs,
         "peaks": {
-            f"{recipe}-{recompute}": sweep(shape, seqs, b, recipe, recompute, par, inputs["grad_accum"])
+            f"{recipe}-{recompute}": sweep(shape, seqs, b, recipe, recompute, par, inputs.grad_accum)
             for recipe, recompute in TABLE_ROWS
         },
     }
-    tune = inputs["tune"]
+    tune = inputs.tune
     if not tune.default:
-        recipe, recompute = inputs["recipe"], inputs["recompute"]
+        recipe, recompute = inputs.recipe, inputs.recompute
         p = RECIPES[recipe].activations
         out["peaks"]["finetune"] = [
             peak(finetune_segments(shape, s, b, recipe, recompute, p, tune, par.flash))[0] for s in seqs

@@ -146,9 +146,9 @@ def _value_and_format(spec: str) -> tuple[object, str]:
     data = {
         **answer,
         "recipes": deck.recipes(),
-        "layer_bytes": deck.calc.layer_bytes(parsed["shape"], parsed["seq"], parsed["micro_batch"]),
+        "layer_bytes": deck.calc.layer_bytes(parsed.shape, parsed.seq, parsed.micro_batch),
     }
-    values = [_zero_state(p, parsed["recipe"]) if p.startswith("zero_state.") else _lookup(data, p) for p in parts]
+    values = [_zero_state(p, parsed.recipe) if p.startswith("zero_state.") else _lookup(data, p) for p in parts]
     return (values[0] if len(values) == 1 else sum(values)), fmt
 
 

@@ -3,14 +3,12 @@ scores (FlashAttention, --flash), or eager, which keeps them (--no-flash); left 
 default (the deck's accounting keeps the scores, the eager walk runs transformers' sdpa)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from calc import web
-from conftest import cli_json
+from conftest import cli_json, cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DECK = ["--preset", "llama-7b", "--seq", "8192", "--micro-batch", "2"]
@@ -69,7 +67,7 @@ def test_the_deck_walk_follows_a_measured_sdpa_step_closer():
 def test_contradicting_flags_are_refused_in_one_line():
     """--flash with --attention eager (or --no-flash with sdpa) is refused, naming --flash and the replacement."""
     for args in (["--flash", "--attention", "eager"], ["--no-flash", "--attention", "sdpa"]):
-        out = subprocess.run([sys.executable, "-m", "calc", *DECK, *args], capture_output=True, text=True, cwd=ROOT)
+        out = cli_run([*DECK, *args])
         assert out.returncode == 2 and out.stderr.count("\n") == 1
         assert out.stderr.startswith("error: --flash:") and "--attention sdpa" in out.stderr
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 import calc
 from calc.cli import main
 from calc.inputs import FIELDS
-from conftest import ROOT
+from calc.json_text import dumps as json_text
+from conftest import ROOT, cli_run
 
 SCRIPT = ROOT / "scripts" / "training" / "memory.py"
 
@@ -97,14 +98,22 @@ def test_learned_positions_default_to_the_context(capsys):
     ],
 )
 def test_bad_input_one_line_exit_2(args, field):
-    """Bad input: exit 2, one line on stderr naming the field, no traceback."""
-    out = run(*args)
+    """Bad input: exit 2, one line on stderr naming the field, no traceback (in this process: cli_run; the
+    script's own process: test_unknown_flag_is_one_line, test_a_bad_value_is_one_line_from_the_script)."""
+    out = cli_run(args)
     assert out.returncode == 2
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1
     assert f"--{field}" in lines[0]
     assert "Traceback" not in out.stderr
+
+
+def test_a_bad_value_is_one_line_from_the_script():
+    """The script itself, started as a user starts it: a bad value is one line on stderr and exit 2."""
+    out = run("--seq", "0")
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", cli_run(["--seq", "0"]).stderr)
+    assert out.stderr.count("\n") == 1 and "--seq" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_unknown_flag_is_one_line():
@@ -153,3 +162,26 @@ def test_the_plans_table_has_the_same_columns_for_every_model(capsys):
         heads.append(lines[0])
         assert preset != "llama-7b" or {line.split(" | ")[4] for line in lines[2:]} == {"1"}  # dense: no ep
     assert heads[0] == heads[1] and " | ep | " in heads[0]
+
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+JSON_KEYS = st.text() | st.integers() | st.booleans() | st.none() | st.floats()
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=5) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(JSON_KEYS, inner, max_size=5),
+    max_leaves=40,
+)
+
+
+@given(JSON_VALUES)
+def test_the_json_text_is_jsons_own(value):
+    """--json's text (calc.json_text, the C encoder for each run of scalars) is json.dumps(value, indent=1)'s,
+    character for character, for any JSON value: nesting, empty containers, NaN, non-ASCII text, non-str keys."""
+    assert json_text(value) == json.dumps(value, indent=1)
+
+
+def test_the_json_text_of_an_eager_walk_is_jsons_own():
+    """An eager walk's whole answer (thousands of events, each with its totals) prints as json.dumps would."""
+    result = calc.step(calc.PRESETS["gpt2"], 128, 1, "mixed", "none", walk="eager")
+    assert json_text(result) == json.dumps(result, indent=1)

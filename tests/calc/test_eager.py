@@ -197,8 +197,8 @@ def test_eager_refuses_parallelism_and_unknown_walks():
 
 def test_walk_input_is_validated():
     """The "walk" field: deck by default, eager on request, anything else an InputError naming it."""
-    assert calc.parse_inputs({})["walk"] == "deck"
-    assert calc.parse_inputs({"walk": " Eager "})["walk"] == "eager"
+    assert calc.parse_inputs({}).walk == "deck"
+    assert calc.parse_inputs({"walk": " Eager "}).walk == "eager"
     for raw in ({"walk": "lazy"}, {"walk": "eager", "tp": 2}):
         with pytest.raises(calc.InputError) as err:
             calc.parse_inputs(raw)

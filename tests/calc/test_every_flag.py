@@ -52,23 +52,17 @@ def run(args: list[str]) -> tuple[int, str, str]:
     return _run(tuple(args))
 
 
-class _CompactJson:
-    """The json module as calc.cli uses it, its answers printed without the indent: an indent takes json's
-    pure-Python encoder, most of this file's time (an eager walk is thousands of events a run). The data are the
-    same either way, and this file compares answers, never their layout (tests/test_cli.py reads the CLI's)."""
-
-    def __getattr__(self, name: str):
-        return getattr(json, name)
-
-    @staticmethod
-    def dumps(obj, indent=None, **kwargs) -> str:
-        return json.dumps(obj, **kwargs)
+def _compact(obj) -> str:
+    """calc.cli's --json text without the indent (json's C encoder, at least twice as fast on an eager walk's
+    thousands of events): the data are the same either way, and this file compares answers, never their layout
+    (tests/calc/test_cli.py reads the CLI's)."""
+    return json.dumps(obj)
 
 
 @functools.cache
 def _run(args: tuple[str, ...]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    compact = mock.patch.object(cli, "json", _CompactJson())
+    compact = mock.patch.object(cli, "json_text", _compact)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), compact:
         try:
             rc = main([*args, "--json"])
@@ -127,7 +121,14 @@ def test_the_fields_come_from_calc():
     assert names == set(inputs.FIELDS) and len(names) > 50
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
+# The eager walk's two modes replay every base's step for each value of each field, most of this file's time:
+# `slow` (make test runs them). What each field does there has its own quicker test (test_attention.py,
+# test_loops.py, test_eager.py; the refusals: test_fields.py, test_inputs.py); the other modes run in the core.
+EAGER_MODES = ("eager", "eager-lora")
+
+
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=pytest.mark.slow) if m in EAGER_MODES else m for m in sorted(MODES)])
 def test_no_field_is_accepted_and_ignored(mode):
     """In this walk or mode every field changes some answer for some input or is refused in one line."""
     found = {a.option_strings[0][2:] for a in FIELDS if a.option_strings[0][2:] not in NO_MEMORY and ignored(mode, a)}

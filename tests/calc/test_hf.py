@@ -278,7 +278,7 @@ def test_any_config_is_read_or_refused_with_a_message(name, changes):
     except calc.InputError as e:
         assert e.field in calc.inputs.FIELDS and e.message
     else:
-        assert calc.param_counts(inputs["shape"])["total"] > 0
+        assert calc.param_counts(inputs.shape)["total"] > 0
 
 
 @pytest.mark.parametrize("number", ["1e999", "-1E+999", "4096.0e0", "1.50"])

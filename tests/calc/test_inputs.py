@@ -3,6 +3,7 @@ values never are; one message for a bad capacity (issue 20); the CLI's step answ
 eager walk's figure beside the deck's, as the page (calc.web) does, so the page's links are the CLI's."""
 
 import contextlib
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from calc import web
 from calc.cli import main
 from calc.inputs import CAPACITY_MESSAGE, canonical_numbers, parse_inputs
+from calc.run import Run
 
 CONFIGS = Path(__file__).resolve().parents[2] / "calc" / "configs"
 
@@ -77,7 +79,7 @@ def test_a_configs_own_window_and_activation_are_never_refused(name):
     text = (CONFIGS / f"{name}.json").read_text()
     for walk in ("deck", "eager"):
         inputs = parse_inputs({"hf-config": text, "seq": "512", "walk": walk, "attention": "eager"})
-        assert inputs["shape"].sliding_window or name == "qwen2.5-7b"
+        assert inputs.shape.sliding_window or name == "qwen2.5-7b"
 
 
 def test_a_window_the_familys_code_reads_is_taken_in_the_eager_walk():
@@ -168,7 +170,7 @@ def test_a_capacity_is_written_as_every_number_field_is(value, gb):
         rc, out, err = run([mode, "--seq", "512", "--json", f"--capacity-gb={value}"])
         assert rc == 0 and out == run([mode, "--seq", "512", "--json", f"--capacity-gb={gb}"])[1], err
     assert page({"capacity-gb": value})["capacity"] == page({"capacity-gb": gb})["capacity"]
-    assert parse_inputs({"seq": value.replace(".", "")})["seq"] == int(gb.replace(".", ""))
+    assert parse_inputs({"seq": value.replace(".", "")}).seq == int(gb.replace(".", ""))
 
 
 def test_a_number_in_another_form_is_given_back_in_calcs_one_form():
@@ -182,3 +184,15 @@ def test_a_number_in_another_form_is_given_back_in_calcs_one_form():
     for field, value in canonical_numbers(typed).items():
         lora = {"finetune": "lora"}  # where a rank applies
         assert parse_inputs({**lora, field: value}) == parse_inputs({**lora, field: typed[field]}), field
+
+
+def test_a_run_is_one_frozen_object():
+    """parse_inputs answers one calc.run.Run, whose fields no caller can change after the checks passed."""
+    inputs = parse_inputs({"preset": "gpt2", "seq": "256", "walk": "eager"})
+    assert isinstance(inputs, Run)
+    assert (inputs.shape.name, inputs.seq, inputs.walk, inputs.hf_config) == ("gpt2", 256, "eager", None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        inputs.seq = 512
+    assert [f.name for f in dataclasses.fields(Run)] == [
+        "shape", "seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device", "par", "grad_accum",
+        "global_batch", "capacity", "tune", "hf_config", "loop"]  # fmt: skip

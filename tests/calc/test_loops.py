@@ -4,8 +4,6 @@ real Trainer steps of tiny random-init llama and qwen2 models); and each new fla
 accepted and is refused, in one line naming the walk, where it is not."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ import pytest
 from calc import loops, optim_step
 from calc.finetune import Tuning
 from calc.presets import PRESETS
-from conftest import cli_json
+from conftest import cli_json, cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPS = json.loads((ROOT / "docs" / "data" / "loops.json").read_text())["runs"]
@@ -151,15 +149,14 @@ def test_loop_flags_are_refused_by_the_deck_walk_in_one_line(flag):
     """The deck walk has no loop: --loop, --adamw-impl and --loss are refused by its table, naming the walk that
     uses them (its step answers them with the eager walk's figure beside, as the page does: test_inputs.py)."""
     args = ["--preset", "llama-3.2-1b", "--table", *NEW_FLAGS[flag]]
-    out = subprocess.run([sys.executable, "-m", "calc", *args], capture_output=True, text=True, cwd=ROOT)
+    out = cli_run([*args])
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith(f"error: {flag}:") and "--walk eager" in out.stderr
 
 
 def test_adamw_impl_needs_adamw():
     """--adamw-impl with another optimizer is refused, naming the optimizer it applies to."""
-    out = subprocess.run([sys.executable, "-m", "calc", *BASE, "--optimizer", "sgd", "--adamw-impl", "fused"],
-                         capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    out = cli_run([*BASE, "--optimizer", "sgd", "--adamw-impl", "fused"])
     assert out.returncode == 2 and "--optimizer adamw" in out.stderr
 
 

@@ -1,12 +1,10 @@
 """The losses that never hold the fp32 logits whole (calc.losses): torchtune's chunked cross-entropy (measured,
 tests/test_loops.py's trainer-torchtune-ce rows) and Liger's fused linear cross-entropy (from its source)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 from calc import losses
-from conftest import cli_json
+from conftest import cli_json, cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 # a vocabulary-heavy step where the loss sets the peak: a 1B Llama with LoRA on 2 x 2,048 tokens
@@ -68,5 +66,5 @@ def test_liger_hands_back_its_gradients_without_a_copy():
 def test_liger_is_refused_on_the_cpu_in_one_line():
     """Liger's kernels are Triton's: --loss liger-fused with --device cpu is refused, naming the field."""
     args = ["--preset", "llama-3.2-1b", "--walk", "eager", "--device", "cpu", "--loss", "liger-fused"]
-    out = subprocess.run([sys.executable, "-m", "calc", *args], capture_output=True, text=True, cwd=ROOT)
+    out = cli_run([*args])
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and out.stderr.startswith("error: --loss:")

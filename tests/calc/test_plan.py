@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,6 +183,7 @@ def test_plan_llama_2_70b():
     assert len(rows) == 50 and all(r["peak"] <= 80 * calc.GB for r in rows)
 
 
+@pytest.mark.slow  # a fresh Python over the stored grid's subset; the core: test_plan_equals_walking_every_layout
 def test_stored_answers_are_unchanged():
     """The CLI's --plan --json and --fit-card --json as stored before the planner got faster (a subset; the
     whole grid: `python scripts/plan_outputs.py --check`)."""

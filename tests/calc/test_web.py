@@ -1,13 +1,11 @@
 """The browser entry point: JSON in, JSON out, errors as data."""
 
 import json
-import subprocess
-import sys
 
 import calc
 from calc import web
 from calc.cli import main
-from conftest import ROOT
+from conftest import ROOT, cli_run
 
 
 def call(**payload):
@@ -148,7 +146,7 @@ def test_the_plan_is_refused_where_the_cli_refuses_it():
     for flags in (["--optimizer", "sgd"], ["--finetune", "qlora", "--optimizer", "sgd"], ["--walk", "eager"]):
         inputs = {flags[i].lstrip("-"): flags[i + 1] for i in range(0, len(flags), 2)}
         out = call(inputs=inputs, sweep=False, plan=True, fit=True)
-        cli = subprocess.run([sys.executable, "-m", "calc", *flags, "--plan"], capture_output=True, text=True, cwd=ROOT)
+        cli = cli_run([*flags, "--plan"])
         refused = out["plan_refused"]
         assert cli.returncode == 2 and cli.stderr.strip() == f"error: --{refused['field']}: {refused['message']}"
         eager = "--walk" in flags
@@ -165,7 +163,7 @@ def test_the_plan_refusal_names_the_field_that_leaves_the_decks_step():
              (["--finetune", "lora", "--optimizer", "sgd"], {"finetune": "lora", "optimizer": "sgd"}, "finetune")]
     for flags, inputs, field in cases:
         refused = call(inputs=inputs, sweep=False, plan=True)["plan_refused"]
-        cli = subprocess.run([sys.executable, "-m", "calc", *flags, "--plan"], capture_output=True, text=True, cwd=ROOT)
+        cli = cli_run([*flags, "--plan"])
         assert refused["field"] == field and cli.stderr.startswith(f"error: --{field}: "), (flags, refused, cli.stderr)
     assert "not lion" in call(inputs={"optimizer": "lion"}, sweep=False, plan=True)["plan_refused"]["message"]
 

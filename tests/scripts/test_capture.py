@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # some 2,000 answers, many an eager walk: `make test` runs it, the core's quick run does not
 def test_fast_subset_equals_the_capture():
     """The CLI, the planner, the fit list, fine-tuning, configs, calc.web and the presets' data, as captured."""
     out = subprocess.run([sys.executable, "scripts/capture_outputs.py", "--check", "--fast"], cwd=ROOT,

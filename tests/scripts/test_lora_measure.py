@@ -19,7 +19,7 @@ import calc
 from calc import eager_step, finetune
 from calc.finetune import Tuning
 from calc.inputs import eager_lacks, family_problem
-from conftest import assert_cli_predicts
+from conftest import PARTS, assert_cli_predicts, part_of
 from strategies import micro_batches, recipes, shapes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,15 +134,22 @@ def recorded_args(row: dict, folder: Path) -> list[str]:
     return args
 
 
+def setting(row: dict) -> tuple:
+    """What a recorded row measured, but for its dtypes, attention and device: its model, its fine-tuning and
+    whether it checkpoints (the core checks the first row of each; every row: `slow`)."""
+    return row["model_type"], str(row.get("tune")), row["checkpointing"]
+
+
+@pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("data", ["transformers.json", "lora.json"])
-def test_recorded_commands_still_predict_their_peaks(data, capsys, tmp_path):
+def test_recorded_commands_still_predict_their_peaks(data, part, capsys, tmp_path):
     """Every measured row's command, run again, predicts the bytes recorded beside it (docs/data/*.json)."""
     from calc.cli import main
 
     path = ROOT / "docs" / "data" / data
     if not path.exists():
         pytest.skip(f"{data} not measured yet")
-    for row in json.loads(path.read_text())["runs"]:
+    for row in part_of(json.loads(path.read_text())["runs"], part, setting):
         assert main([*recorded_args(row, tmp_path), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["peak"] == row["predicted_peak"], row["command"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from calc import finetune
-from conftest import assert_cli_predicts, assert_predicts_tensors
+from conftest import PARTS, assert_cli_predicts, assert_predicts_tensors, part_of
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "training"))
@@ -65,11 +65,14 @@ def test_qlora_saving_is_predicted(measured):
     assert saved > 0 and abs(predicted / saved - 1) <= 0.10, f"{predicted:,} / {saved:,}"
 
 
-def test_recorded_qlora_commands_still_predict_their_peaks(capsys):
-    """Every row of docs/data/qlora.json, run again through the CLI, predicts the bytes recorded beside it."""
+@pytest.mark.parametrize("part", PARTS)
+def test_recorded_qlora_commands_still_predict_their_peaks(part, capsys):
+    """Every row of docs/data/qlora.json, run again through the CLI, predicts the bytes recorded beside it (the
+    core: the first row of each model, fine-tuning and checkpointing; every row: `slow`)."""
     from calc.cli import main
 
-    for row in json.loads((ROOT / "docs" / "data" / "qlora.json").read_text())["runs"]:
+    rows = json.loads((ROOT / "docs" / "data" / "qlora.json").read_text())["runs"]
+    for row in part_of(rows, part, lambda r: (r["model_type"], str(r["tune"]), r["checkpointing"])):
         for r in (row, row["lora"]):
             for command, peak in ((r["command"], r["predicted_peak"]), (r["eager_command"], r["eager_predicted_peak"])):
                 assert main([*command.split()[3:], "--json"]) == 0

@@ -56,7 +56,7 @@ def test_the_browser_entry_point_names_the_field_of_a_huge_value_and_quotes_it_s
 def test_a_long_sequence_with_flash_and_full_recomputation_is_computed():
     """llama-7b at 524,288 tokens with FlashAttention and full recomputation is accepted: about 334 GB."""
     inputs = parse_inputs({"seq": "524288", "flash": "true", "recompute": "full"})
-    peak = calc.step(inputs["shape"], inputs["seq"], 1, "mixed", "full", par=inputs["par"])["peak"]
+    peak = calc.step(inputs.shape, inputs.seq, 1, "mixed", "full", par=inputs.par)["peak"]
     assert 330e9 < peak < 340e9
     request = {"inputs": {"seq": "524288", "flash": "true", "recompute": "full"}}
     answer = json.loads(calc.web.handle(json.dumps(request)))
@@ -85,7 +85,7 @@ def test_what_cannot_be_counted_exactly_is_refused_by_name():
 def test_the_size_bound_is_above_every_reported_peak(inputs):
     """The limit is a real upper bound: no row of the table or the step exceeds it."""
     parsed = parse_inputs(inputs)
-    bound = size_bound(parsed["shape"], parsed["seq"], parsed["micro_batch"], parsed["par"])
+    bound = size_bound(parsed.shape, parsed.seq, parsed.micro_batch, parsed.par)
     answer = json.loads(calc.web.handle(json.dumps({"inputs": inputs, "sweep": False})))
     assert max(answer["step"]["peak"], *(row["peak"] for row in answer["table"])) <= bound <= MAX_BYTES
 
