@@ -11,7 +11,7 @@ from ..replay import T
 from . import config as c
 from .family import Family, ModelType
 from .llama import decoder_layer
-from .olmo2 import layer_mask, layer_types, sdpa_mask, window_mask, windowed
+from .olmo2 import layer_mask, layer_types, sdpa_mask, window_layer, window_mask, windowed
 
 
 def read_ministral(cfg: Mapping) -> dict:
@@ -31,6 +31,7 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
 
 MODEL_TYPES = (ModelType("ministral", read_ministral, "ministral"),)
 FAMILIES = (
-    Family("ministral", ("Ministral",), layer, finetune=True, window_mask=window_mask, sdpa_mask=sdpa_mask),
+    Family("ministral", ("Ministral",), layer, finetune=True, window_mask=window_mask, sdpa_mask=sdpa_mask,
+           window_layer=window_layer),
 )
 ORDER = 140  # where the registry lists it (calc.families)

@@ -122,6 +122,12 @@ def window_mask(shape: Shape) -> bool:
     return bool(shape.sliding_window)
 
 
+def window_layer(shape: Shape, layer: int) -> bool:
+    """Whether a layer is given the sliding-window mask (causal_mask_mapping[layer_type]): under eager attention
+    a checkpoint keeps the mask its layer was given, the sliding one for a sliding layer (calc.eager_step)."""
+    return shape.slides(layer)
+
+
 def rope_tables(shape: Shape) -> int:
     """Olmo3Model's rotary tables: one (cos, sin) pair for each layer type present."""
     return len({shape.slides(i) for i in range(1, shape.layers + 1)})
@@ -131,7 +137,7 @@ MODEL_TYPES = (ModelType("olmo2", read_olmo2, "olmo2"), ModelType("olmo3", read_
 FAMILIES = (
     Family("olmo2", ("OLMo 2",), layer, finetune=True, tensors=tensors, rope_fp32=True),
     Family("olmo3", ("OLMo 3",), layer, finetune=True, tensors=tensors, window_mask=window_mask, sdpa_mask=sdpa_mask,
-           rope_tables=rope_tables, rope_fp32=True),
+           rope_tables=rope_tables, rope_fp32=True, window_layer=window_layer),
 )  # fmt: skip
 ORDER = 120  # where the registry lists it (calc.families)
 # calc/configs/NAME.json -> its group in the list: allenai/OLMo-2-1124-13B's config.json, as copied in

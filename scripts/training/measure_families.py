@@ -58,6 +58,8 @@ def family(model_type: str, *extra: tuple[str, object], kv: int = 2, ffn: int = 
 # fmt: off
 FAMILIES = {
     "qwen3": family("qwen3"),
+    # use_sliding_window: the layers from max_window_layers on slide (the second of two), their sdpa given the mask
+    "qwen3_window": family("qwen3", ("use_sliding_window", True), ("sliding_window", WINDOW), ("max_window_layers", 1)),
     "qwen3_moe": family("qwen3_moe", ("num_experts", 4), ("num_experts_per_tok", 2), ("moe_intermediate_size", 48),
                         ("decoder_sparse_step", 1), ("mlp_only_layers", [])),
     "gemma": family("gemma"),  # Gemma 1: GemmaRMSNorm, scaled embeddings, a GELU-tanh gate, no window

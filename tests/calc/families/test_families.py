@@ -62,13 +62,16 @@ def test_granite_counts_as_llama():
 
 
 def test_qwen3_reads_its_head_dim_and_window():
-    """An explicit head_dim apart from width / heads is kept; a window only with use_sliding_window."""
+    """An explicit head_dim apart from width / heads is kept; a window only with use_sliding_window, and only
+    where some layer slides (Qwen3-8B's max_window_layers is its 36 layers: none does)."""
     cfg = json.loads(config_text("qwen3-8b"))
     cfg.update(hidden_size=2048, head_dim=128)
     shape = shape_from_config(cfg)
     assert (shape.family, shape.head_size, shape.q_width) == ("qwen3", 128, 32 * 128)
     assert shape.sliding_window == 0
-    assert shape_from_config({**cfg, "use_sliding_window": True, "sliding_window": 4096}).sliding_window == 4096
+    assert shape_from_config({**cfg, "use_sliding_window": True, "sliding_window": 4096}).sliding_window == 0
+    windowed = {**cfg, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 0}
+    assert shape_from_config(windowed).sliding_window == 4096
 
 
 def test_lora_targets_come_from_the_inventory():
@@ -326,3 +329,19 @@ def test_any_family_on_any_shape_answers_or_refuses_in_one_line(family, capsys):
             rc = main([*base, "--layers", "2", "--seq", "64", "--family", family, *walk])
             err = capsys.readouterr().err
             assert rc == 0 or (rc == 2 and err.startswith("error: --") and err.count("\n") == 1), (base, walk, err)
+
+
+def test_qwen3s_window_slides_the_layers_from_max_window_layers_on():
+    """Qwen3Config: use_sliding_window gives the layers from max_window_layers on the window (layer_types'
+    default), the others attend to the whole sequence; without it there is no window, whatever sliding_window
+    says. Measured (results §13.1, qwen3_window): under sdpa the sliding layers' mask, under eager attention
+    with checkpointing the mask each checkpoint keeps, cost bytes the eager walk now counts."""
+    cfg = json.loads(config_text("qwen3-8b"))
+    assert cfg["use_sliding_window"] is False and shape_from_config(cfg).sliding_window == 0
+    shape = shape_from_config({**cfg, "use_sliding_window": True, "sliding_window": 64, "max_window_layers": 30})
+    assert shape.sliding_window == 64 and shape.global_layers == tuple(range(1, 31))
+    assert [shape.slides(i) for i in (30, 31, 36)] == [False, True, True]
+    types = ["sliding_attention", "full_attention"] * 18
+    shape = shape_from_config({**cfg, "use_sliding_window": True, "sliding_window": 64, "layer_types": types})
+    assert shape.global_layers == tuple(range(2, 37, 2))
+    assert families.FAMILIES["qwen3"].sdpa_mask(shape, 128) and not families.FAMILIES["qwen3"].sdpa_mask(shape, 32)
