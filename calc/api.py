@@ -10,6 +10,7 @@ from . import eager, eager_step, finetune, loops
 from .counts import param_counts
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
+from .run import Run
 from .shape import Shape
 from .walk import (
     category_peaks,
@@ -214,6 +215,12 @@ def step(
         "peak_index": w.at,
         "events": w.expanded,
     }
+
+
+def run_step(run: Run) -> dict:
+    """step() for one validated run (calc.inputs.parse_inputs' answer): the CLI's and the page's step."""
+    return step(run.shape, run.seq, run.micro_batch, run.recipe, run.recompute, par=run.par, walk=run.walk,
+                grad_accum=run.grad_accum, attention=run.attention, device=run.device, tune=run.tune, loop=run.loop)
 
 
 def step_config(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,

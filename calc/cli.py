@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .api import step, table
+from .api import run_step, table
 from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
 from .inputs import BESIDE_FIELDS, InputError, parse_inputs
@@ -232,20 +232,7 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     if args.fit_card or args.plan or args.table:
         print(rows_text(args, inputs))
         return 0
-    result = step(
-        inputs.shape,
-        inputs.seq,
-        inputs.micro_batch,
-        inputs.recipe,
-        inputs.recompute,
-        par=inputs.par,
-        walk=inputs.walk,
-        grad_accum=inputs.grad_accum,
-        attention=inputs.attention,
-        device=inputs.device,
-        tune=inputs.tune,
-        loop=inputs.loop,
-    )
+    result = run_step(inputs)
     if beside:
         result["eager"] = beside
     if args.json:

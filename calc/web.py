@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Generator
 
-from .api import eager_peak, step, sweep, table
+from .api import eager_peak, run_step, sweep, table
 from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
@@ -151,20 +151,7 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
     result = {
         "ok": True,
-        "step": step(
-            shape,
-            seq,
-            b,
-            inputs.recipe,
-            inputs.recompute,
-            par=par,
-            walk=inputs.walk,
-            grad_accum=accum,
-            attention=inputs.attention,
-            device=inputs.device,
-            tune=inputs.tune,
-            loop=inputs.loop,
-        ),
+        "step": run_step(inputs),
         "table": rows,
         "capacity": inputs.capacity,
         "global_batch": inputs.global_batch,
