@@ -424,6 +424,8 @@ def problem(shape: Shape) -> tuple[str, str] | None:
     """DeepSeek-V3's code runs latent attention and its grouped router only."""
     if not shape.kv_rank or not shape.expert_groups:
         return "family", "deepseek_v3 needs a DeepSeek-V3 config.json (--hf-config or its preset)"
+    if shape.qkv_bias:  # as its config's attention_bias is (read_deepseek_v3)
+        return "qkv-bias", "DeepSeek-V3's latent attention has no q, k and v projections to bias"
     return None
 
 

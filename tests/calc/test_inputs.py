@@ -50,6 +50,7 @@ def page(inputs: dict) -> dict:
         (["--preset", "qwen3-30b-a3b", "--walk", "eager", "--ffn", "1000"],
          {"preset": "qwen3-30b-a3b", "walk": "eager", "ffn": "1000"}, "ffn"),
         (["--preset", "gpt-oss-20b", "--table", "--ffn", "1000"], None, "ffn"),
+        (["--preset", "deepseek-v3", "--qkv-bias"], {"preset": "deepseek-v3", "qkv-bias": "true"}, "qkv-bias"),  # MLA
     ],
 )
 def test_a_field_nothing_reads_is_refused_in_one_line(args, fields, field):
