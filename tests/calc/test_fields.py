@@ -100,9 +100,11 @@ def test_the_pages_form_is_the_tables():
 
 
 @pytest.mark.parametrize("preset, unread", [
-    ("llama-7b", ["expert-ffn"]),  # dense: no experts to size
-    ("mixtral-8x7b", ["ffn"]), ("qwen3-30b-a3b", ["ffn"]), ("gpt-oss-20b", ["ffn"]),  # every layer experts
-    ("deepseek-v3", []),  # three dense layers, then experts: both widths sized
+    ("llama-7b", ["expert-ffn", "context"]),  # dense: no experts to size; rotary: no position table
+    ("gpt2", ["expert-ffn"]),  # learned positions: its context sizes their table
+    ("mixtral-8x7b", ["ffn", "context"]), ("qwen3-30b-a3b", ["ffn", "context"]),  # every layer experts
+    ("gpt-oss-20b", ["ffn", "context"]),
+    ("deepseek-v3", ["context"]),  # three dense layers, then experts: both widths sized
 ])
 def test_the_page_hides_the_widths_a_model_does_not_read(preset, unread):
     """Issue 19: the form hides what calc.inputs refuses for this model (calc.fields.page_unread): each hidden

@@ -62,3 +62,10 @@ test("the summary names the optimizer by its label, and says fine-tuning only wh
   const lora = { mode: "lora", optimizer: "lion", rank: 8, targets: ["q", "v"], paged: false };
   assert.equal(tuningText(lora, labels), "Fine-tuning: LoRA rank 8 on q, v, Lion. ");
 });
+
+test("freezing says what is frozen: the embedding, and the first layers where there are any", () => {
+  const tune = (n) => tuningText({ mode: "freeze", freeze_layers: n, optimizer: "adamw" }, { adamw: "AdamW" });
+  assert.equal(tune(0), "Fine-tuning: freezing the embedding only, AdamW. ");
+  assert.equal(tune(1), "Fine-tuning: freezing the embedding and the first 1 layer, AdamW. ");
+  assert.equal(tune(20), "Fine-tuning: freezing the embedding and the first 20 layers, AdamW. ");
+});

@@ -377,6 +377,9 @@ def test_a_model_all_experts_shows_their_width_not_a_dense_ffn(open_page):
     visible = "n => document.querySelector(`[name=\"${n}\"]`).closest('.calc-field').getClientRects().length > 0"
     page, recorder = open_page()
     assert page.evaluate(visible, "ffn") and not page.evaluate(visible, "expert-ffn")
+    assert not page.evaluate(visible, "context")  # rotary positions keep no table: calc refuses a context
+    change(page, "preset", "gpt2")
+    assert page.evaluate(visible, "context")  # learned positions: the context sizes their table
     change(page, "preset", "qwen3-30b-a3b")
     assert not page.evaluate(visible, "ffn") and page.evaluate(visible, "expert-ffn")
     assert page.input_value('[name="expert-ffn"]') == "768"

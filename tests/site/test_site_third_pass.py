@@ -116,3 +116,21 @@ def test_the_step_chart_draws_whole_pixels_and_every_band_that_holds_bytes(open_
     held = [i for i, e in enumerate(events) if e["totals"]["logits"] > 0]
     assert held and all(bases[i] - tops[i] >= 1 for i in held)  # y grows downwards
     assert recorder.errors == []
+
+
+def test_a_refused_choice_is_an_entry_of_its_own_and_back_returns_to_the_last_accepted(open_page):
+    """A fourth reviewer's minor: Trains = LoRA on Mixtral (refused: no fine-tuning of a mixture of experts)
+    replaced the accepted entry before it, so Back skipped it. A choice from a list is an entry of its own:
+    Back gives Mixtral back, accepted, its numbers and no error."""
+    page, recorder = open_page()
+    change(page, "preset", "mixtral-8x7b")
+    want = page.evaluate(PEAK)
+    page.select_option('[data-calc-form] [name="finetune"]', "lora")
+    page.locator('[data-error-for="finetune"]').wait_for(state="visible")
+    assert query_of(page)["finetune"] == ["lora"]
+    page.go_back()
+    page.wait_for_function("() => document.querySelector('[name=finetune]').value === 'full'")
+    settle(page)
+    assert query_of(page) == {"preset": ["mixtral-8x7b"]} and page.evaluate(PEAK) == want
+    assert page.locator('[data-error-for="finetune"]').is_hidden()
+    assert recorder.errors == []

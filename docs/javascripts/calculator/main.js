@@ -27,7 +27,7 @@ function mount(root) {
   let ask = null;   // the worker's ask(kind, request), once it is ready
   let asked = 0;    // the latest change's number: an answer to an older one is not drawn
   let seqKept = false;  // a typed sequence was kept for a new model (calc may refuse it for that model)
-  let deliberate = false;  // the change being answered is a choice (a preset, a config, a Load), not typing:
+  let deliberate = false;  // the change being answered is a choice (a list's, a config, a Load), not typing:
   // its address gets a history entry of its own (link.write)
   const choose = () => { deliberate = true; };
   const planner = createPlanner(root, config, f,
@@ -131,7 +131,8 @@ function mount(root) {
     if (!name || name === "event") return;
     planner.cancel();  // a plan waits until the reader pauses
     msg.notes.delete(name);
-    if (name === "preset" || name === HF_CONFIG) choose();
+    // A choice from a list (a preset, Trains, the recipe...) or a config is a history entry; typing is not.
+    if (event.target.tagName === "SELECT" || name === HF_CONFIG) choose();
     if (name === "preset") {
       seqKept = f.state.seqTyped;
       f.choosePreset(event.target.value);  // "your config.json" again: its shape comes with the answer

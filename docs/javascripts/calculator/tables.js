@@ -1,7 +1,7 @@
 // The planner's and the fit list's tables: rows with a Load button each, one Tab stop for all of them.
 import { formatInt, recomputeText, sizeText } from "./format.js";
 
-const planLabel = (row) => `Load the layout with ${row.devices} devices: dp ${row.dp}, tp ${row.tp}, ` +
+const planLabel = (row) => `Load the layout with ${row.devices} ${row.devices === 1 ? "device" : "devices"}: dp ${row.dp}, tp ${row.tp}, ` +
   `pp ${row.pp}, ep ${row.ep}, ZeRO ${row.zero}, ${recomputeText(row.recompute)}, micro-batch ${row.micro_batch}, ` +
   `${row.grad_accum} micro-batches per step`;
 
