@@ -108,7 +108,7 @@ class Field:
 def page_unread(shape) -> list[str]:
     """The page's model fields that this model's numbers do not read, which the form hides: the experts' fields
     for a dense model, the dense FFN's width where every layer is a mixture of experts, the context where
-    positions are rotary (calc.inputs refuses both there). calc.web's answer carries them;
+    positions are rotary (calc.inputs refuses each of them there). calc.web's answer carries them;
     hooks/placeholders.py hides them in the built form."""
     unread = [f.name for f in MODEL if f.page and f.moe and not shape.experts]
     unread += [] if shape.ffn_read else ["ffn"]

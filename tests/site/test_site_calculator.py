@@ -367,10 +367,14 @@ def test_the_animation_works_from_the_keyboard(open_page):
 
 
 # At the first answer for the new model ("calc:numbers", the step just drawn): whether Play still plays, where.
-AT_NEW_STEP = """() => new Promise(resolve => document.querySelector('[data-calc]').addEventListener('calc:numbers',
-    () => { const scrub = document.querySelector('[data-anim="scrub"]');
+# Watched before the change is made (an idle machine answers before a listener added after select_option), and
+# given up after 30 s, so a missed event fails the test instead of hanging the run.
+WATCH_NEW_STEP = """() => { window.__atNew = new Promise(resolve => document.querySelector('[data-calc]')
+    .addEventListener('calc:numbers', () => { const scrub = document.querySelector('[data-anim="scrub"]');
       resolve({pressed: document.querySelector('[data-anim="play"]').getAttribute('aria-pressed'),
-               index: Number(scrub.value), last: Number(scrub.max)}); }, {once: true}))"""
+               index: Number(scrub.value), last: Number(scrub.max)}); }, {once: true})); }"""
+AT_NEW_STEP = """() => Promise.race([window.__atNew, new Promise((_, reject) =>
+    setTimeout(() => reject(new Error("no new step's numbers within 30 s")), 30000))])"""
 
 
 def test_a_new_model_while_playing_plays_on_from_the_same_point(open_page):
@@ -383,6 +387,7 @@ def test_a_new_model_while_playing_plays_on_from_the_same_point(open_page):
     page.evaluate("""() => { const scrub = document.querySelector('[data-anim="scrub"]');
                        scrub.value = 60; scrub.dispatchEvent(new Event('input')); }""")
     page.click('[data-anim="play"]')
+    page.evaluate(WATCH_NEW_STEP)
     page.select_option('[data-calc-form] [name="preset"]', "gpt2")
     got = page.evaluate(AT_NEW_STEP)
     assert got["pressed"] == "true" and got["last"] == after - 1, got
