@@ -219,7 +219,7 @@ def eager_figure(inputs: Run, raw: dict) -> tuple[dict | None, tuple[str, str] |
     if not field:
         return None, None
     figure = eager_beside(inputs)
-    return (figure, None) if figure["available"] else (None, beside_refusal(field, figure))
+    return (figure, None) if figure["available"] else (None, beside_refusal(field, figure["reason"]))
 
 
 def _main(argv: list[str] | None, prog: str | None) -> int:

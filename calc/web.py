@@ -40,17 +40,23 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
     return sorted({seq} | {lo + (hi - lo) * i // (points - 1) for i in range(points)})
 
 
+def eager_unavailable(inputs: Run) -> str | None:
+    """Why these inputs have no eager figure beside the deck's (the eager walk cannot replay them), or None."""
+    shape, tune = inputs.shape, inputs.tune
+    problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
+    problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
+    return problem[1] if problem else None
+
+
 def eager_beside(inputs: Run) -> dict:
     """The step as PyTorch's eager autograd allocates it (calc.eager), for the page to show beside the
     deck's accounting: {"available": true, "peak", "peak_event", "display", "family", "band", "attention" (the
     one it ran, which may not be the deck walk's: each walk has its default), ...}, or {"available": false,
     "reason"}."""
-    shape = inputs.shape
-    tune = inputs.tune
-    problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
-    problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
-    if problem:
-        return {"available": False, "reason": problem[1]}
+    shape, tune = inputs.shape, inputs.tune
+    reason = eager_unavailable(inputs)
+    if reason:
+        return {"available": False, "reason": reason}
     top, event = eager_peak(
         shape,
         inputs.seq,
@@ -78,10 +84,10 @@ def eager_beside(inputs: Run) -> dict:
     }
 
 
-def beside_refusal(field: str, figure: dict) -> tuple[str, str]:
+def beside_refusal(field: str, reason: str) -> tuple[str, str]:
     """(field, message) for a field only the eager figure beside the deck's reads, given where these inputs
-    have no such figure (figure: eager_beside's {"available": false, "reason"}): the CLI's and the page's."""
-    return field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: {figure['reason']}"
+    have no such figure (reason: eager_unavailable's): the CLI's and the page's."""
+    return field, f"applies to the eager walk's figure beside the deck's, which these inputs lack: {reason}"
 
 
 def beside_problem(inputs: Run, raw: dict) -> tuple[str, str] | None:
@@ -90,10 +96,8 @@ def beside_problem(inputs: Run, raw: dict) -> tuple[str, str] | None:
     the CLI refuses it given (calc.cli.eager_figure): the page sends each field's default (loop "bare", device
     "cuda") whatever the step, so a default is no choice made; or None."""
     field = inputs.walk == "deck" and next((f for f in BESIDE_FIELDS if not _is_default(f, raw.get(f))), None)
-    if not field:
-        return None
-    figure = eager_beside(inputs)
-    return None if figure["available"] else beside_refusal(field, figure)
+    reason = field and eager_unavailable(inputs)  # the checks alone: the figure itself is compute's
+    return beside_refusal(field, reason) if reason else None
 
 
 def _is_default(field: str, value: object) -> bool:
