@@ -17,11 +17,12 @@ from .walk import (
     device_state,
     events,
     label_at,
+    part_sizes,
     peak,
-    peak_of,
+    peak_forms,
+    peaks_over,
     segments,
     seq_sizes,
-    sizes_of,
     stage_kept,
     template,
     token_parts,
@@ -271,8 +272,10 @@ def table(
 ) -> list[dict]:
     """The deck's four recipes for one shape (per device)."""
     rows = []
-    for recipe, recompute in TABLE_ROWS:
-        s = step(shape, seq, micro_batch, recipe, recompute, par=par, grad_accum=grad_accum)
+    for recipe, recompute in TABLE_ROWS:  # step()'s bytes, peak and peak_event, its events not expanded
+        a = RECIPES[recipe].activations
+        (stage, in_flight, _), segs, (top, at) = worst_stage(shape, seq, micro_batch, recipe, recompute, a, par,
+                                                             grad_accum)  # fmt: skip
         label = f"{RECIPES[recipe].label}, {'no' if recompute == 'none' else recompute} recomputation"
         rows.append(
             {
@@ -280,9 +283,9 @@ def table(
                 "label": label,
                 "recipe": recipe,
                 "recompute": recompute,
-                "bytes": s["bytes"],
-                "peak": s["peak"],
-                "peak_event": s["peak_event"],
+                "bytes": sizes(shape, seq, micro_batch, recipe, recompute, a, par, stage, in_flight),
+                "peak": top,
+                "peak_event": label_at(segs, at),
             }
         )
     return rows
@@ -298,10 +301,11 @@ def sweep(
     grad_accum: int | None = None,
 ) -> list[int]:
     """Peak bytes per device for each sequence length (the same walks, without expanding their events)."""
-    top = peak_of(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)))
+    forms = peak_forms(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)))
     p = RECIPES[recipe].activations
     parts = swept_parts(shape, tuple(seqs), micro_batch, par)
-    return [top(sizes_of(part, shape, s, micro_batch, recompute, p, par)) for s, part in zip(seqs, parts, strict=True)]
+    return peaks_over(forms, [part_sizes(part, shape, s, micro_batch, recompute, p, par)
+                              for s, part in zip(seqs, parts, strict=True)])  # fmt: skip
 
 
 @lru_cache(maxsize=4)  # the page's sweep asks for the same sequence lengths once for each of the table's rows

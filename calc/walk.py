@@ -98,22 +98,31 @@ def token_parts(shape: Shape, seq: int, micro_batch: int, par: Parallel = SINGLE
             tuple(act.layer_parts(shape, seq, micro_batch, par, moe) for moe in kinds))  # fmt: skip
 
 
-def sizes_of(parts: tuple, shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2,
-             par: Parallel = SINGLE) -> dict[str, int]:  # fmt: skip
-    """seq_sizes from its token_parts."""
+# sizes_of's negated sizes as the sizes they negate: a layer's "-full" is its "kept" and "recomputed" freed.
+PARTS_OF = {f"{prefix}-full": ((f"{prefix}kept", -1), (f"{prefix}recomputed", -1)) for prefix in ("", "moe:")} | {
+    f"-{name}": ((name, -1),) for name in ("logits16", "logits32")}  # fmt: skip
+
+
+def part_sizes(parts: tuple, shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2,
+               par: Parallel = SINGLE) -> dict[str, int]:  # fmt: skip
+    """sizes_of without the negated sizes (PARTS_OF): the logits, and what a layer keeps and recomputes."""
     logits16, logits32, layers = parts
-    logits16 = act.at_width(logits16, activation_bytes)
-    out = {
-        "logits16": logits16,
-        "-logits16": -logits16,
-        "logits32": logits32,
-        "-logits32": -logits32,
-    }
-    # A dense layer's sizes as "kept", "recomputed", "-full"; a mixture-of-experts layer's as "moe:kept", ...
+    out = {"logits16": act.at_width(logits16, activation_bytes), "logits32": logits32}
+    # A dense layer's sizes as "kept", "recomputed"; a mixture-of-experts layer's as "moe:kept", ...
     for prefix, layer in zip(("", "moe:"), layers, strict=False):  # a dense layer, then a sparse one if any
         full = act.at_width(sum(layer), activation_bytes)
         kept = act.at_width(act.kept_of_parts(layer, shape, seq, micro_batch, recompute, par), activation_bytes)
-        out.update({prefix + "kept": kept, prefix + "recomputed": full - kept, prefix + "-full": -full})
+        out[prefix + "kept"], out[prefix + "recomputed"] = kept, full - kept
+    return out
+
+
+def sizes_of(parts: tuple, shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2,
+             par: Parallel = SINGLE) -> dict[str, int]:  # fmt: skip
+    """seq_sizes from its token_parts: part_sizes and their negations (a layer's "-full": its activations freed)."""
+    out = part_sizes(parts, shape, seq, micro_batch, recompute, activation_bytes, par)
+    for name, terms in PARTS_OF.items():
+        if all(part in out for part, _ in terms):
+            out[name] = sum(sign * out[part] for part, sign in terms)
     return out
 
 
@@ -406,8 +415,9 @@ def peak(segs, sizes: dict[str, int] | None = None) -> tuple[int, int]:
     return best, best_index
 
 
-def peak_of(*templates) -> Callable[[dict[str, int]], int]:
-    """`max(peak(t, sizes)[0] for t in templates)` as a function of `sizes`, for many sizes (a chart's sweep).
+def peak_forms(*templates) -> tuple[tuple[int, tuple[tuple[str, int], ...]], ...]:
+    """The sums peak_of evaluates: (fixed bytes, ((name, multiple), ...)) for each, the largest of which is
+    `max(peak(t, sizes)[0] for t in templates)` whatever the sizes.
 
     A segment's largest total is the running total before it, plus the largest of its own running
     totals, plus (repeats - 1) times its net when that is positive: the larger of two sums, each a
@@ -442,7 +452,13 @@ def peak_of(*templates) -> Callable[[dict[str, int]], int]:
                 if seg.repeats > 1:
                     keep(plus(plus(running, total), local, seg.repeats - 1))
             running = plus(running, local, seg.repeats)
-    forms = tuple((const, names) for names, const in sums.items())
+    return tuple((const, names) for names, const in sums.items())
+
+
+def peak_of(*templates) -> Callable[[dict[str, int]], int]:
+    """`max(peak(t, sizes)[0] for t in templates)` as a function of `sizes`, for many sizes (the planner's
+    layouts): the largest of peak_forms' sums."""
+    forms = peak_forms(*templates)
 
     def top(sizes: dict[str, int]) -> int:
         best = -1
@@ -454,3 +470,43 @@ def peak_of(*templates) -> Callable[[dict[str, int]], int]:
         return best
 
     return top
+
+
+def _in_parts(forms: tuple) -> tuple:
+    """peak_forms' sums with each negated size (sizes_of's "-full", "-logits16", ...) written as the sizes it
+    negates (sizes_of's PARTS_OF), the same sums merged and those another sum is never below dropped: with every
+    size left at least 0, a sum with no more fixed bytes and no more of any size than another is never the
+    larger. The sums left, and whether dropping was possible (some size may be negative: then every sum)."""
+    expanded: dict[tuple[tuple[str, int], ...], int] = {}
+    for const, names in forms:
+        coefs: dict[str, int] = {}
+        for name, count in names:
+            for part, sign in PARTS_OF.get(name, ((name, 1),)):
+                coefs[part] = coefs.get(part, 0) + sign * count
+        key = tuple(sorted((k, v) for k, v in coefs.items() if v))
+        expanded[key] = max(const, expanded.get(key, const))
+    sums = [(const, dict(key)) for key, const in expanded.items()]
+
+    def below(a: tuple, b: tuple) -> bool:  # a is never above b, and is not b
+        return a is not b and a[0] <= b[0] and all(v <= b[1].get(k, 0) for k, v in a[1].items()) and all(
+            v >= 0 for k, v in b[1].items() if k not in a[1])
+    kept = [a for a in sums if not any(below(a, b) for b in sums)]
+    return tuple((c, tuple(n.items())) for c, n in kept), tuple((c, tuple(n.items())) for c, n in sums)
+
+
+def peaks_over(forms: tuple, sizes: list[dict[str, int]]) -> list[int]:
+    """peak_of(...)(s) for each s in `sizes` (a chart's sweep; part_sizes suffice), from the templates'
+    peak_forms: the same integers, a sum at a time over every sequence length rather than a length at a time
+    over every sum."""
+    pruned, every = _in_parts(forms)
+    names = {name for _, ns in every for name, _ in ns}
+    columns = {name: [s[name] for s in sizes] for name in names}
+    if any(min(column, default=0) < 0 for column in columns.values()):
+        pruned = every
+    best = [-1] * len(sizes)
+    for const, ns in pruned:
+        totals = [const] * len(sizes)
+        for name, count in ns:
+            totals = [t + count * v for t, v in zip(totals, columns[name], strict=True)]
+        best = list(map(max, best, totals))
+    return best

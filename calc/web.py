@@ -246,6 +246,24 @@ def sweep_for(inputs: Run) -> dict:
     return out
 
 
+_ACCEPTED: list = [None, None]  # the last inputs accepted, as sent (JSON) and as read: the sweep's request repeats
+# the numbers' (the page asks for the numbers, then their sweep), so it is read once
+
+
+def accepted(raw: dict) -> Run:
+    """The inputs of a request read and checked (calc.inputs.parse_inputs, and beside_problem): a Run, or
+    InputError. The same inputs as the last request's are not read again (a Run is frozen)."""
+    sent = json.dumps(raw, sort_keys=True)
+    if _ACCEPTED[0] == sent:
+        return _ACCEPTED[1]
+    inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
+    problem = beside_problem(inputs, raw)
+    if problem:
+        raise InputError(*problem)
+    _ACCEPTED[:] = [sent, inputs]
+    return inputs
+
+
 def handle(request: str) -> str:
     """answer_steps' answer, worked out at once."""
     return run_to_end(answer_steps(request))
@@ -281,10 +299,7 @@ def answer_steps(request: str) -> Generator[None, None, str]:
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
             return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
         raw = payload.get("inputs", {})
-        inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
-        problem = beside_problem(inputs, raw)
-        if problem:
-            raise InputError(*problem)
+        inputs = accepted(raw)
         if payload.get("numbers", True) is False and payload.get("sweep", True):
             return json.dumps({"ok": True, "sweep": sweep_for(inputs)})
         if payload.get("numbers", True) is False and (payload.get("plan", False) or payload.get("fit", False)):

@@ -132,15 +132,17 @@ SHALLOWEST = {min(group, key=lambda n: (calc.PRESETS[n].layers, calc.PRESETS[n].
               if kind[0] not in DRAWN}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "name", [n if n in SHALLOWEST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(calc.PRESETS)])
+# The presets whose layers the eager walk replays (not the Decoder's, a closed form in calc.eager).
+REPLAYED = sorted(n for n, shape in calc.PRESETS.items()
+                  if not eager_lacks(shape) and FAMILIES[shape.family].layer is not None)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [n if n in SHALLOWEST else pytest.param(n, marks=pytest.mark.slow) for n in REPLAYED])
 def test_every_preset_replayed_by_kind_is_its_whole_replay(name):
     """Every preset the eager walk replays (a family added later included, with its own kinds of layer: sliding
     windows, dense first layers): the fast replay's segments are the whole replay's, with and without
     checkpointing, and with frozen layers where the family fine-tunes."""
     shape = calc.PRESETS[name]
-    if eager_lacks(shape) or FAMILIES[shape.family].layer is None:  # the Decoder: a closed form (calc.eager)
-        pytest.skip(f"the eager walk does not replay {name}'s layers")
     tunes = [finetune.DEFAULT]
     if tuning_lacks(shape, adapters=False) is None:
         tunes.append(finetune.Tuning(mode="freeze", freeze_layers=min(3, shape.layers - 1)))

@@ -191,3 +191,42 @@ def test_category_peaks_are_the_expanded_walks(shape, seq, b, recipe, recompute,
         shape, seq, b, recipe, recompute, None, attention, device)  # fmt: skip
     expanded = events(segs)
     assert category_peaks(segs) == {c: max(e["totals"][c] for e in expanded) for c in CATEGORIES}
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), recipes, recomputes, st.sampled_from([None, 1, 4]),
+       st.lists(st.tuples(*(st.integers(-(10**12), 10**12) for _ in range(4))), min_size=1, max_size=4),
+       st.booleans())  # fmt: skip
+def test_the_sums_at_a_time_are_the_peak_at_each_size(shape, recipe, recompute, accum, drawn, signed):
+    """walk.peaks_over (the chart's sweep) is walk.peak_of at each set of sizes, for any sizes, negative ones
+    included (where it cannot drop the sums another is never below): the same integers."""
+    from calc.api import walks
+    from calc.parallel import SINGLE
+    from calc.walk import PARTS_OF, peak_forms, peak_of, peaks_over, template
+
+    templates = [template(shape, recipe, recompute, SINGLE, *w) for w in walks(SINGLE, accum)]
+    sizes = []
+    for values in drawn:  # sizes as a walk has them (at least 0: the sums another is never below dropped), or any
+        values = values if signed else [abs(v) for v in values]
+        s = dict(zip(("logits16", "logits32", "kept", "recomputed"), values, strict=True))
+        s |= {"moe:" + k: 3 * v for k, v in s.items() if k in ("kept", "recomputed")}
+        s |= {name: sum(sign * s[part] for part, sign in terms) for name, terms in PARTS_OF.items()}
+        sizes.append(s)
+    top = peak_of(*templates)
+    assert peaks_over(peak_forms(*templates), sizes) == [top(s) for s in sizes]
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes(), seqs, micro_batches, st.sampled_from([(1, 1, 1, 0), (2, 2, 2, 1), (8, 1, 4, 3), (4, 2, 1, 2)]),
+       st.sampled_from([None, 1, 4]))  # fmt: skip
+def test_each_table_row_is_its_step(shape, seq, b, layout, accum):
+    """calc.table's rows (which do not expand the events) are step()'s bytes, peak and peak event."""
+    from calc.parallel import Parallel
+
+    dp, tp, pp, zero = layout
+    par = Parallel(dp=dp, tp=tp, pp=pp, zero=zero)
+    if shape.layers < pp or shape.heads % tp or shape.kv_heads % tp:
+        return
+    for row in calc.table(shape, seq, b, par, accum):
+        s = calc.step(shape, seq, b, row["recipe"], row["recompute"], par=par, grad_accum=accum)
+        assert (row["bytes"], row["peak"], row["peak_event"]) == (s["bytes"], s["peak"], s["peak_event"])

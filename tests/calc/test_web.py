@@ -309,3 +309,23 @@ def test_the_page_and_the_cli_agree_on_the_loop_fields_beside_the_deck(capsys):
         cli = json.loads(capsys.readouterr().out)
         assert out["ok"] and out["step"]["peak"] == cli["peak"]
         assert out["eager"]["peak"] == cli["eager"]["peak"] and out["eager"]["how"] == cli["eager"]["how"]
+
+
+def test_inputs_read_once_are_the_inputs_read_again():
+    """The page's sweep request repeats its numbers' inputs, which calc.web reads once (web.accepted): each
+    answer is the one a fresh worker gives, whatever came before it, a refusal included."""
+    asks = [
+        {"inputs": {"seq": "2048"}, "sweep": False},
+        {"inputs": {"seq": "2048"}, "numbers": False, "sweep": True},
+        {"inputs": {"seq": "0"}, "numbers": False, "sweep": True},
+        {"inputs": {"seq": "2048", "loop": "trainer", "recompute": "selective"}, "sweep": False},
+        {"inputs": {"seq": "2048"}, "numbers": False, "sweep": True},
+        {"inputs": {"seq": "2,048"}, "sweep": False},
+    ]
+    answers = [web.handle(json.dumps(a)) for a in asks]
+    fresh = []
+    for a in asks:
+        web._ACCEPTED[:] = [None, None]
+        fresh.append(web.handle(json.dumps(a)))
+    assert answers == fresh
+    assert [json.loads(a)["ok"] for a in answers] == [True, True, False, False, True, True]
