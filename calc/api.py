@@ -301,11 +301,18 @@ def sweep(
     grad_accum: int | None = None,
 ) -> list[int]:
     """Peak bytes per device for each sequence length (the same walks, without expanding their events)."""
-    forms = peak_forms(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)))
+    forms = sweep_forms(shape, recipe, recompute, par, grad_accum)
     p = RECIPES[recipe].activations
     parts = swept_parts(shape, tuple(seqs), micro_batch, par)
     return peaks_over(forms, [part_sizes(part, shape, s, micro_batch, recompute, p, par)
                               for s, part in zip(seqs, parts, strict=True)])  # fmt: skip
+
+
+@lru_cache(maxsize=16)  # the page's sweep asks for the table's four rows again at every sequence and micro-batch
+def sweep_forms(shape: Shape, recipe: str, recompute: str, par: Parallel, grad_accum: int | None) -> tuple:
+    """The sums (calc.walk.peak_forms) whose largest is a sweep's peak at each sequence length: its walks'
+    templates', which do not depend on the tokens in flight."""
+    return peak_forms(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)))
 
 
 @lru_cache(maxsize=4)  # the page's sweep asks for the same sequence lengths once for each of the table's rows

@@ -472,6 +472,7 @@ def peak_of(*templates) -> Callable[[dict[str, int]], int]:
     return top
 
 
+@lru_cache(maxsize=16)  # a sweep's forms (calc.api.sweep_forms), again at every sequence and micro-batch
 def _in_parts(forms: tuple) -> tuple:
     """peak_forms' sums with each negated size (sizes_of's "-full", "-logits16", ...) written as the sizes it
     negates (sizes_of's PARTS_OF), the same sums merged and those another sum is never below dropped: with every

@@ -3,6 +3,7 @@ Debian's Chromium, and a page that records every request and console message."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -26,20 +27,39 @@ AWAIT_DRAWN = """() => Promise.race([window.__drawn, new Promise((_, reject) =>
     setTimeout(() => reject(new Error("no redraw within 30 s")), 30000))])"""
 
 
+def settled_url(page) -> str:
+    """The page's address once the calculator has written it: typing is written once the reader pauses
+    (docs/javascripts/calculator/address.js), a choice at once."""
+    page.wait_for_function("() => !document.querySelector('[data-calc]')?.dataset.address", timeout=30_000)
+    return page.url
+
+
 @functools.cache
 def built_site() -> Path:
-    """The site as `mkdocs build --strict` makes it, built once per session into build/site-tests."""
+    """The site as `mkdocs build --strict` makes it, built once per test run into build/site-tests. Under
+    pytest-xdist (make test runs two workers) the first worker builds it and the others wait for it: a
+    second build would empty the directory while the first worker's server reads it."""
     out = ROOT / "build" / "site-tests"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # the same in every worker of one run; None: no workers
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with (out.parent / "site-tests.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        mark = out.parent / "site-tests.run"
+        if run and mark.is_file() and mark.read_text() == run:
+            return out
+        mark.unlink(missing_ok=True)
+        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+        result = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
+        if run:
+            mark.write_text(run)
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlparse
 
 import test_site_calculator as calculator_tests
+from site_fixtures import settled_url
 from test_site_second_pass import settle
 
 from conftest import cli_json
@@ -31,8 +32,8 @@ def test_the_adapters_dtype_changes_the_peak_as_the_cli_does(open_page):
     model = page.evaluate(PEAK)
     assert model == cli_json(["--recipe", "bf16", "--finetune", "lora", "--adapter-dtype", "model"])["peak"]
     assert model < fp32  # bf16 adapters: no fp32 copies of their inputs, half the state
-    assert parse_qs(urlparse(page.url).query)["adapter-dtype"] == ["model"]
-    again, _ = open_page("?" + urlparse(page.url).query)
+    assert parse_qs(urlparse(settled_url(page)).query)["adapter-dtype"] == ["model"]
+    again, _ = open_page("?" + urlparse(settled_url(page)).query)
     settle(again)
     assert again.input_value('[name="adapter-dtype"]') == "model" and again.evaluate(PEAK) == model
     assert recorder.errors == []

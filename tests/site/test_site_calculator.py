@@ -19,6 +19,7 @@ from site_fixtures import (
     rendered_table,
     rendered_text,
     require_chromium,
+    settled_url,
 )
 
 import calc
@@ -190,7 +191,7 @@ def test_changing_an_input_redraws_everything_with_calcs_values(open_page, name,
     page, recorder = open_page()
     change(page, name, value)
     assert_page_shows(page, answer_for(inputs))
-    query = parse_qs(urlparse(page.url).query)
+    query = parse_qs(urlparse(settled_url(page)).query)
     assert query[name] == [value]
     assert recorder.errors == []
 
@@ -232,7 +233,7 @@ def test_a_link_reproduces_a_configuration(open_page):
     )
     page.locator('[data-capacity-preset="141"]').click()
     page.evaluate(AWAIT_DRAWN)
-    link = page.url.split("/", 3)[3]
+    link = settled_url(page).split("/", 3)[3]
     again, recorder = open_page(link)
     assert again.input_value('[name="preset"]') == "gpt2"
     assert again.input_value('[name="capacity-gb"]') == "141"
@@ -311,7 +312,7 @@ def test_nothing_leaves_the_origin_and_the_console_stays_clean(open_page):
     page.click('[data-anim="play"]')
     page.wait_for_timeout(300)
     page.click('[data-anim="play"]')
-    page.goto(page.url.split("?")[0] + "results/")
+    page.goto(settled_url(page).split("?")[0] + "results/")
     assert recorder.foreign() == []
     assert recorder.errors == []
     local = {urlparse(u).path for u in recorder.requests}

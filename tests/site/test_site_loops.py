@@ -7,6 +7,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlparse
 
 import test_site_calculator as calculator_tests
+from site_fixtures import settled_url
 from test_site_second_pass import settle
 
 from conftest import cli_json
@@ -30,14 +31,14 @@ def test_the_loop_fields_change_the_eager_figure_as_the_cli_does(open_page):
         page.select_option(f'[name="{name}"]', value)
         settle(page)
         assert page.evaluate(EAGER) == cli_json(["--walk", "eager", *flags])["peak"], flags
-        assert parse_qs(urlparse(page.url).query)[name] == [value]
+        assert parse_qs(urlparse(settled_url(page)).query)[name] == [value]
     assert page.evaluate(EAGER) != bare
     page.select_option('[name="adamw-impl"]', "")
     page.select_option('[name="loop"]', "sft")
     page.select_option('[name="finetune"]', "lora")
     settle(page)
     assert page.evaluate(EAGER) == cli_json(["--walk", "eager", "--loop", "sft", "--finetune", "lora"])["peak"]
-    again, _ = open_page(urlparse(page.url).query and "?" + urlparse(page.url).query)
+    again, _ = open_page(urlparse(settled_url(page)).query and "?" + urlparse(settled_url(page)).query)
     settle(again)
     assert again.input_value('[name="loop"]') == "sft" and again.evaluate(EAGER) == page.evaluate(EAGER)
     assert recorder.errors == []

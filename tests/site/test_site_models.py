@@ -8,7 +8,15 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import ARTIFACTS, AWAIT_DRAWN, LIVE_TIMEOUT_MS, answer_for, expected_table, rendered_table
+from site_fixtures import (
+    ARTIFACTS,
+    AWAIT_DRAWN,
+    LIVE_TIMEOUT_MS,
+    answer_for,
+    expected_table,
+    rendered_table,
+    settled_url,
+)
 
 import calc
 from conftest import ROOT
@@ -55,7 +63,7 @@ def expected(answer: dict) -> dict:
 
 
 def query_of(page) -> dict[str, list[str]]:
-    return parse_qs(urlparse(page.url).query)
+    return parse_qs(urlparse(settled_url(page)).query)
 
 
 def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_page):
@@ -76,7 +84,7 @@ def test_a_pasted_config_gives_calcs_numbers_and_its_link_reproduces_them(open_p
     option = '[name="preset"] option[value="hf-config"]'
     assert want["params_label"] == "6.7B" and page.locator(option).text_content() == "your config.json — 6.7B"
 
-    again, recorder2 = open_page(page.url.split("/", 3)[3])
+    again, recorder2 = open_page(settled_url(page).split("/", 3)[3])
     assert shown(again) == expected(want)
     assert again.input_value('[name="preset"]') == "hf-config"
     assert json.loads(again.input_value('[name="hf-config"]')) == json.loads(want["hf_config"])

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import test_site_calculator as calculator_tests
+from site_fixtures import settled_url
 from test_site_second_pass import PEAK, query_of, settle
 
 from conftest import ROOT, cli_json
@@ -89,7 +90,7 @@ def test_a_card_link_is_the_clis_card(open_page):
         assert "one 24 GB device" in page.text_content("[data-calc-summary]")
         assert query_of(page)["card"] == ["rtx-4090"] and "capacity-gb" not in query_of(page)
         assert page.evaluate(PEAK) == cli_json(["--finetune", "qlora"])["peak"]
-        page, _ = open_page("?" + page.url.split("?", 1)[1].split("#")[0])  # the address it wrote, reopened
+        page, _ = open_page("?" + settled_url(page).split("?", 1)[1].split("#")[0])  # the address it wrote, reopened
         settle(page)
     assert recorder.errors == []
 

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import ARTIFACTS, AWAIT_DRAWN, LIVE_TIMEOUT_MS, answer_for, built_site
+from site_fixtures import ARTIFACTS, AWAIT_DRAWN, LIVE_TIMEOUT_MS, answer_for, built_site, settled_url
 
 import calc
 from calc.activations import kept_bytes
@@ -65,7 +65,7 @@ def test_a_planner_query_on_the_page_matches_the_cli(open_page, preset, seq, bat
     caption = page.text_content("[data-plan-caption]")
     assert f"global batch {int(batch):,}" in caption and f"on {capacity} GB devices" in caption
     assert f"{len(want)} layout" in page.text_content("[data-plan-status]")
-    query = parse_qs(urlparse(page.url).query)
+    query = parse_qs(urlparse(settled_url(page)).query)
     assert query["global-batch"] == [batch] if batch != "1024" else "global-batch" not in query
     assert recorder.errors == []
 
@@ -270,11 +270,11 @@ def test_parallel_inputs_round_trip_through_the_address(open_page):
     change(page, "zero", "3")
     change(page, "tp", "2")
     change(page, "global-batch", "512")
-    query = parse_qs(urlparse(page.url).query)
+    query = parse_qs(urlparse(settled_url(page)).query)
     assert {k: query[k] for k in ("dp", "zero", "tp", "global-batch")} == {
         "dp": ["8"], "zero": ["3"], "tp": ["2"], "global-batch": ["512"]
     }
-    again, recorder = open_page(page.url.split("/", 3)[3])
+    again, recorder = open_page(settled_url(page).split("/", 3)[3])
     for name, value in (("dp", "8"), ("zero", "3"), ("tp", "2"), ("global-batch", "512")):
         assert again.input_value(f'[data-calc-form] [name="{name}"]') == value
     assert_page_shows(again, answer_for({"dp": "8", "zero": "3", "tp": "2", "global-batch": "512"}))

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import LIVE_TIMEOUT_MS, Recorder, answer_for, built_site, rendered_table
+from site_fixtures import LIVE_TIMEOUT_MS, Recorder, answer_for, built_site, rendered_table, settled_url
 
 import calc
 from calc.units import format_size
@@ -95,7 +95,7 @@ def test_parameters_that_are_not_settings_are_ignored(open_page):
     wait_live_source(page)
     assert_page_shows(page, answer_for({"seq": "8192", "recompute": "selective"}))
     assert page.locator("[data-calc-notice]").is_hidden()
-    assert parse_qs(urlparse(page.url).query) == {"seq": ["8192"], "recompute": ["selective"]}
+    assert parse_qs(urlparse(settled_url(page)).query) == {"seq": ["8192"], "recompute": ["selective"]}
     assert recorder.errors == []
 
 
@@ -165,7 +165,41 @@ def test_an_emptied_sequence_is_not_refilled_while_the_reader_types(open_page):
     page.wait_for_timeout(500)
     assert seq.input_value() == "2048"
     assert_page_shows(page, answer_for({"seq": "2048"}))
-    assert parse_qs(urlparse(page.url).query)["seq"] == ["2048"]
+    assert parse_qs(urlparse(settled_url(page)).query)["seq"] == ["2048"]
+    assert recorder.errors == []
+
+
+def test_typing_writes_the_address_once_the_reader_pauses_and_a_choice_at_once(open_page):
+    """Issue 21: each address written costs the browser a same-document navigation (some 10 ms of CPU here), so
+    a sequence typed key by key, each key redrawn, is written once, after the pause (address.js), into the entry
+    it is in; a preset chosen next gets its entry at once, after the typing."""
+    page, recorder = open_page()
+    page.evaluate(
+        """() => { window.__writes = [];
+             for (const name of ['replaceState', 'pushState']) {
+               const real = history[name].bind(history);
+               history[name] = (...args) => { window.__writes.push([name, String(args[2])]); return real(...args); };
+             } }"""
+    )
+    seq = page.locator('[data-calc-form] [name="seq"]')
+    seq.click()
+    page.keyboard.press("Control+A")
+    page.evaluate(
+        """() => { window.__drawn = new Promise(resolve => document.querySelector('[data-calc]')
+             .addEventListener('calc:drawn', e => { if (document.querySelector('[name=seq]').value === '12288')
+               resolve(e.detail.source); })); }"""
+    )
+    page.keyboard.type("12288", delay=40)  # each key answered before the next, or superseded
+    page.evaluate(calculator_tests.AWAIT_DRAWN)
+    assert parse_qs(urlparse(settled_url(page)).query) == {"seq": ["12288"]}
+    assert [name for name, _ in page.evaluate("() => window.__writes")] == ["replaceState"]
+    page.evaluate("() => { window.__writes = []; }")
+    change(page, "seq", "8192")  # typed again, then a choice before the pause: the typing first, then the entry
+    page.select_option('[data-calc-form] [name="preset"]', "mistral-7b")
+    page.wait_for_function("() => window.__writes.length === 2", timeout=30_000)
+    writes = page.evaluate("() => window.__writes")
+    assert [name for name, _ in writes] == ["replaceState", "pushState"]
+    assert "seq=8192" in writes[0][1] and "preset=mistral-7b" in writes[1][1]
     assert recorder.errors == []
 
 
@@ -350,7 +384,7 @@ def test_the_404_page_works_under_a_sub_path_at_any_depth(browser, prefix):
         assert links and all(link.startswith(root) for link in links), links
         assert {root, root + "beyond/", root + "results/"} <= set(links)
         page.click("a[href$='beyond/']")
-        assert page.url == root + "beyond/" and "Beyond" in page.title()
+        assert settled_url(page) == root + "beyond/" and "Beyond" in page.title()
         assert errors == []
         context.close()
 

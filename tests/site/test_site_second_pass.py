@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import AWAIT_DRAWN, answer_for, expected_table, rendered_table
+from site_fixtures import AWAIT_DRAWN, answer_for, expected_table, rendered_table, settled_url
 
 from conftest import ROOT, cli_json
 
@@ -21,7 +21,7 @@ WATCH = """() => { window.__drawn = new Promise(resolve => document.querySelecto
 
 
 def query_of(page) -> dict[str, list[str]]:
-    return parse_qs(urlparse(page.url).query)
+    return parse_qs(urlparse(settled_url(page)).query)
 
 
 def settle(page) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlparse
 
 import test_site_calculator as calculator_tests
-from site_fixtures import AWAIT_DRAWN
+from site_fixtures import AWAIT_DRAWN, settled_url
 from test_site_second_pass import PEAK, WATCH, settle
 
 from conftest import cli_json
@@ -21,7 +21,7 @@ ERRORS = "() => [...document.querySelectorAll('[data-error-for]')].map(e => e.te
 
 
 def query_of(page) -> dict[str, list[str]]:
-    return parse_qs(urlparse(page.url).query)
+    return parse_qs(urlparse(settled_url(page)).query)
 
 
 def load_full_row(page) -> dict[str, str]:

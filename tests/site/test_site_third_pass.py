@@ -8,7 +8,7 @@ import re
 from urllib.parse import parse_qs, urlparse
 
 import test_site_calculator as calculator_tests
-from site_fixtures import answer_for, built_site
+from site_fixtures import answer_for, built_site, settled_url
 from test_site_second_pass import PEAK, paste, settle
 
 base_url, browser, open_page = calculator_tests.base_url, calculator_tests.browser, calculator_tests.open_page
@@ -16,7 +16,7 @@ change = calculator_tests.change
 
 
 def query_of(page) -> dict[str, list[str]]:
-    return parse_qs(urlparse(page.url).query)
+    return parse_qs(urlparse(settled_url(page)).query)
 
 
 def test_a_links_loop_field_without_an_eager_figure_falls_back_and_is_named(open_page):
@@ -46,7 +46,7 @@ def test_the_address_follows_a_refused_value_and_reopens_to_its_refusal(open_pag
     page.wait_for_selector('[data-error-for="seq"]:not(:empty)')
     page.wait_for_function("() => new URLSearchParams(location.search).get('seq') === '8192'")
     assert query_of(page)["preset"] == ["gpt2"]
-    again, recorder2 = open_page(f"?{urlparse(page.url).query}")
+    again, recorder2 = open_page(f"?{urlparse(settled_url(page)).query}")
     again.wait_for_selector("[data-calc-notice]:not([hidden]) [data-link-problem=seq]")
     assert again.text_content("[data-link-problem=seq]").startswith("Sequence (s):")
     settle(again)
@@ -66,7 +66,7 @@ def test_back_and_forward_restore_the_form_a_choice_made(open_page):
     page.go_back()
     page.wait_for_function("() => document.querySelector('[name=preset]').value === 'llama-7b'")
     settle(page)
-    assert urlparse(page.url).query == "" and page.input_value('[name="seq"]') == "4096"
+    assert urlparse(settled_url(page)).query == "" and page.input_value('[name="seq"]') == "4096"
     assert page.evaluate(PEAK) == default
     page.go_forward()
     page.wait_for_function("() => document.querySelector('[name=preset]').value === 'mistral-7b'")

@@ -1,5 +1,6 @@
 // The address and the form: a link's settings into the fields (each value that cannot be used named in a
 // notice, only its field falling back), and the address rewritten for the numbers on show.
+import { addressWriter } from "./address.js";
 import { configProblem } from "./config-paste.js";
 import { flagsIn, quote } from "./format.js";
 import { pageWords } from "./messages.js";
@@ -33,7 +34,16 @@ export const extrasText = (extras) =>
 
 export function createLink(root, config, f, notice, takeConfig, changed = () => {}) {
   const problems = [];  // [{name, message, line}]: what the link asked for that could not be used
-  let written = location.search;  // the query the form's address was last written with
+  let written = location.search;  // the query of the form's address, last written or waiting to be (address.js)
+  const here = () => `${location.pathname}${location.search}${location.hash}`;
+  const address = addressWriter({
+    current: here,
+    replace: (url) => history.replaceState(history.state, "", url),
+    push: (url) => history.pushState(null, "", url),
+    // the tests read the address once it is written (tests/site/site_fixtures.py: settled_url)
+    onPending: (waiting) => { if (waiting) root.dataset.address = "pending"; else delete root.dataset.address; },
+  });
+  window.addEventListener("pagehide", () => address.flush());  // the entry left holds what was on show
   const say = (name, message, line = null) => problems.push({ name, message, line });
 
   // One value of the link into its field (or, with no control here, kept to send as it is).
@@ -186,8 +196,8 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
   // The address of the form as it stands: every value that differs from the defaults, those of the numbers on
   // show, or a value calc refused (answer {}: the address follows the field, so a link copied then reopens to
   // the same refusal, named in its notice, not silently to the value before). `push`: a deliberate change (a
-  // preset, a config, a Load) gets its own history entry, which Back leaves for the one before; typing
-  // replaces the entry it is in.
+  // preset, a config, a Load) gets its own history entry at once, which Back leaves for the one before; typing
+  // replaces the entry it is in, once the reader pauses (address.js).
   function write(drawn, answer, push = false) {
     const given = { ...drawn };
     // The config in calc's short form (calc.hf.compact): what calc reads of it, and a shorter link.
@@ -199,17 +209,15 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     }
     const query = linkQuery(given, config.defaults);
     // A shared link opens at the calculator, not at the top of the page it lives on.
-    const hash = location.hash || (query ? `#${root.id}` : "");
-    const url = `${location.pathname}${query ? `?${query}` : ""}${hash}`;
+    const url = () => `${location.pathname}${query ? `?${query}` : ""}${location.hash || (query ? `#${root.id}` : "")}`;
     written = query ? `?${query}` : "";
-    if (url === `${location.pathname}${location.search}${location.hash}`) return;
-    if (push) history.pushState(null, "", url);
-    else history.replaceState(history.state, "", url);
+    address.write(url, push);
   }
   // Back or Forward to another entry: what the link said before is forgotten, its notice with it (read again).
   // Whether the address is another than the form's (Back past a deliberate change; not a jump to a heading).
   const moved = () => location.search !== written;
   function reset() {
+    address.drop();  // Back or Forward: the typing not yet written was the entry left's, not this one's
     problems.splice(0, problems.length);
     f.state.fromLink.clear();
     delete extrasLine.dataset.cleared;

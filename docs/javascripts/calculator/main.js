@@ -108,10 +108,8 @@ function mount(root) {
     performance.mark("calc:numbers");
     markLive();
     root.dispatchEvent(new CustomEvent("calc:numbers"));
-    // The address of the numbers on show, written while the worker computes the sweep: history.replaceState
-    // lays the page out (Chromium keeps the scroll position with the entry), the layout the next frame needs
-    // anyway. Written after the sweep's drawing, it stood between the sweep and the screen (5 to 60 ms a change
-    // on a busy 2-core machine: scripts/bench_site.py --latency-only).
+    // The address of the numbers on show: a choice's entry at once, typing once the reader pauses (address.js:
+    // each write costs the browser some 10 ms of CPU, which a change at every keystroke paid beside its sweep).
     link.write(given, answer, deliberate);
     deliberate = false;
     const full = await withSweep;
