@@ -64,3 +64,14 @@ test("the address is asked when written, so a hash reached meanwhile is kept", (
   h.tick();
   assert.deepEqual(h.entries, ["/?seq=9#calculator"]);
 });
+
+test("nothing is written once the page is another", () => {
+  const h = harness();
+  let here = true;
+  h.writer.write(() => (here ? "/?seq=5" : null));
+  here = false;
+  h.tick();
+  assert.deepEqual(h.entries, ["/"]);
+  h.writer.write(() => null, true);
+  assert.deepEqual(h.entries, ["/"]);
+});

@@ -3,7 +3,9 @@
 // (CONTRIBUTING.md, run 15). So what a reader types is written once they pause (DELAY_MS after their last
 // change: typing or dragging writes once, not at every step), while a deliberate change (a choice from a list,
 // a config, a Load) gets its history entry at once, after any typing not yet written, so that Back returns to
-// the typed state. Pure: the history and the timer are given (tests/js/address.test.mjs).
+// the typed state. Back or Forward within the pause drops the typing not yet written (link.js: reset), so
+// the entry it was typed in keeps the address before it. Pure: the history and the timer are given
+// (tests/js/address.test.mjs).
 export const DELAY_MS = 250;
 
 // current() -> the address now; replace(url), push(url): write it; later(fn, ms) / cancel(timer): a timer;
@@ -19,19 +21,21 @@ export function addressWriter({ current, replace, push, later = setTimeout, canc
   }
   // The typing not yet written, written now (before a deliberate change, or when the page goes away).
   function flush() {
-    const url = pending?.url;
+    const url = pending?.url();
     drop();
-    if (url && url() !== current()) replace(url());
+    if (url && url !== current()) replace(url);
   }
-  // `url`: () -> the address of the form as it stands; `deliberate`: a history entry of its own.
+  // `url`: () -> the address of the form as it stands, or null once the page is another (nothing to write);
+  // `deliberate`: a history entry of its own.
   function write(url, deliberate = false) {
     if (deliberate) {
       flush();
-      if (url() !== current()) push(url());
+      const now = url();
+      if (now && now !== current()) push(now);
       return;
     }
     drop();
-    if (url() === current()) return;  // typed back to what the address says
+    if (!url() || url() === current()) return;  // typed back to what the address says
     pending = { url, timer: later(flush, delay) };
     onPending(true);
   }

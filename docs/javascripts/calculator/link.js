@@ -208,8 +208,11 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
       if (Object.hasOwn(given, name)) given[name] = value;
     }
     const query = linkQuery(given, config.defaults);
-    // A shared link opens at the calculator, not at the top of the page it lives on.
-    const url = () => `${location.pathname}${query ? `?${query}` : ""}${location.hash || (query ? `#${root.id}` : "")}`;
+    // A shared link opens at the calculator, not at the top of the page it lives on. Asked when written (the
+    // hash then), and nothing once the reader is on another page.
+    const path = location.pathname;
+    const url = () => location.pathname !== path ? null
+      : `${path}${query ? `?${query}` : ""}${location.hash || (query ? `#${root.id}` : "")}`;
     written = query ? `?${query}` : "";
     address.write(url, push);
   }
