@@ -477,7 +477,7 @@ def _in_parts(forms: tuple) -> tuple:
     """peak_forms' sums with each negated size (sizes_of's "-full", "-logits16", ...) written as the sizes it
     negates (sizes_of's PARTS_OF), the same sums merged and those another sum is never below dropped: with every
     size left at least 0, a sum with no more fixed bytes and no more of any size than another is never the
-    larger. The sums left, and whether dropping was possible (some size may be negative: then every sum)."""
+    larger. (The sums left, every sum): peaks_over takes every sum where some size is negative."""
     expanded: dict[tuple[tuple[str, int], ...], int] = {}
     for const, names in forms:
         coefs: dict[str, int] = {}
