@@ -90,14 +90,13 @@ def worst_stage(
 
 class Walked(NamedTuple):
     """One walk of the step as step reports it: the stage walked (the one that peaks highest), its micro-batches
-    in flight and whether they accumulate, its segments and expanded events, its peak, each category's full
-    size and one layer's activations."""
+    in flight and whether they accumulate, its segments (step expands their events), its peak, each category's
+    full size and one layer's activations."""
 
     stage: int
     in_flight: int
     accumulating: bool
     segs: list
-    expanded: list[dict]
     top: int  # the peak, bytes
     at: int  # the index of the event where it first occurs
     full_sizes: dict[str, int]
@@ -111,14 +110,13 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     bare = None if loop == loops.BARE else loop
     segs = eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune, bare)
     top, at = peak(segs)
-    expanded = events(segs)
     full_sizes = category_peaks(segs)
     per_layer = next(
         sum(e.bytes for e in s.events if e.category == "activations")
         for s in segs
         if s.reps and s.events[0].phase == "forward"
     )
-    return Walked(0, 1, loop.grad_accum > 1, segs, expanded, top, at, full_sizes, per_layer)
+    return Walked(0, 1, loop.grad_accum > 1, segs, top, at, full_sizes, per_layer)
 
 
 def tuned_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
@@ -130,7 +128,7 @@ def tuned_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     frozen = tune if tune.adapters else None
     per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash,
                                      finetune.widened(recipe, tune))[0]  # fmt: skip
-    return Walked(0, 1, False, segs, events(segs), top, at, full_sizes, per_layer)
+    return Walked(0, 1, False, segs, top, at, full_sizes, per_layer)
 
 
 def deck_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
@@ -143,7 +141,7 @@ def deck_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: 
     per_layer = seq_sizes(shape, seq, micro_batch, recompute, activation_bytes, par)[
         "moe:kept" if shape.moe_layers else "kept"
     ]
-    return Walked(stage, in_flight, accumulating, segs, events(segs), top, at, full_sizes, per_layer)
+    return Walked(stage, in_flight, accumulating, segs, top, at, full_sizes, per_layer)
 
 
 def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
@@ -194,6 +192,7 @@ def step(
     if walk == "eager":
         loop = replace(loop, grad_accum=grad_accum or 1)  # issue 19: the loop's fields (calc.loops)
     w = walked(*sized, par, walk, grad_accum, attention, device, tune, loop)
+    expanded = events(w.segs)
     counts = param_counts(shape)
     trainable = finetune.trainable_params(shape, tune)
     if walk == "eager" and not tune.default:  # the parameters the replay writes gradients for
@@ -210,11 +209,11 @@ def step(
         "devices": par.devices,
         "bytes": w.full_sizes,
         "activations_per_layer": w.per_layer,
-        "static": w.expanded[len(w.segs[0].events) - 1]["total"],
+        "static": expanded[len(w.segs[0].events) - 1]["total"],
         "peak": w.top,
-        "peak_event": w.expanded[w.at]["label"],
+        "peak_event": expanded[w.at]["label"],
         "peak_index": w.at,
-        "events": w.expanded,
+        "events": expanded,
     }
 
 
@@ -273,9 +272,7 @@ def table(
     """The deck's four recipes for one shape (per device)."""
     rows = []
     for recipe, recompute in TABLE_ROWS:  # step()'s bytes, peak and peak_event, its events not expanded
-        a = RECIPES[recipe].activations
-        (stage, in_flight, _), segs, (top, at) = worst_stage(shape, seq, micro_batch, recipe, recompute, a, par,
-                                                             grad_accum)  # fmt: skip
+        w = deck_walk(shape, seq, micro_batch, recipe, recompute, RECIPES[recipe].activations, par, grad_accum)
         label = f"{RECIPES[recipe].label}, {'no' if recompute == 'none' else recompute} recomputation"
         rows.append(
             {
@@ -283,9 +280,9 @@ def table(
                 "label": label,
                 "recipe": recipe,
                 "recompute": recompute,
-                "bytes": sizes(shape, seq, micro_batch, recipe, recompute, a, par, stage, in_flight),
-                "peak": top,
-                "peak_event": label_at(segs, at),
+                "bytes": w.full_sizes,
+                "peak": w.top,
+                "peak_event": label_at(w.segs, w.at),
             }
         )
     return rows

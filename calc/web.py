@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Generator
+from functools import lru_cache
 
 from .api import eager_peak, run_step, sweep, table
 from .fields import FIELD, page_unread
@@ -246,21 +247,20 @@ def sweep_for(inputs: Run) -> dict:
     return out
 
 
-_ACCEPTED: list = [None, None]  # the last inputs accepted, as sent (JSON) and as read: the sweep's request repeats
-# the numbers' (the page asks for the numbers, then their sweep), so it is read once
-
-
 def accepted(raw: dict) -> Run:
     """The inputs of a request read and checked (calc.inputs.parse_inputs, and beside_problem): a Run, or
-    InputError. The same inputs as the last request's are not read again (a Run is frozen)."""
-    sent = json.dumps(raw, sort_keys=True)
-    if _ACCEPTED[0] == sent:
-        return _ACCEPTED[1]
+    InputError. The sweep's request repeats the numbers' inputs (the page asks for both at each change), so
+    the last inputs accepted are not read again (a Run is frozen)."""
+    return _accepted(json.dumps(raw))
+
+
+@lru_cache(maxsize=1)
+def _accepted(sent: str) -> Run:
+    raw = json.loads(sent)
     inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
     problem = beside_problem(inputs, raw)
     if problem:
         raise InputError(*problem)
-    _ACCEPTED[:] = [sent, inputs]
     return inputs
 
 
