@@ -17,7 +17,7 @@ from .walk import (
     device_state,
     events,
     label_at,
-    part_sizes,
+    part_columns,
     peak,
     peak_forms,
     peaks_over,
@@ -301,8 +301,7 @@ def sweep(
     forms = sweep_forms(shape, recipe, recompute, par, grad_accum)
     p = RECIPES[recipe].activations
     parts = swept_parts(shape, tuple(seqs), micro_batch, par)
-    return peaks_over(forms, [part_sizes(part, shape, s, micro_batch, recompute, p, par)
-                              for s, part in zip(seqs, parts, strict=True)])  # fmt: skip
+    return peaks_over(forms, part_columns(parts, shape, seqs, micro_batch, recompute, p, par))
 
 
 @lru_cache(maxsize=16)  # the page's sweep asks for the table's four rows again at every sequence and micro-batch

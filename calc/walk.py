@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -110,10 +110,30 @@ def part_sizes(parts: tuple, shape: Shape, seq: int, micro_batch: int, recompute
     out = {"logits16": act.at_width(logits16, activation_bytes), "logits32": logits32}
     # A dense layer's sizes as "kept", "recomputed"; a mixture-of-experts layer's as "moe:kept", ...
     for prefix, layer in zip(("", "moe:"), layers, strict=False):  # a dense layer, then a sparse one if any
-        full = act.at_width(sum(layer), activation_bytes)
-        kept = act.at_width(act.kept_of_parts(layer, shape, seq, micro_batch, recompute, par), activation_bytes)
-        out[prefix + "kept"], out[prefix + "recomputed"] = kept, full - kept
+        out[prefix + "kept"], out[prefix + "recomputed"] = _kept_recomputed(layer, shape, seq, micro_batch, recompute,
+                                                                            activation_bytes, par)  # fmt: skip
     return out
+
+
+def part_columns(parts_at: Sequence[tuple], shape: Shape, seqs: Sequence[int], micro_batch: int, recompute: str,
+                 activation_bytes: int = 2, par: Parallel = SINGLE) -> dict[str, list[int]]:  # fmt: skip
+    """part_sizes at each sequence length of a sweep (parts_at: their token_parts), a list a size, as peaks_over
+    reads them (no dict a length)."""
+    out = {"logits16": [act.at_width(parts[0], activation_bytes) for parts in parts_at],
+           "logits32": [parts[1] for parts in parts_at]}  # fmt: skip
+    for i, prefix in enumerate(("", "moe:")[: len(parts_at[0][2])]):
+        pairs = [_kept_recomputed(parts[2][i], shape, seq, micro_batch, recompute, activation_bytes, par)
+                 for parts, seq in zip(parts_at, seqs, strict=True)]  # fmt: skip
+        out[prefix + "kept"], out[prefix + "recomputed"] = [k for k, _ in pairs], [r for _, r in pairs]
+    return out
+
+
+def _kept_recomputed(layer: tuple, shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int,
+                     par: Parallel) -> tuple[int, int]:  # fmt: skip
+    """What a layer of these three groups (calc.activations.layer_parts) keeps, and what it recomputes."""
+    full = act.at_width(sum(layer), activation_bytes)
+    kept = act.at_width(act.kept_of_parts(layer, shape, seq, micro_batch, recompute, par), activation_bytes)
+    return kept, full - kept
 
 
 def sizes_of(parts: tuple, shape: Shape, seq: int, micro_batch: int, recompute: str, activation_bytes: int = 2,
@@ -495,18 +515,17 @@ def _in_parts(forms: tuple) -> tuple:
     return tuple((c, tuple(n.items())) for c, n in kept), tuple((c, tuple(n.items())) for c, n in sums)
 
 
-def peaks_over(forms: tuple, sizes: list[dict[str, int]]) -> list[int]:
-    """peak_of(...)(s) for each s in `sizes` (a chart's sweep; part_sizes suffice), from the templates'
-    peak_forms: the same integers, a sum at a time over every sequence length rather than a length at a time
-    over every sum."""
+def peaks_over(forms: tuple, columns: dict[str, list[int]]) -> list[int]:
+    """peak_of(...)(s) for each point s of a chart's sweep, its sizes given a list a size (part_columns: the
+    part sizes suffice), from the templates' peak_forms: the same integers, a sum at a time over every
+    sequence length rather than a length at a time over every sum."""
     pruned, every = _in_parts(forms)
     names = {name for _, ns in every for name, _ in ns}
-    columns = {name: [s[name] for s in sizes] for name in names}
-    if any(min(column, default=0) < 0 for column in columns.values()):
+    if any(min(columns[name], default=0) < 0 for name in names):
         pruned = every
-    best = [-1] * len(sizes)
+    best = [-1] * len(next(iter(columns.values()), ()))
     for const, ns in pruned:
-        totals = [const] * len(sizes)
+        totals = [const] * len(best)
         for name, count in ns:
             totals = [t + count * v for t, v in zip(totals, columns[name], strict=True)]
         best = list(map(max, best, totals))

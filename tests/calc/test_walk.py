@@ -213,7 +213,8 @@ def test_the_sums_at_a_time_are_the_peak_at_each_size(shape, recipe, recompute, 
         s |= {name: sum(sign * s[part] for part, sign in terms) for name, terms in PARTS_OF.items()}
         sizes.append(s)
     top = peak_of(*templates)
-    assert peaks_over(peak_forms(*templates), sizes) == [top(s) for s in sizes]
+    columns = {name: [s[name] for s in sizes] for name in sizes[0]}
+    assert peaks_over(peak_forms(*templates), columns) == [top(s) for s in sizes]
 
 
 @settings(max_examples=40, deadline=None)

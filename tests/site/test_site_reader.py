@@ -355,6 +355,67 @@ def test_a_redraw_while_the_planner_runs_is_answered_before_that_plan_is_done(op
     assert recorder.errors == []
 
 
+# Every message the page's workers send, and every question the page posts them, in order.
+WORKER_LOG = """window.__worker = [];
+const Native = window.Worker;
+window.Worker = class extends Native {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener("message", ({ data }) => window.__worker.push({ said: data }));
+  }
+  postMessage(data, ...rest) {
+    window.__worker.push({ asked: data });
+    return super.postMessage(data, ...rest);
+  }
+};"""
+
+
+def test_an_idle_worker_warms_its_code_and_answers_nothing_unasked(browser, base_url):
+    """Issue 21: once idle, the worker runs the last change's questions again, so that Chromium optimises their
+    WebAssembly before the reader's next change (calc-worker.mjs, WARM_RUNS); it answers nothing for them. A
+    change made while it warms is drawn with calc's numbers, every answer is for a question the page asked,
+    and the warming ends with one {warmed} message."""
+    context = browser.new_context()
+    context.add_init_script(WORKER_LOG)
+    page = context.new_page()
+    recorder = Recorder(base_url)
+    recorder.attach(page)
+    page.goto(base_url)
+    page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_timeout(200)  # idle for longer than WARM_IDLE_MS: the warming has begun
+    calculator_tests.change(page, "seq", "3000")
+    page.wait_for_function("window.__worker.some(m => m.said?.warmed)", timeout=30_000)
+    page.wait_for_timeout(500)  # nothing more comes once warmed
+    log = page.evaluate("window.__worker")
+    asked = [m["asked"]["id"] for m in log if "id" in m.get("asked", {})]
+    answered = [m["said"]["id"] for m in log if "id" in m.get("said", {})]
+    warmed = [m["said"]["warmed"] for m in log if "warmed" in m.get("said", {})]
+    assert len(warmed) == 1 and warmed[0] > 0
+    assert sorted(answered) == sorted(set(answered)) and set(answered) <= set(asked)
+    assert_page_shows(page, answer_for({"seq": "3000"}))
+    assert recorder.errors == []
+    context.close()
+
+
+CHART_WIDTHS = """() => [...document.querySelectorAll('[data-chart]')].map(c => [c.dataset.chart,
+  Math.max(280, Math.round(c.clientWidth || 640)), Number(c.querySelector('svg').getAttribute('width'))])"""
+
+
+def test_the_charts_follow_a_resized_window_and_the_next_change_keeps_the_new_width(open_page):
+    """The charts are drawn at their containers' widths, which a redraw keeps rather than reads again
+    (calculator/svg.js withWidths: a read after the change's writes lays the page out again); a resize forgets
+    them. Each chart is redrawn at the new width, and so is the next change's."""
+    page, recorder = open_page(viewport={"width": 1280, "height": 900})
+    for width in (390, 1280, 768):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_function(f"({CHART_WIDTHS})().every(([, want, drawn]) => want === drawn)", timeout=10_000)
+        change(page, "seq", str(2000 + width))
+        charts = page.evaluate(CHART_WIDTHS)
+        assert [want for _, want, _ in charts] == [drawn for _, _, drawn in charts], charts
+        assert all(want < 1280 for _, want, _ in charts), charts  # the column at this width, not the first one's
+    assert recorder.errors == []
+
+
 def test_the_planner_column_says_per_step_like_its_field(open_page):
     """The planner's column and the field both say "Micro-batches per step"."""
     page, _ = open_page(wait_live=False, java_script_enabled=False)

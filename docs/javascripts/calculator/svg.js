@@ -32,20 +32,25 @@ export function ticks(max, count = 5) {
 const CHART_FONT_PX = 12;
 export const charWidth = (s) => String(s).length * CHART_FONT_PX * 0.6;  // a generous estimate for layout
 
-// The charts' widths, read once per redraw before it writes to the page (withWidths): each read of
-// clientWidth after a write would lay the whole page out again. The sweep drawn after the numbers reuses
-// the widths their redraw read (a resize redraws every chart).
+// The charts' widths, read before a redraw writes to the page (withWidths) and kept until a chart's container
+// changes size (forgetWidths, from the view's ResizeObserver): a read of clientWidth after a write lays the
+// page out again, and a change writes its messages and fields before it draws (some 4 ms of the main thread
+// a change in Chromium's trace). The sweep drawn after the numbers reuses the widths their redraw read.
 let knownWidths = null;
 let lastWidths = new Map();
 export function withWidths(containers, draw, widths = null) {
-  knownWidths = widths ?? new Map(containers.map((c) => [c, c.clientWidth]));
-  lastWidths = knownWidths;
+  knownWidths = widths ?? new Map(containers.map((c) => [c, lastWidths.get(c) ?? c.clientWidth]));
+  lastWidths = new Map([...lastWidths, ...knownWidths]);
   try { draw(); } finally { knownWidths = null; }
 }
 export const widthsKnownFor = (container) => (lastWidths.has(container) ? lastWidths : null);
+export function forgetWidths() { lastWidths = new Map(); }
+
+// A chart's width for its container's clientWidth: at least 280 px, 640 where it has none (hidden).
+export const frameWidth = (clientWidth) => Math.max(280, Math.round(clientWidth || 640));
 
 export function chartFrame(container, title, desc, { height = null, bottom = 44 } = {}) {
-  const width = Math.max(280, Math.round((knownWidths?.get(container) ?? container.clientWidth) || 640));
+  const width = frameWidth(knownWidths?.get(container) ?? container.clientWidth);
   const tall = height ?? Math.round(Math.min(320, Math.max(250, width * 0.48)));
   const margin = { top: 20, right: 56, bottom, left: 60 };
   const root = svg("svg", {

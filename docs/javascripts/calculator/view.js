@@ -5,7 +5,7 @@ import { drawBreakdown } from "./charts/breakdown.js";
 import { drawSweep } from "./charts/sweep.js";
 import { drawWalk } from "./charts/walk.js";
 import { capacityText, formatInt, recipeText, recomputeText, tuningText, walkText, withLabels } from "./format.js";
-import { widthsKnownFor, withWidths } from "./svg.js";
+import { forgetWidths, frameWidth, widthsKnownFor, withWidths } from "./svg.js";
 
 // The eager walk's line around its `--walk eager` flag: [before, after], for the step's config and the eager
 // figure (its attention and how it ran). With neither --attention nor --flash given the two walks keep their
@@ -159,16 +159,22 @@ export function createView(root, config, answerOf, labelOf) {
     performance.mark("calc:drawn");
     root.dispatchEvent(new CustomEvent("calc:drawn", { detail: { source } }));
   }
-  // The charts follow their container's width (a phone turned, a window resized).
+  // The charts follow their containers' width (a phone turned, a window resized): the widths kept are
+  // forgotten when a chart's container changes size, and the charts redrawn when one's width is not the
+  // width it was drawn at.
   let resizeFrame = 0;
-  new ResizeObserver(() => {
+  const drawnAt = (chart) =>
+    !chart.dataset.drawnWidth || frameWidth(chart.clientWidth) === Number(chart.dataset.drawnWidth);
+  const resized = new ResizeObserver(() => {
+    forgetWidths();
     cancelAnimationFrame(resizeFrame);
     resizeFrame = requestAnimationFrame(() => {
-      if (Math.round(charts.breakdown.clientWidth) === Number(charts.breakdown.dataset.drawnWidth)) return;
+      if (Object.values(charts).every(drawnAt)) return;
       // A sweep being computed is drawn, at these widths, when it comes.
       withWidths(Object.values(charts), () => drawCharts(!charts.sweep.dataset.pending, false));
     });
-  }).observe(charts.breakdown);
+  });
+  for (const chart of Object.values(charts)) resized.observe(chart);
   return {
     renderNumbers, renderSweep, finish,
     sweepPending() { charts.sweep.dataset.pending = "true"; },

@@ -37,6 +37,7 @@ function start(url, onProgress, early) {
     };
     thread.onmessage = ({ data }) => {
       if (data.progress || data.download) onProgress(data);
+      else if (data.warmed) return;  // the worker warmed its code once idle (calc-worker.mjs): no answer
       else if (data.type === "ready") resolve(thread);
       else if (data.type === "failed") reject(new Error(data.message));
       else thread.onanswer?.(data);
