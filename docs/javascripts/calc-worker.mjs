@@ -130,12 +130,16 @@ let woken = false;
 // 19 (Chromium with every function optimised at once: 16 for the first ten). Once the worker has been idle for
 // WARM_IDLE_MS, it runs the last change's two questions again, answering nothing (the same inputs: no cache
 // holds other answers for it), one at a time with the event loop between, until WARM_RUNS have run; a question
-// that comes meanwhile waits for at most one of them. Then it says {warmed: WARM_RUNS}, once.
+// that comes meanwhile waits for at most one of them. A large model's questions are not run again: none whose
+// answer, or whose warming run, took longer than WARM_MAX_MS (the default's first answers, cold, took 24 to
+// 88 ms in the page). Then it says {warmed: runs}, once.
 const WARM_IDLE_MS = 150;
 const WARM_RUNS = 12;
+const WARM_MAX_MS = 100;
 let warmLeft = WARM_RUNS;
+let warmRuns = 0;
 let warmTimer = null;
-const lastAsked = new Map();  // kind -> the last request of that kind answered ("numbers", "sweep")
+const lastAsked = new Map();  // kind -> the last request of that kind answered quickly ("numbers", "sweep")
 
 // Back to the event loop, then work on: a MessageChannel's message, which no timer clamps, runs after the
 // questions that came meanwhile.
@@ -196,8 +200,10 @@ async function work() {
     const { id, request } = waiting.get(kind);
     waiting.delete(kind);
     try {
+      const began = performance.now();
       postMessage({ id, answer: calc.handle(request) });
-      lastAsked.set(kind, request);
+      if (performance.now() - began <= WARM_MAX_MS) lastAsked.set(kind, request);
+      else lastAsked.delete(kind);
     } catch (error) {
       failure(id, error);
       warmLeft = 0;
@@ -221,15 +227,17 @@ async function work() {
 
 // One warming run (see WARM_RUNS), its answer dropped; then the next, after the event loop, while idle.
 function warm(calc) {
-  if (waiting.size || sliced || warmLeft <= 0) return;
   const requests = [...lastAsked.values()];
+  if (waiting.size || sliced || warmLeft <= 0 || !requests.length) return;
+  const began = performance.now();
   try {
     calc.handle(requests[warmLeft % requests.length]);
   } catch {
     warmLeft = 0;  // the same question was answered a moment ago; a failure now ends the warming, unsaid
     return;
   }
-  warmLeft -= 1;
+  warmRuns += 1;
+  warmLeft = performance.now() - began > WARM_MAX_MS ? 0 : warmLeft - 1;
   if (warmLeft > 0) warmTimer = setTimeout(() => warm(calc), 0);
-  else postMessage({ warmed: WARM_RUNS });  // for the tests and the benchmark; the page answers nothing to it
+  else postMessage({ warmed: warmRuns });  // for the tests and the benchmark: the page answers nothing to it
 }
