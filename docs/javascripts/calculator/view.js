@@ -160,13 +160,14 @@ export function createView(root, config, answerOf, labelOf) {
     root.dispatchEvent(new CustomEvent("calc:drawn", { detail: { source } }));
   }
   // The charts follow their containers' width (a phone turned, a window resized): the widths kept are
-  // forgotten when a chart's container changes size, and the charts redrawn when one's width is not the
-  // width it was drawn at.
+  // forgotten when a chart's container is not as wide as kept (read as the observer reports, the layout done),
+  // and the charts redrawn when one's width is not the width it was drawn at.
   let resizeFrame = 0;
   const drawnAt = (chart) =>
     !chart.dataset.drawnWidth || frameWidth(chart.clientWidth) === Number(chart.dataset.drawnWidth);
-  const resized = new ResizeObserver(() => {
-    forgetWidths();
+  const resized = new ResizeObserver((entries) => {
+    const kept = (chart) => widthsKnownFor(chart)?.get(chart);
+    if (entries.some(({ target }) => kept(target) !== target.clientWidth)) forgetWidths();
     cancelAnimationFrame(resizeFrame);
     resizeFrame = requestAnimationFrame(() => {
       if (Object.values(charts).every(drawnAt)) return;
