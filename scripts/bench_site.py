@@ -603,7 +603,8 @@ def main() -> int:
     parser.add_argument("--latency-only", action="store_true", help="only the input changes (--changes of them), "
                         "each split into its phases")
     parser.add_argument("--pause", type=float, default=0.0, help="with --latency-only: seconds the page stays idle "
-                        f"once live before the first change (the full run times both 0 and {READ_PAUSE_S:g})")
+                        "once live, before the two untimed changes and the timed ones (the full run times both 0 and "
+                        f"{READ_PAUSE_S:g})")
     args = parser.parse_args()
     if args.latency_only:
         return latency_only(args.site, args.changes, args.pause)

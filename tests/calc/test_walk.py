@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import calc
 from calc import eager
 from calc.walk import CATEGORIES, category_peaks, events, peak, segments
-from strategies import micro_batches, recipes, recomputes, seqs, shapes
+from strategies import micro_batches, moe_shapes, recipes, recomputes, seqs, shapes
 
 LLAMA = calc.PRESETS["llama-7b"]
 DECODER = calc.PRESETS["decoder"]
@@ -231,3 +231,18 @@ def test_each_table_row_is_its_step(shape, seq, b, layout, accum):
     for row in calc.table(shape, seq, b, par, accum):
         s = calc.step(shape, seq, b, row["recipe"], row["recompute"], par=par, grad_accum=accum)
         assert (row["bytes"], row["peak"], row["peak_event"]) == (s["bytes"], s["peak"], s["peak_event"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(shapes(), moe_shapes()), st.lists(seqs, max_size=5), micro_batches, recomputes,
+       st.sampled_from([1, 2, 4]))  # fmt: skip
+def test_a_sweeps_columns_are_the_part_sizes_at_each_length(shape, lengths, b, recompute, p):
+    """walk.part_columns (the chart's sweep, a list a size) holds walk.part_sizes at each sequence length, dense
+    and mixture-of-experts layers alike, and a sweep of no lengths is empty."""
+    from calc.walk import part_columns, part_sizes, token_parts
+
+    parts = [token_parts(shape, s, b) for s in lengths]
+    columns = part_columns(parts, shape, lengths, b, recompute, p)
+    assert [{name: column[i] for name, column in columns.items()} for i in range(len(lengths))] == [
+        part_sizes(part, shape, s, b, recompute, p) for part, s in zip(parts, lengths, strict=True)]
+    assert calc.sweep(shape, [], b, "mixed", recompute) == []

@@ -72,12 +72,3 @@ test("a fatal error starts a new worker, which gets the questions the old one le
   second.say({ id: second.posted[0].id, answer: answer({ ok: true }) });
   assert.deepEqual(await plan, { ok: true });
 });
-
-test("the worker's word that it warmed its code answers no question", async () => {
-  const { client, thread } = await started();
-  const numbers = client.ask("numbers", { seq: 2 });
-  const [id] = thread.posted.map((m) => m.id);
-  thread.say({ warmed: 12 });  // calc-worker.mjs, once idle: no id, no answer
-  thread.say({ id, answer: answer({ ok: true, n: 2 }) });
-  assert.deepEqual(await numbers, { ok: true, n: 2 });
-});

@@ -373,8 +373,8 @@ window.Worker = class extends Native {
 def test_an_idle_worker_warms_its_code_and_answers_nothing_unasked(browser, base_url):
     """Issue 21: once idle, the worker runs the last change's questions again, so that Chromium optimises their
     WebAssembly before the reader's next change (calc-worker.mjs, WARM_RUNS); it answers nothing for them. A
-    change made while it warms is drawn with calc's numbers, every answer is for a question the page asked,
-    and the warming ends with one {warmed} message."""
+    change made once it may be warming is drawn with calc's numbers, every answer is for a question the page
+    asked, and the warming ends with one {warmed} message."""
     context = browser.new_context()
     context.add_init_script(WORKER_LOG)
     page = context.new_page()
@@ -382,7 +382,7 @@ def test_an_idle_worker_warms_its_code_and_answers_nothing_unasked(browser, base
     recorder.attach(page)
     page.goto(base_url)
     page.wait_for_selector("[data-calc][data-state=ready]", timeout=LIVE_TIMEOUT_MS)
-    page.wait_for_timeout(200)  # idle for longer than WARM_IDLE_MS: the warming has begun
+    page.wait_for_timeout(200)  # idle for longer than WARM_IDLE_MS: the warming may have begun
     calculator_tests.change(page, "seq", "3000")
     page.wait_for_function("window.__worker.some(m => m.said?.warmed)", timeout=30_000)
     page.wait_for_timeout(500)  # nothing more comes once warmed
@@ -406,13 +406,15 @@ def test_the_charts_follow_a_resized_window_and_the_next_change_keeps_the_new_wi
     (calculator/svg.js withWidths: a read after the change's writes lays the page out again); a resize forgets
     them. Each chart is redrawn at the new width, and so is the next change's."""
     page, recorder = open_page(viewport={"width": 1280, "height": 900})
+    drawn_at = {}
     for width in (390, 1280, 768):
         page.set_viewport_size({"width": width, "height": 900})
         page.wait_for_function(f"({CHART_WIDTHS})().every(([, want, drawn]) => want === drawn)", timeout=10_000)
         change(page, "seq", str(2000 + width))
         charts = page.evaluate(CHART_WIDTHS)
         assert [want for _, want, _ in charts] == [drawn for _, _, drawn in charts], charts
-        assert all(want < 1280 for _, want, _ in charts), charts  # the column at this width, not the first one's
+        drawn_at[width] = {drawn for _, _, drawn in charts}
+    assert len({frozenset(widths) for widths in drawn_at.values()}) == 3, drawn_at  # each window's own widths
     assert recorder.errors == []
 
 
