@@ -374,7 +374,7 @@ def test_an_idle_worker_warms_its_code_and_answers_nothing_unasked(browser, base
     """Issue 21: once idle, the worker runs the last change's questions again, so that Chromium optimises their
     WebAssembly before the reader's next change (calc-worker.mjs, WARM_RUNS); it answers nothing for them. A
     change made once it may be warming is drawn with calc's numbers, every answer is for a question the page
-    asked, and the warming ends with one {warmed} message."""
+    asked, and the warming ends with one {warmed} message, and one more for another model."""
     context = browser.new_context()
     context.add_init_script(WORKER_LOG)
     page = context.new_page()
@@ -393,6 +393,12 @@ def test_an_idle_worker_warms_its_code_and_answers_nothing_unasked(browser, base
     assert len(warmed) == 1 and warmed[0] > 0
     assert sorted(answered) == sorted(set(answered)) and set(answered) <= set(asked)
     assert_page_shows(page, answer_for({"seq": "3000"}))
+    # Another model's code warms again, once: its family's layers ran only for its first answers.
+    calculator_tests.change(page, "preset", "qwen3-8b")
+    page.wait_for_function("window.__worker.filter(m => m.said?.warmed).length === 2", timeout=30_000)
+    calculator_tests.change(page, "seq", "2048")  # the same model: no warming after it
+    page.wait_for_timeout(1000)
+    assert sum("warmed" in m.get("said", {}) for m in page.evaluate("window.__worker")) == 2
     assert recorder.errors == []
     context.close()
 
