@@ -6,8 +6,8 @@
 // Messages to the page: {progress: {done, total, label}} while loading, with {download: {received}} (bytes
 // downloaded so far) between them, then {type: "ready"} or {type: "failed", message}; then, for each
 // {id, kind, request}, {id, answer} or {id, error, fatal} (fatal: Python can no longer run here, and the page
-// starts a new worker), or {id, superseded: true} when a newer question of its kind came first; and, once,
-// {warmed: n} when it has warmed its code while idle (WARM_RUNS).
+// starts a new worker), or {id, superseded: true} when a newer question of its kind came first; and
+// {warmed: n} when it has warmed its code while idle (WARM_RUNS): once, and once more for each other model.
 // The questions are answered most urgent kind first (KINDS), one kind's newest only: a reader's change (the
 // numbers, then their sweep) before the planner's, and the planner's (calc.web.Sliced) a slice of a few ms at
 // a time, back to the event loop after each, so a change that comes while a plan runs is answered before the
@@ -141,10 +141,14 @@ const WARM_MAX_MS = 100;
 let warmLeft = WARM_RUNS;
 let warmRuns = 0;
 let warmedFor = null;  // the model the runs were for: another model's code (its family's layers) warms again
-const modelOf = (request) => {
-  const { preset, family, "hf-config": config } = JSON.parse(request).inputs ?? {};
-  return JSON.stringify([preset, family, config]);
-};
+function modelOf(request) {
+  try {
+    const { preset, family, "hf-config": config } = JSON.parse(request).inputs ?? {};
+    return JSON.stringify([preset, family, config]);
+  } catch {
+    return null;  // no model to tell apart (a request calc answered is JSON: not expected)
+  }
+}
 let warmTimer = null;
 const lastAsked = new Map();  // kind -> the last request of that kind answered, and quickly ("numbers", "sweep")
 
