@@ -300,6 +300,8 @@ def sweep(
     """Peak bytes per device for each sequence length (the same walks, without expanding their events)."""
     forms = sweep_forms(shape, recipe, recompute, par, grad_accum)
     p = RECIPES[recipe].activations
+    if not seqs:  # no sizes to sweep over (part_columns takes at least one length)
+        return []
     parts = swept_parts(shape, tuple(seqs), micro_batch, par)
     return peaks_over(forms, part_columns(parts, shape, seqs, micro_batch, recompute, p, par))
 

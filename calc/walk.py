@@ -117,11 +117,11 @@ def part_sizes(parts: tuple, shape: Shape, seq: int, micro_batch: int, recompute
 
 def part_columns(parts_at: Sequence[tuple], shape: Shape, seqs: Sequence[int], micro_batch: int, recompute: str,
                  activation_bytes: int = 2, par: Parallel = SINGLE) -> dict[str, list[int]]:  # fmt: skip
-    """part_sizes at each sequence length of a sweep (parts_at: their token_parts), a list a size, as peaks_over
-    reads them (no dict a length)."""
+    """part_sizes at each sequence length of a sweep (parts_at: their token_parts, at least one), a list a size,
+    as peaks_over reads them (no dict a length)."""
     out = {"logits16": [act.at_width(parts[0], activation_bytes) for parts in parts_at],
            "logits32": [parts[1] for parts in parts_at]}  # fmt: skip
-    for i, prefix in enumerate(("", "moe:")[: len(parts_at[0][2]) if parts_at else 0]):
+    for i, prefix in enumerate(("", "moe:")[: len(parts_at[0][2])]):
         pairs = [_kept_recomputed(parts[2][i], shape, seq, micro_batch, recompute, activation_bytes, par)
                  for parts, seq in zip(parts_at, seqs, strict=True)]  # fmt: skip
         out[prefix + "kept"], out[prefix + "recomputed"] = [k for k, _ in pairs], [r for _, r in pairs]
@@ -521,10 +521,9 @@ def peaks_over(forms: tuple, columns: dict[str, list[int]]) -> list[int]:
     sequence length rather than a length at a time over every sum."""
     pruned, every = _in_parts(forms)
     names = {name for _, ns in every for name, _ in ns}
-    best = [-1] * len(next(iter(columns.values()), ()))
-    columns = {name: columns.get(name, []) for name in names}  # a sweep of no lengths has no layer's sizes
-    if any(min(column, default=0) < 0 for column in columns.values()):
+    if any(min(columns[name], default=0) < 0 for name in names):
         pruned = every
+    best = [-1] * len(next(iter(columns.values()), ()))
     for const, ns in pruned:
         totals = [const] * len(best)
         for name, count in ns:

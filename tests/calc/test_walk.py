@@ -234,7 +234,7 @@ def test_each_table_row_is_its_step(shape, seq, b, layout, accum):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(shapes(), moe_shapes()), st.lists(seqs, max_size=5), micro_batches, recomputes,
+@given(st.one_of(shapes(), moe_shapes()), st.lists(seqs, min_size=1, max_size=5), micro_batches, recomputes,
        st.sampled_from([1, 2, 4]))  # fmt: skip
 def test_a_sweeps_columns_are_the_part_sizes_at_each_length(shape, lengths, b, recompute, p):
     """walk.part_columns (the chart's sweep, a list a size) holds walk.part_sizes at each sequence length, dense

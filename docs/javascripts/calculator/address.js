@@ -35,7 +35,8 @@ export function addressWriter({ current, replace, push, later = setTimeout, canc
       return;
     }
     drop();
-    if (!url() || url() === current()) return;  // typed back to what the address says
+    const now = url();
+    if (!now || now === current()) return;  // typed back to what the address says
     pending = { url, timer: later(flush, delay) };
     onPending(true);
   }
