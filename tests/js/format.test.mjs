@@ -30,10 +30,23 @@ test("a capacity drops a trailing .0, and a tiny one is not 0 GB", () => {
   assert.equal(capacityText(80.04e9), "80.0 GB");  // not exact: one decimal, as calc.units.format_capacity
 });
 
-test("calc's flags become the form's labels; a flag with no field stays", () => {
-  const labels = { tp: "Tensor parallel", "grad-accum": "Micro-batches per step" };
-  const said = withLabels("leave --tp, --grad-accum and --walk unset", (n) => labels[n] ?? null);
-  assert.equal(said, "leave “Tensor parallel”, “Micro-batches per step” and --walk unset");
+test("calc's flags become the form's labels; a field with no control is said as a link's setting, once", () => {
+  const labels = { tp: "Tensor parallel", "grad-accum": "Micro-batches per step", tied: "Head tied to embedding" };
+  const labelOf = (n) => labels[n] ?? null;
+  const fields = new Set([...Object.keys(labels), "walk", "experts", "dense-layers", "bias", "head-size"]);
+  const isField = (n) => fields.has(n);
+  const said = withLabels("leave --tp, --grad-accum and --walk unset", labelOf, isField);
+  assert.equal(said, "leave “Tensor parallel”, “Micro-batches per step” and “walk” (no field here shows it; a " +
+    "link sets it: ?walk=) unset");
+  assert.equal(withLabels("give --experts and no --dense-layers; --experts is 0", labelOf, isField),
+    "give “experts” (no field here shows it; a link sets it: ?experts=) and no “dense-layers” (no field here " +
+    "shows it; a link sets it: ?dense-layers=); “experts” is 0");
+  assert.equal(withLabels("give --no-tied and --bias too", labelOf, isField),
+    "give “Head tied to embedding” off and “bias” (no field here shows it; a link sets it: ?bias=) too");
+  assert.doesNotMatch(withLabels("heads do not divide the width (or give --head-size)", labelOf, isField), /--/);
+  // a flag that is no field of calc's (or no isField given) stays as it is
+  assert.equal(withLabels("--planner and --walk", labelOf), "--planner and --walk");
+  assert.equal(withLabels("--planner stays", labelOf, isField), "--planner stays");
 });
 
 test("a long value is quoted cut, with its length", () => {

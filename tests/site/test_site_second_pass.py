@@ -163,6 +163,25 @@ def test_messages_name_the_forms_labels_and_a_configs_own_value_is_refused_under
     assert recorder.errors == []
 
 
+def test_a_field_with_no_control_here_is_named_as_a_links_setting_not_as_a_flag(open_page):
+    """calc's message for heads that do not divide the width suggests --head-size, a field the form has no
+    control for: the page names it as the setting a link gives (?head-size=), never as a CLI flag, and the CLI
+    still names its flag."""
+    from conftest import cli_run
+
+    done = cli_run(["--heads", "7"])
+    assert done.returncode == 2 and "--head-size" in done.stderr
+    page, recorder = open_page()
+    page.fill('[data-calc-form] [name="heads"]', "7")  # refused: no redraw comes
+    page.wait_for_function("() => document.querySelector('[data-error-for=\"heads\"]').textContent.trim()")
+    said = page.text_content('[data-error-for="heads"]')
+    assert said.startswith("Heads (a): ") and "“head-size”" in said and "?head-size=" in said
+    assert "--" not in said
+    change(page, "heads", "32")  # the rest of the page goes on
+    assert page.text_content('[data-error-for="heads"]').strip() == ""
+    assert recorder.errors == []
+
+
 def test_a_lora_rank_without_lora_is_refused_as_the_cli_refuses_it(open_page):
     """Item 8: `?lora-rank=64` with full training is named in the link's notice, as `--lora-rank 64` is refused."""
     page, recorder = open_page("?lora-rank=64")

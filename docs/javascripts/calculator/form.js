@@ -38,6 +38,8 @@ export function createForm(root, config) {
   };
 
   // The form's label of a field, or null where the form has no control for it.
+  const known = new Set(fields.all);
+  const isField = (name) => known.has(name);  // one of calc's fields, with a control here or not (a link's)
   const labelOf = (name) => form.querySelector(`label[for="calc-${CSS.escape(name)}"]`)?.textContent.trim() ?? null;
   function setField(name, value) {
     const el = field(name);
@@ -214,7 +216,7 @@ export function createForm(root, config) {
     return out;
   }
   return {
-    form, fields, presets, hf, state, field, labelOf, setField, valueOf, hfMode, applies, isShape,
+    form, fields, presets, hf, state, field, labelOf, isField, setField, valueOf, hfMode, applies, isShape,
     showApplicable, fillPreset, fillFromAnswer, showRead, fillDefaults, enterHf, leaveHf, dropHf, choosePreset, resetField,
     touched, inputs,
   };

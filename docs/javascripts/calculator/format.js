@@ -74,12 +74,22 @@ export function tuningText(tune, optimizerLabels = {}) {
   return `Fine-tuning: ${what}${detail}, ${optimizerLabels[tune.optimizer] ?? tune.optimizer}${paged}. `;
 }
 
-// calc's messages name its CLI flags (--tp); the page names its own fields: “Tensor parallel”.
-// labelOf(name) is the form's label for a field, or null where the form has none (the flag stays).
-export function withLabels(message, labelOf) {
+// calc's messages name its CLI flags (--tp); the page names its own fields: “Tensor parallel”, and a switch's
+// --no-tied “Head tied to embedding” off. A field with no control here (--head-size, --experts, --walk) is
+// said as the setting a link gives (`?head-size=96`, link.js), once: no field here is there to look for.
+// labelOf(name) is the form's label for a field, or null where the form has none; isField(name) whether calc
+// has such a field at all (a flag that is none, or with isField left out, stays as it is).
+export function withLabels(message, labelOf, isField = () => false) {
+  const named = new Set();
   return String(message).replace(/--([a-z][a-z0-9-]*)/g, (flag, name) => {
     const label = labelOf(name);
-    return label ? `“${label}”` : flag;
+    if (label) return `“${label}”`;
+    const off = name.startsWith("no-") && labelOf(name.slice(3));
+    if (off) return `“${off}” off`;
+    if (!isField(name)) return flag;
+    if (named.has(name)) return `“${name}”`;
+    named.add(name);
+    return `“${name}” (no field here shows it; a link sets it: ?${name}=)`;
   });
 }
 

@@ -119,7 +119,7 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     for (const { name, message, line } of problems) {
       const li = document.createElement("li");
       li.dataset.linkProblem = name;
-      li.textContent = line ?? `${labelOf(name) ?? name}: ${pageWords(message, labelOf)}.`;
+      li.textContent = line ?? `${labelOf(name) ?? name}: ${pageWords(message, labelOf, f.isField)}.`;
       list.appendChild(li);
     }
     notice.replaceChildren(intro, list);
@@ -189,7 +189,7 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     f.state.extras.delete(name);
     f.state.overrides.delete(name);
     say(name, result.message, `${name} ${quote(value)} from the link no longer applies and was dropped ` +
-      `(${pageWords(result.message, labelOf)}).`);
+      `(${pageWords(result.message, labelOf, f.isField)}).`);
     showNotice();
     return true;
   }

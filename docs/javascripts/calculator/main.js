@@ -23,7 +23,7 @@ function mount(root) {
   const msg = createMessages(root, config, f);
   const pendingNote = root.querySelector("[data-calc-pending]");
   let answer = config.initial;
-  const view = createView(root, config, () => answer, f.labelOf);
+  const view = createView(root, config, () => answer, f.labelOf, f.isField);
   let ask = null;   // the worker's ask(kind, request), once it is ready
   let asked = 0;    // the latest change's number: an answer to an older one is not drawn
   let seqKept = false;  // a typed sequence was kept for a new model (calc may refuse it for that model)
@@ -82,7 +82,7 @@ function mount(root) {
     if (!result.ok && (link.refused(result) || link.dropped(result))) { update(); return; }
     f.state.fromLink.clear();
     if (!result.ok && result.field === "seq" && seqKept) {  // the typed sequence does not suit the new model
-      msg.notes.set("seq", seqResetNote(f.valueOf("seq"), pageWords(result.message, f.labelOf)));
+      msg.notes.set("seq", seqResetNote(f.valueOf("seq"), pageWords(result.message, f.labelOf, f.isField)));
       seqKept = false;
       f.resetField("seq");
       update();

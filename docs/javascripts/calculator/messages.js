@@ -15,8 +15,9 @@ export const seqResetNote = (typed, reason) =>
 const MODE_WORDS = { table: "the table", plan: "the planner", "fit-card": "“What fits on one card”" };
 // calc's message in the page's words: its modes' flags (--plan, --fit-card) by the page's names for them, its
 // fields' flags by the form's labels (withLabels). Pure (tests/js/messages.test.mjs).
-export const pageWords = (message, labelOf) =>
-  withLabels(String(message).replace(/--(table|plan|fit-card)\b(?!-)/g, (_, mode) => MODE_WORDS[mode]), labelOf);
+export const pageWords = (message, labelOf, isField) =>
+  withLabels(String(message).replace(/--(table|plan|fit-card)\b(?!-)/g, (_, mode) => MODE_WORDS[mode]), labelOf,
+    isField);
 
 export function createMessages(root, config, f) {
   const status = root.querySelector("[data-calc-status]");
@@ -39,7 +40,7 @@ export function createMessages(root, config, f) {
   function showError(name, message) {
     const inConfig = f.hfMode() && f.isShape(name) && !f.state.overrides.has(name);
     const at = inConfig ? HF_CONFIG : name;
-    const said = pageWords(message, labelOf);
+    const said = pageWords(message, labelOf, f.isField);
     const slot = root.querySelector(`[data-error-for="${CSS.escape(at ?? "")}"]`);
     if (!slot) {
       notice.textContent = `The calculator could not use these inputs: ${name && labelOf(name) ? `${labelOf(name)}: ` : ""}${said}`;

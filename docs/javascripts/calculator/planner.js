@@ -73,14 +73,14 @@ export function createPlanner(root, config, f, { ask, update }) {
     const run = result.config;  // the run the rows are for (calc.web.plan_only)
     // Inputs the CLI's --plan refuses (another walk, optimizer or fine-tuning): calc's reason, and no rows.
     const refused = result.plan_refused;
-    const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${pageWords(refused.message, f.labelOf)}.`;
+    const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${pageWords(refused.message, f.labelOf, f.isField)}.`;
     if (refused) drawPlan(planner.body, [], 0, reason);
     else drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
     // Inputs the CLI's --fit-card refuses (a mixture of experts; another walk than the deck's, whose peaks its
     // rows are): calc's reason, naming its field as the planner does, the list not computed.
     const fitRefused = result.fit_refused;
     const fitField = fitRefused && fitRefused.field !== "fit-card" ? `${f.labelOf(fitRefused.field) ?? fitRefused.field}: ` : "";
-    const fitReason = fitRefused && `Not computed: ${fitField}${pageWords(fitRefused.message, f.labelOf)}.`;
+    const fitReason = fitRefused && `Not computed: ${fitField}${pageWords(fitRefused.message, f.labelOf, f.isField)}.`;
     drawFit(fitView.body, result.fit, fitReason || "Nothing fits one card.", live);
     fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `on one ${capacityText(result.capacity)} device.`;
@@ -108,7 +108,7 @@ export function createPlanner(root, config, f, { ask, update }) {
     delete planner.root.dataset.planBusy;
     if (result.superseded || key !== question()) return;  // the form moved on; a newer plan is scheduled
     if (!result.ok) {
-      state("error", `The planner needs valid inputs (${pageWords(result.message, f.labelOf)}).`);
+      state("error", `The planner needs valid inputs (${pageWords(result.message, f.labelOf, f.isField)}).`);
       return;
     }
     planner.shown = key;

@@ -20,8 +20,9 @@ export function eagerLead(cfg, { attention, how }) {
   return ["What PyTorch allocates for the same step (", `: transformers' code, ${attention} attention, ${how}): `];
 }
 
-// labelOf(name): the form's label for a field (calc's reasons name its flags; the page names its fields).
-export function createView(root, config, answerOf, labelOf) {
+// labelOf(name): the form's label for a field (calc's reasons name its flags; the page names its fields);
+// isField(name): whether calc has that field (format.js: withLabels).
+export function createView(root, config, answerOf, labelOf, isField) {
   const charts = Object.fromEntries([...root.querySelectorAll("[data-chart]")].map((c) => [c.dataset.chart, c]));
   const categories = config.categories;
   const anim = createAnimation(root, () => answerOf().step, config.categoryLabels);
@@ -93,7 +94,7 @@ export function createView(root, config, answerOf, labelOf) {
     if (!eager.available) {
       const reason = document.createElement("span");
       reason.dataset.out = "eager-reason";
-      reason.textContent = `What PyTorch allocates is not shown for this step: ${withLabels(eager.reason, labelOf)}.`;
+      reason.textContent = `What PyTorch allocates is not shown for this step: ${withLabels(eager.reason, labelOf, isField)}.`;
       line.append(reason);
       return;
     }
