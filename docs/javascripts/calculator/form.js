@@ -38,9 +38,9 @@ export function createForm(root, config) {
   };
 
   // The form's label of a field, or null where the form has no control for it.
+  const labelOf = (name) => form.querySelector(`label[for="calc-${CSS.escape(name)}"]`)?.textContent.trim() ?? null;
   const known = new Set(fields.all);
   const isField = (name) => known.has(name);  // one of calc's fields, with a control here or not (a link's)
-  const labelOf = (name) => form.querySelector(`label[for="calc-${CSS.escape(name)}"]`)?.textContent.trim() ?? null;
   function setField(name, value) {
     const el = field(name);
     if (!el) return;
