@@ -1,5 +1,6 @@
 // The form: its fields by calc's names, the model it holds (a preset, or a config.json), and the inputs calc
 // is sent. The field names come from calc (config.fields, written by hooks/deck.py), never from a list here.
+import { pageWords } from "./messages.js";
 import { HF_CONFIG, calcInputs } from "./values.js";
 
 export function createForm(root, config) {
@@ -41,6 +42,7 @@ export function createForm(root, config) {
   const labelOf = (name) => form.querySelector(`label[for="calc-${CSS.escape(name)}"]`)?.textContent.trim() ?? null;
   const known = new Set(fields.all);
   const isField = (name) => known.has(name);  // one of calc's fields, with a control here or not (a link's)
+  const words = (message) => pageWords(message, labelOf, isField);  // calc's message as the page says it
   function setField(name, value) {
     const el = field(name);
     if (!el) return;
@@ -216,7 +218,7 @@ export function createForm(root, config) {
     return out;
   }
   return {
-    form, fields, presets, hf, state, field, labelOf, isField, setField, valueOf, hfMode, applies, isShape,
+    form, fields, presets, hf, state, field, labelOf, isField, words, setField, valueOf, hfMode, applies, isShape,
     showApplicable, fillPreset, fillFromAnswer, showRead, fillDefaults, enterHf, leaveHf, dropHf, choosePreset, resetField,
     touched, inputs,
   };

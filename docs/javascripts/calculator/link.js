@@ -3,7 +3,6 @@
 import { addressWriter } from "./address.js";
 import { configProblem } from "./config-paste.js";
 import { flagsIn, quote } from "./format.js";
-import { pageWords } from "./messages.js";
 import { linkQuery, readLink } from "./url.js";
 import { HF_CONFIG, matchChoice, parseBool } from "./values.js";
 
@@ -119,7 +118,7 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     for (const { name, message, line } of problems) {
       const li = document.createElement("li");
       li.dataset.linkProblem = name;
-      li.textContent = line ?? `${labelOf(name) ?? name}: ${pageWords(message, labelOf, f.isField)}.`;
+      li.textContent = line ?? `${labelOf(name) ?? name}: ${f.words(message)}.`;
       list.appendChild(li);
     }
     notice.replaceChildren(intro, list);
@@ -189,7 +188,7 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     f.state.extras.delete(name);
     f.state.overrides.delete(name);
     say(name, result.message, `${name} ${quote(value)} from the link no longer applies and was dropped ` +
-      `(${pageWords(result.message, labelOf, f.isField)}).`);
+      `(${f.words(result.message)}).`);
     showNotice();
     return true;
   }

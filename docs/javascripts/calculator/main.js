@@ -5,7 +5,7 @@
 import { createConfigBox } from "./config-box.js";
 import { createForm } from "./form.js";
 import { createLink } from "./link.js";
-import { createMessages, pageWords, seqResetNote } from "./messages.js";
+import { createMessages, seqResetNote } from "./messages.js";
 import { createPlanner } from "./planner.js";
 import { HF_CONFIG } from "./values.js";
 import { createView } from "./view.js";
@@ -82,7 +82,7 @@ function mount(root) {
     if (!result.ok && (link.refused(result) || link.dropped(result))) { update(); return; }
     f.state.fromLink.clear();
     if (!result.ok && result.field === "seq" && seqKept) {  // the typed sequence does not suit the new model
-      msg.notes.set("seq", seqResetNote(f.valueOf("seq"), pageWords(result.message, f.labelOf, f.isField)));
+      msg.notes.set("seq", seqResetNote(f.valueOf("seq"), f.words(result.message)));
       seqKept = false;
       f.resetField("seq");
       update();

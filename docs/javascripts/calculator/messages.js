@@ -40,7 +40,7 @@ export function createMessages(root, config, f) {
   function showError(name, message) {
     const inConfig = f.hfMode() && f.isShape(name) && !f.state.overrides.has(name);
     const at = inConfig ? HF_CONFIG : name;
-    const said = pageWords(message, labelOf, f.isField);
+    const said = f.words(message);
     const slot = root.querySelector(`[data-error-for="${CSS.escape(at ?? "")}"]`);
     if (!slot) {
       notice.textContent = `The calculator could not use these inputs: ${name && labelOf(name) ? `${labelOf(name)}: ` : ""}${said}`;

@@ -1,7 +1,6 @@
 // The planner and "What fits on one card": asked of the page's one worker (as its least urgent kind of
 // question, so a reader's change always goes first) once the reader pauses; Load puts a row in the form.
 import { capacityText, formatInt } from "./format.js";
-import { pageWords } from "./messages.js";
 import { drawFit, drawPlan, rove, roveWithArrows } from "./tables.js";
 import { loadFields, planQuestion } from "./values.js";
 
@@ -73,14 +72,14 @@ export function createPlanner(root, config, f, { ask, update }) {
     const run = result.config;  // the run the rows are for (calc.web.plan_only)
     // Inputs the CLI's --plan refuses (another walk, optimizer or fine-tuning): calc's reason, and no rows.
     const refused = result.plan_refused;
-    const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${pageWords(refused.message, f.labelOf, f.isField)}.`;
+    const reason = refused && `No layouts: ${f.labelOf(refused.field) ?? refused.field}: ${f.words(refused.message)}.`;
     if (refused) drawPlan(planner.body, [], 0, reason);
     else drawPlan(planner.body, plan, Number(planner.root.dataset.maxDevices));
     // Inputs the CLI's --fit-card refuses (a mixture of experts; another walk than the deck's, whose peaks its
     // rows are): calc's reason, naming its field as the planner does, the list not computed.
     const fitRefused = result.fit_refused;
     const fitField = fitRefused && fitRefused.field !== "fit-card" ? `${f.labelOf(fitRefused.field) ?? fitRefused.field}: ` : "";
-    const fitReason = fitRefused && `Not computed: ${fitField}${pageWords(fitRefused.message, f.labelOf, f.isField)}.`;
+    const fitReason = fitRefused && `Not computed: ${fitField}${f.words(fitRefused.message)}.`;
     drawFit(fitView.body, result.fit, fitReason || "Nothing fits one card.", live);
     fitView.caption.textContent = `Fine-tunings of ${run.shape.name}, sequence ${formatInt(run.seq)}, ` +
       `on one ${capacityText(result.capacity)} device.`;
@@ -108,7 +107,7 @@ export function createPlanner(root, config, f, { ask, update }) {
     delete planner.root.dataset.planBusy;
     if (result.superseded || key !== question()) return;  // the form moved on; a newer plan is scheduled
     if (!result.ok) {
-      state("error", `The planner needs valid inputs (${pageWords(result.message, f.labelOf, f.isField)}).`);
+      state("error", `The planner needs valid inputs (${f.words(result.message)}).`);
       return;
     }
     planner.shown = key;
