@@ -6,8 +6,9 @@ from dataclasses import asdict, replace
 from functools import lru_cache
 from typing import NamedTuple
 
-from . import eager, eager_step, finetune, loops
+from . import eager, eager_step, finetune, loops, optim_step
 from .counts import param_counts
+from .engines import ddp
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .run import Run
@@ -101,22 +102,45 @@ class Walked(NamedTuple):
     at: int  # the index of the event where it first occurs
     full_sizes: dict[str, int]
     per_layer: int
+    ranks: tuple[int, ...] = ()  # the eager walk over data-parallel processes: each rank's peak (issue 31)
 
 
 def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
-               attention: str, device: str, tune: finetune.Tuning, loop: loops.Loop) -> Walked:  # fmt: skip
+               attention: str, device: str, tune: finetune.Tuning, loop: loops.Loop,
+               par: Parallel = SINGLE) -> Walked:  # fmt: skip
     """The eager walk (calc.eager): what PyTorch's eager autograd allocates on one device, `loop` around it
-    (with its micro-batches); each category's size is its high-water mark in the walk."""
+    (with its micro-batches); each category's size is its high-water mark in the walk. Over `par.dp` processes
+    (DDP, with ZeroRedundancyOptimizer under ZeRO 1: calc.engines.ddp) the rank that peaks highest is walked,
+    and `ranks` has every rank's peak (up to RANKS_LISTED ranks)."""
     bare = None if loop == loops.BARE else loop
-    segs = eager.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune, bare)
-    top, at = peak(segs)
+    args = (shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune, bare)
+    engine = (lambda rank: ddp.DataParallel(par.dp, par.zero, rank)) if par.dp > 1 else (lambda rank: None)
+    ranks, walks = _dp_ranks(shape, tune, par), {}  # walks: share -> (segments, (peak, at)), once a share
+    for rank, share in ranks:
+        if share not in walks:
+            segs = eager.segments(*args, engine=engine(rank))
+            walks[share] = (segs, peak(segs))
+    segs, (top, at) = max(walks.values(), key=lambda got: got[1][0])
     full_sizes = category_peaks(segs)
     per_layer = next(
         sum(e.bytes for e in s.events if e.category == "activations")
         for s in segs
         if s.reps and s.events[0].phase == "forward"
     )
-    return Walked(0, 1, loop.grad_accum > 1, segs, top, at, full_sizes, per_layer)
+    rank_peaks = tuple(walks[share][1][0] for _, share in ranks) if 1 < par.dp <= RANKS_LISTED else ()
+    return Walked(0, 1, loop.grad_accum > 1, segs, top, at, full_sizes, per_layer, rank_peaks)
+
+
+RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
+
+
+def _dp_ranks(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple[int, tuple[int, ...]]]:
+    """(rank, the sizes of the parameters its optimizer steps) of each data-parallel process: one for DDP, whose
+    ranks are alike; ZeroRedundancyOptimizer's shares under ZeRO 1 (calc.engines.ddp.partition)."""
+    if not par.zero:
+        return [(rank, ()) for rank in range(par.dp)]
+    shares = ddp.partition(optim_step.trainable(shape, tune), par.dp)
+    return [(rank, tuple(p.numel for p in share)) for rank, share in enumerate(shares)]
 
 
 def tuned_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
@@ -150,9 +174,9 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     """The walk step reports: the eager one, the fine-tuning one or the deck's, each where it applies."""
     sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
     if walk == "eager":
-        if par != SINGLE:
-            raise ValueError("the eager walk is for a single device: use the deck walk")
-        return eager_walk(*sized, attention, device, tune, loop)
+        if replace(par, dp=1, zero=0, flash=False) != SINGLE or par.zero > 1:
+            raise ValueError("the eager walk runs data parallelism as DDP (ZeRO 0 or 1): use the deck walk")
+        return eager_walk(*sized, attention, device, tune, loop, par)
     if walk == "deck" and not tune.default:
         if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
             raise ValueError("fine-tuning is walked on one device (or plain data parallelism, no ZeRO)")
@@ -181,8 +205,9 @@ def step(
     `grad_accum`: micro-batches per step of each data-parallel worker (default: pp; see walks).
 
     walk="deck" (the default) is the deck's walk (calc.walk); walk="eager" counts what PyTorch's eager
-    autograd allocates (calc.eager), on a single device only, and its `bytes` are each category's
-    high-water mark in that walk. `attention` (transformers' attn_implementation, "eager" or "sdpa") and
+    autograd allocates (calc.eager), on one device or on each rank of DDP (`par.dp`, ZeRO 0 or 1:
+    calc.engines.ddp; "rank_peaks" has every rank's peak), and its `bytes` are each category's high-water
+    mark in that walk. `attention` (transformers' attn_implementation, "eager" or "sdpa") and
     `device` ("cuda" or "cpu": which AdamW PyTorch picks) shape the eager walk only. `activation_bytes`:
     the recipe's unless given. `tune` (calc.finetune.Tuning) fine-tunes: frozen parameters, LoRA, QLoRA, another
     optimizer; anything but the default walks calc.finetune's step (deck walk, one device or plain dp)."""
@@ -213,6 +238,7 @@ def step(
         "peak": w.top,
         "peak_event": expanded[w.at]["label"],
         "peak_index": w.at,
+        **({"rank_peaks": list(w.ranks)} if w.ranks else {}),
         "events": expanded,
     }
 

@@ -273,14 +273,20 @@ def segments(
     device: str = "cuda",
     tune=None,
     loop=None,
+    engine=None,
 ) -> list[Segment]:
     """The step on a single device, every size in bytes. transformers' models (families "llama" and
     "gpt2") are replayed op by op (calc.eager_step); the course's Decoder follows the counts below, with
     activations at `activation_bytes` (p) and weights, gradients and Adam's state as `recipe` keeps them.
-    `tune` (calc.finetune.Tuning: LoRA or frozen layers) is replayed for transformers' models only."""
+    `tune` (calc.finetune.Tuning: LoRA or frozen layers) is replayed for transformers' models only; so is
+    `engine`, one rank of DDP (calc.engines.ddp.DataParallel)."""
     if shape.family != "decoder":
         if recompute == "selective":
             raise ValueError("transformers checkpoints whole layers: recompute none or full")
+        if engine is not None:
+            tune, loop = tune or finetune.DEFAULT, loop or loops.BARE
+            return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device, tune, loop,
+                                       engine)  # fmt: skip
         if tune is None and loop is None:
             return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device)
         if loop is None:
@@ -289,6 +295,8 @@ def segments(
         return eager_step.segments(shape, seq, micro_batch, recipe, recompute, attention, device, tune, loop)
     if tune is not None and not tune.default:
         raise ValueError("the eager walk fine-tunes transformers' models only")
+    if engine is not None:
+        raise ValueError("the eager walk runs the course's Decoder on one device only")
     if loop is not None and loop != loops.BARE:
         raise ValueError("the course's Decoder is walked in a bare loop only")
     if activation_bytes is None:

@@ -14,6 +14,7 @@ from functools import lru_cache, partial
 
 from . import counts, finetune, inventory, loops, losses, optim_step, phases, trl_head
 from .counts import param_counts
+from .engines import ddp
 from .families import FAMILIES
 from .optimizers import OPTIMIZERS
 from .parts.ops import Ops, Step
@@ -309,9 +310,11 @@ def segments(
     device: str,
     tune: finetune.Tuning = finetune.DEFAULT,
     loop: loops.Loop = loops.BARE,
+    engine: ddp.DataParallel | None = None,
 ):
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
-    repeated over the layers where they are the same), AdamW's step and zero_grad.
+    repeated over the layers where they are the same), AdamW's step and zero_grad. `engine`: the step of one
+    rank of DDP (calc.engines.ddp), its buckets and, under ZeRO-1, its share of the optimizer.
 
     A few layers of each run are replayed (layer_spans: the layers of a run of one kind, or the periods of a run
     whose kinds repeat, but the first and the last, run the same ops on the same sizes), and their events are
@@ -322,6 +325,11 @@ def segments(
     start, tensors = _resident(shape, recipe, tune)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
     params = optim_step.trainable(shape, tune)  # issue 19: the optimizer's own state and step (calc.optim_step)
+    if engine is not None:  # issue 31: what a rank of DDP holds beside the one-device step
+        start.append(engine.buckets(params, finetune.trained_recipe(recipe, tune).gradients, rp.block))
+        if engine.zero:
+            share = engine.optimized(params)
+            start, params, tensors = ddp.sharded(start, params, share), share, len(share)
     start += _optimizer_start(params, recipe, device, tune, loop, tensors, rp.block)
     start += loops.start_events(loop, shape, st.tokens, rp.block)  # the loop's own tensors (calc.loops)
     segs = [Segment(tuple(start)), *replayed]

@@ -14,6 +14,7 @@ from .fields import ATTENTIONS, CARDS, DEVICES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
 from .parallel import SINGLE, Parallel, check
 from .presets import PRESETS
+from .recipes import RECIPES
 from .run import Run
 from .shape import Shape
 from .units import GB
@@ -217,6 +218,9 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
     if problem:
         raise InputError(*problem)
     loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
+    problem = walk == "eager" and zero1_problem(par, run["recipe"], tune, loop)
+    if problem:
+        raise InputError(*problem)
     return Run(
         shape=shape,
         **{k: run[k] for k in ("seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device")},
@@ -459,8 +463,14 @@ def eager_problem(
     shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = ""
 ) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
-    if replace(par, flash=False) != Parallel():  # the deck's flash is the eager walk's --attention sdpa
-        return "walk", "the eager walk is one device: leave --dp, --tp, --pp, --ep, --zero unset"
+    if replace(par, dp=1, zero=0, flash=False) != Parallel():  # the deck's flash is the eager walk's sdpa
+        return "walk", ("the eager walk runs data parallelism only (--dp, as DDP): tensor, pipeline, expert and "
+                        "sequence parallelism are the deck walk's accounting")  # fmt: skip
+    if par.zero > 1:
+        return "zero", ("the eager walk runs ZeRO 1 as ZeroRedundancyOptimizer beside DDP; ZeRO 2 and 3 (FSDP2) "
+                        "are the deck walk's accounting")  # fmt: skip
+    if par.dp > 1 and shape.family == "decoder":
+        return "dp", "the eager walk runs the course's Decoder on one device: use the deck walk, or a model"
     if shape.family == "decoder" and (grad_accum or 1) > 1:
         return "grad-accum", "the eager walk runs the course's Decoder one micro-batch a step: use the deck walk"
     missing = eager_lacks(shape)
@@ -470,6 +480,21 @@ def eager_problem(
         return "recompute", "transformers checkpoints whole layers: none or full with the eager walk"
     lacks = attention and families.attention_lacks(shape, attention)
     return ("attention", lacks) if lacks else None
+
+
+def zero1_problem(par: Parallel, recipe: str, tune: finetune.Tuning, loop: loops.Loop) -> tuple[str, str] | None:
+    """(field, message) where the eager walk's ZeRO 1, torch's ZeroRedundancyOptimizer around AdamW in a bare
+    loop (calc.engines.ddp), is not the step asked for, or None."""
+    if not (par.zero == 1 and par.dp > 1):
+        return None
+    if RECIPES[recipe].master:
+        return "recipe", ("ZeroRedundancyOptimizer steps the model's own parameters, with no fp32 master copy: "
+                          "fp32-full, autocast or bf16 with the eager walk's --zero 1")  # fmt: skip
+    if tune.optimizer != "adamw":
+        return "optimizer", "the eager walk's --zero 1 is ZeroRedundancyOptimizer around AdamW"
+    if loop.name != "bare":
+        return "loop", "the eager walk's --zero 1 is ZeroRedundancyOptimizer in a bare loop, not Trainer's"
+    return None
 
 
 eager_lacks = families.eager_lacks  # what the eager walk does not replay (the registry says)

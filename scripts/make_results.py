@@ -20,6 +20,7 @@ LORA = ROOT / "docs" / "data" / "lora.json"  # scripts/training/measure_lora.py
 QLORA = ROOT / "docs" / "data" / "qlora.json"  # scripts/training/measure_qlora.py
 FAMILIES = ROOT / "docs" / "data" / "families.json"  # scripts/training/measure_families.py
 LOOPS = ROOT / "docs" / "data" / "loops.json"  # scripts/training/measure_loops.py
+ENGINES = ROOT / "docs" / "data" / "engines.json"  # scripts/training/measure_engines.py
 # What `make gpu-check` writes (scripts/training/gpu_check.py), by the measurement it comes from.
 CUDA_SOURCES = {"dense (§10.6)": MEASUREMENTS, "transformers' models (§10.8)": TRANSFORMERS,
                 "LoRA": ROOT / "docs" / "data" / "lora-cuda.json", "QLoRA": ROOT / "docs" / "data" / "qlora-cuda.json",
@@ -928,6 +929,80 @@ def _predicted_ratio(row: dict) -> float | None:
     return None
 
 
+ENGINES_PROSE = """Data parallelism as torch runs it, rank by rank (issue 31): {steps} real CPU steps of {processes}
+processes each (gloo over loopback; {families}; {shape}; fp32 and autocast, checkpointing off and on), every process
+measured from an empty start with the harness of §10.8, its third step (DDP rebuilds its buckets in the
+second). `ddp` is `DistributedDataParallel` with torch's defaults around PyTorch's AdamW; `ddp-zero1` is the
+same with `ZeroRedundancyOptimizer(optimizer_class=AdamW)`. The prediction is the CLI's, `--walk eager --dp N`
+(`--zero 1`) from the config.json, one per rank (`rank_peaks` in `--json`): the eager walk of one device, plus
+DDP's gradient buckets (a second flat copy of every gradient, `gradient_as_bucket_view=False`), with each
+rank's own share of AdamW under ZeRO 1 (`calc/engines/ddp.py`). Worst rank, predicted / measured:
+{worst}. The deck walk's `--dp N --zero K` gives {deck_low} to {deck_high} of the busiest rank: it counts no
+bucket, and under ZeRO 1 it saves the sharded moments that DDP's buckets spend again (ZeRO-1 as torch runs it
+peaks where one device does).
+
+{high} of the {rank_steps} rank-steps read high by exactly DDP's buckets (the ranks below 0.95 in the table): each
+of them starts the measured step that many bytes above its peers, and rises from its start as they do. They
+are the buckets DDP made when it wrapped the model, which it replaces when it rebuilds them in the second
+iteration: the last reference to them goes with an all-reduce's work on gloo's thread, so the profiler never
+sees them freed, and their addresses are not handed out again before the peak. The figures are as measured.
+
+gloo runs every collective on a worker thread of its own, whose frees torch 2.13's profiler does not record:
+the harness counts a block freed unseen when the allocator hands its address out again
+(`profile_step.unseen_frees`; none in a one-thread profile), at the latest moment it can have been freed, so a
+rank whose block is not reused before the peak still reads high. FSDP2, tensor, sequence and pipeline
+parallelism are not replayed yet: the eager walk refuses them, naming the deck walk, whose figures for them
+are the papers' accounting and are not held against an engine. The collectives' own scratch memory (gloo's,
+NCCL's) is outside PyTorch's allocator and not counted; on CUDA the buckets' rounding is from source, not
+measured. Environment: {environment}.
+"""
+
+
+def unseen_buckets(row: dict, rank: int) -> bool:
+    """Whether a rank's measured step reads high by DDP's first buckets, freed unseen on gloo's thread: its peak
+    above the prediction, and its start above its lowest peer's, by the buckets' bytes (a second copy of the
+    trainable gradients, fp32 in both measured recipes), within a kilobyte."""
+    buckets, r = 4 * row["eager"]["trainable_params"], row["ranks"][rank]
+    lowest = min(x["measured_start"] for x in row["ranks"])
+    near = lambda n: abs(n - buckets) < 1024  # noqa: E731
+    return near(r["measured_peak"] - r["predicted_peak"]) and near(r["measured_start"] - lowest)
+
+
+def engines_section() -> list[str]:
+    """§14: data parallelism rank by rank (docs/data/engines.json)."""
+    out, data = section_data("## 14. Beyond one device, rank by rank", ENGINES,
+                             "python scripts/training/measure_engines.py --write")  # fmt: skip
+    if data is None:
+        return out
+    runs = data["runs"]
+    engines = dict.fromkeys(row["engine"] for row in runs)
+    ratios = {e: [r["ratio"] for row in runs if row["engine"] == e for r in row["ranks"]] for e in engines}
+    clean = {e: [r["ratio"] for row in runs if row["engine"] == e for i, r in enumerate(row["ranks"])
+                 if not unseen_buckets(row, i)] for e in engines}  # fmt: skip
+    high = [(row, i) for row in runs for i in range(len(row["ranks"])) if unseen_buckets(row, i)]
+    worst = "; ".join(f"`{e}` {min(x):.4f} to {max(x):.4f} ({min(clean[e]):.4f} to {max(clean[e]):.4f} "
+                      "apart from the ranks below)" for e, x in ratios.items())  # fmt: skip
+    deck = [row["deck"]["ratio"] for row in runs if "ratio" in row["deck"]]
+    m = runs[0]["model"]
+    shape = (f"{m['num_hidden_layers']} layers, width {m['hidden_size']}, vocabulary {m['vocab_size']:,}, "
+             f"sequence {runs[0]['seq']}, micro-batch {runs[0]['micro_batch']}")
+    values = {"high": len(high), "rank_steps": sum(len(r["ranks"]) for r in runs), "steps": len(runs),
+              "processes": " or ".join(str(w) for w in sorted({r["world"] for r in runs})),
+              "families": ", ".join(f"`{f}`" for f in dict.fromkeys(r["family"] for r in runs)), "shape": shape,
+              "worst": worst, "deck_low": f"{min(deck):.3f}", "deck_high": f"{max(deck):.3f}",
+              "environment": data["environment"]}  # fmt: skip
+    out += [*prose(ENGINES_PROSE, **values), ""]
+    out += ["| Family | Engine | Processes | Recipe | Checkpointing | Measured, busiest rank | "
+            "`--walk eager`, each rank | deck walk | A user's command |", "|---|---|---:|---|---|---:|---|---|---|"]
+    for row in runs:
+        each = " ".join(f"{r['ratio']:.4f}" for r in row["ranks"])
+        busiest = max(r["measured_peak"] for r in row["ranks"])
+        out.append(f"| `{row['family']}` | `{row['engine']}` | {row['world']} | {row['precision']} | "
+                   f"{row['checkpointing']} | {busiest:,} | {each} | {_said(row['deck'])} | "
+                   f"`{row['eager']['command']}` |")
+    return [*out, ""]
+
+
 def gpu_section() -> list[str]:
     """§13.4: every CUDA row `make gpu-check` wrote, with the caching allocator's view beside the peak."""
     out = ["### 13.4 On one GPU", ""]
@@ -1062,6 +1137,7 @@ def render() -> str:
         *loops_section(),
         *presets_section(),
         *gpu_section(),
+        *engines_section(),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -37,7 +37,7 @@ def answer(args: list[str]) -> dict:
     if status:
         return {"refused": err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {status}"}
     got = json.loads(out.getvalue())
-    return {k: got.get(k) for k in ("peak", "peak_event", "params", "trainable_params")}
+    return {k: got.get(k) for k in ("peak", "peak_event", "params", "trainable_params", "rank_peaks") if k in got}
 
 
 def compared(args: list[str], measured_peak: int) -> dict:

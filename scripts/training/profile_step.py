@@ -94,10 +94,11 @@ def step_peak(prof) -> dict:
     allocations = sorted((e for e in recorded if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
     scratch = workspace(allocations)
     running, tensors, start, end, peak, peak_tensors, largest, at, at_peak = 0, 0, None, None, -1, -1, 0, None, 0
+    unseen = unseen_frees(allocations)
     for i, e in enumerate(allocations):
         if start is None and e.start_time_ns >= step.start_time_ns:
             start = running
-        size = e.extra_fields.alloc_size
+        size = e.extra_fields.alloc_size - unseen.get(i, 0)
         running += size
         tensors += 0 if i in scratch else size
         if start is not None and e.start_time_ns <= step.end_time_ns:
@@ -108,6 +109,26 @@ def step_peak(prof) -> dict:
                 largest, at = size, op_path(e.parent)
     return {"measured_peak": peak, "measured_start": start, "measured_end": end, "workspace_peak": largest,
             "workspace_at": at, "workspace_at_peak": at_peak, "measured_peak_tensors": peak_tensors}  # fmt: skip
+
+
+def unseen_frees(allocations: list) -> dict[int, int]:
+    """{index of an allocation: the bytes of a block found freed unseen just before it}. The profiler records the
+    allocator's events of the threads it profiles; a block freed on another thread (gloo runs each collective on
+    a worker thread of its own, which drops its tensors there) is never seen freed. The allocator hands out no
+    address that is still in use, so an allocation at the address of a block still live means that block was
+    freed, unseen, before it: counted freed there (at the latest moment it can have been). In a profile of one
+    thread there is none."""
+    live: dict[int, int] = {}
+    out: dict[int, int] = {}
+    for i, e in enumerate(allocations):
+        f = e.extra_fields
+        if f.alloc_size > 0:
+            if f.ptr in live:
+                out[i] = live[f.ptr]
+            live[f.ptr] = f.alloc_size
+        else:
+            live.pop(f.ptr, None)
+    return out
 
 
 def op_path(op) -> str:

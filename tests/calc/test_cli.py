@@ -93,7 +93,7 @@ def test_learned_positions_default_to_the_context(capsys):
         (["--capacity-gb", "0", "--plan"], "capacity-gb"),
         (["--capacity-gb", "abc", "--plan"], "capacity-gb"),
         (["--capacity-gb", "1e3", "--plan"], "capacity-gb"),
-        (["--walk", "eager", "--dp", "2"], "walk"),
+        (["--walk", "eager", "--pp", "2"], "walk"),
         (["--walk", "lazy"], "walk"),
     ],
 )

@@ -188,9 +188,12 @@ def test_deck_is_the_default_and_unchanged():
 
 
 def test_eager_refuses_parallelism_and_unknown_walks():
-    """The eager walk is for one device; other walk names are refused."""
-    with pytest.raises(ValueError, match="single device"):
+    """The eager walk runs data parallelism only, and the course's Decoder on one device; other walk names are
+    refused."""
+    with pytest.raises(ValueError, match="Decoder on one device"):
         calc.step(DECODER, 8, 16, par=calc.Parallel(dp=2), walk="eager")
+    with pytest.raises(ValueError, match="data parallelism as DDP"):
+        calc.step(DECODER, 8, 16, par=calc.Parallel(tp=2), walk="eager")
     with pytest.raises(ValueError, match="unknown walk"):
         calc.step(DECODER, 8, 16, walk="lazy")
 

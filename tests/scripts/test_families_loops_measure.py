@@ -144,7 +144,7 @@ def test_calc_cli_answers_as_the_cli_does():
     said, printed = calc_cli.answer(args), cli_json(args)
     assert said == {k: printed[k] for k in ("peak", "peak_event", "params", "trainable_params")}
     assert calc_cli.deck_args(args) == ["--preset", "llama-3.2-1b", "--seq", "256"]
-    bad = ["--preset", "llama-3.2-1b", "--walk", "eager", "--dp", "2"]
+    bad = ["--preset", "llama-3.2-1b", "--walk", "eager", "--tp", "2"]
     out = subprocess.run([sys.executable, "-m", "calc", *bad, "--json"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2
     assert calc_cli.answer(bad) == {"refused": out.stderr.strip()}

@@ -1,0 +1,6 @@
+"""The engines that run one training step over many processes, one module each, saying what a rank holds
+beyond the one-device step (issue 31). The eager walk (calc.eager_step) asks the engine; the deck walk keeps
+the papers' accounting (calc.parallel).
+
+- ddp: torch's DistributedDataParallel, alone (ZeRO 0) or with ZeroRedundancyOptimizer (ZeRO 1).
+"""
