@@ -400,6 +400,7 @@ def _graph_goes(rp: Replay) -> list[Event]:
             for t in rp.after]  # fmt: skip
 
 
+@lru_cache(maxsize=4)  # the ranks of ZeRO 1 differ in their optimizer only: one replay for all (calc.api)
 def _replayed(shape: Shape, args: tuple, **how):
     """(replay, step, segments) of one micro-batch: a few periods of each run of layers replayed, stretched to the
     model's depth (layer_spans, _stretch), or the whole model where the stretch cannot be checked. `how`: replay's

@@ -482,11 +482,16 @@ def eager_problem(
     return ("attention", lacks) if lacks else None
 
 
+ZERO1_RANKS = 1024  # the eager walk's ZeRO 1 walks each distinct share (calc.api.eager_walk): a bound on its time
+
+
 def zero1_problem(par: Parallel, recipe: str, tune: finetune.Tuning, loop: loops.Loop) -> tuple[str, str] | None:
     """(field, message) where the eager walk's ZeRO 1, torch's ZeroRedundancyOptimizer around AdamW in a bare
     loop (calc.engines.ddp), is not the step asked for, or None."""
     if not (par.zero == 1 and par.dp > 1):
         return None
+    if par.dp > ZERO1_RANKS:
+        return "dp", f"the eager walk's --zero 1 walks each rank's share: at most {ZERO1_RANKS:,} processes"
     if RECIPES[recipe].master:
         return "recipe", ("ZeroRedundancyOptimizer steps the model's own parameters, with no fp32 master copy: "
                           "fp32-full, autocast or bf16 with the eager walk's --zero 1")  # fmt: skip

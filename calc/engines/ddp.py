@@ -26,6 +26,7 @@ takes outside PyTorch's allocator.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from ..optim_step import Param
@@ -70,11 +71,11 @@ def bucket_sizes(params: list[Param], unit: int) -> list[int]:
 def partition(params: list[Param], dp: int) -> list[list[Param]]:
     """ZeroRedundancyOptimizer's shares of one parameter group: largest first, each to the smallest share."""
     shares: list[list[Param]] = [[] for _ in range(dp)]
-    sizes = [0] * dp
+    smallest = [(0, rank) for rank in range(dp)]  # a heap of (share's size, rank): the lowest rank of equals first
     for p in sorted(params, key=lambda p: p.numel, reverse=True):
-        rank = sizes.index(min(sizes))
+        size, rank = heapq.heappop(smallest)
         shares[rank].append(p)
-        sizes[rank] += p.numel
+        heapq.heappush(smallest, (size + p.numel, rank))
     return shares
 
 

@@ -94,6 +94,7 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "2", "--zero", "1", "--recipe", "autocast", "--optimizer", "sgd"], "--optimizer"),
         (["--dp", "2", "--zero", "1", "--recipe", "autocast", "--loop", "trainer"], "--loop"),
         (["--preset", "decoder", "--dp", "2"], "--dp"),
+        (["--dp", "1025", "--zero", "1", "--recipe", "autocast"], "--dp"),
     ],
 )
 def test_eager_refuses_what_it_does_not_run_naming_the_field(flags, field, capsys):
