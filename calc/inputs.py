@@ -464,8 +464,10 @@ def eager_problem(
 ) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
     if replace(par, dp=1, zero=0, flash=False) != Parallel():  # the deck's flash is the eager walk's sdpa
-        return "walk", ("the eager walk runs data parallelism only (--dp, as DDP): tensor, pipeline, expert and "
-                        "sequence parallelism are the deck walk's accounting")  # fmt: skip
+        return "walk", ("the eager walk runs data parallelism only (--dp, as DDP): leave --tp, --pp, --ep and "
+                        "--sequence-parallel unset, or use the deck walk")  # fmt: skip
+    if par.zero and par.dp == 1:
+        return "zero", "ZeRO shards over data-parallel processes: give --dp 2 or more, or --zero 0"
     if par.zero > 1:
         return "zero", ("the eager walk runs ZeRO 1 as ZeroRedundancyOptimizer beside DDP; ZeRO 2 and 3 (FSDP2) "
                         "are the deck walk's accounting")  # fmt: skip

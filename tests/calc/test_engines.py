@@ -89,6 +89,7 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
     ("flags", "field"),
     [
         (["--dp", "2", "--zero", "2"], "--zero"),
+        (["--zero", "1"], "--zero"),  # over one process ZeRO would shard nothing: not accepted and ignored
         (["--dp", "2", "--tp", "2"], "--walk"),
         (["--dp", "2", "--zero", "1", "--recipe", "mixed"], "--recipe"),
         (["--dp", "2", "--zero", "1", "--recipe", "autocast", "--optimizer", "sgd"], "--optimizer"),
