@@ -114,11 +114,11 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     and `ranks` has every rank's peak (up to RANKS_LISTED ranks)."""
     bare = None if loop == loops.BARE else loop
     args = (shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune, bare)
-    engine = (lambda rank: ddp.DataParallel(par.dp, par.zero, rank)) if par.dp > 1 else (lambda rank: None)
-    ranks, walks = _dp_ranks(shape, tune, par), {}  # walks: share -> (segments, (peak, at)), once a share
-    for rank, share in ranks:
+    shares, walks = _dp_shares(shape, tune, par), {}  # walks: share -> (segments, (peak, at)), once a share
+    for share in shares:
         if share not in walks:
-            segs = eager.segments(*args, engine=engine(rank))
+            engine = ddp.DataParallel(par.dp, share) if par.dp > 1 else None
+            segs = eager.segments(*args, engine=engine)
             walks[share] = (segs, peak(segs))
     segs, (top, at) = max(walks.values(), key=lambda got: got[1][0])
     full_sizes = category_peaks(segs)
@@ -127,20 +127,20 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
         for s in segs
         if s.reps and s.events[0].phase == "forward"
     )
-    rank_peaks = tuple(walks[share][1][0] for _, share in ranks) if 1 < par.dp <= RANKS_LISTED else ()
+    rank_peaks = tuple(walks[share][1][0] for share in shares) if 1 < par.dp <= RANKS_LISTED else ()
     return Walked(0, 1, loop.grad_accum > 1, segs, top, at, full_sizes, per_layer, rank_peaks)
 
 
 RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
 
 
-def _dp_ranks(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple[int, tuple[int, ...]]]:
-    """(rank, the sizes of the parameters its optimizer steps) of each data-parallel process: one for DDP, whose
-    ranks are alike; ZeroRedundancyOptimizer's shares under ZeRO 1 (calc.engines.ddp.partition)."""
+def _dp_shares(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple | None]:
+    """Each data-parallel process's share, rank by rank: the parameters ZeroRedundancyOptimizer gives its optimizer
+    under ZeRO 1 (calc.engines.ddp.partition; a rank may have none), or None for DDP alone, whose ranks are
+    alike."""
     if not par.zero:
-        return [(rank, ()) for rank in range(par.dp)]
-    shares = ddp.partition(optim_step.trainable(shape, tune), par.dp)
-    return [(rank, tuple(p.numel for p in share)) for rank, share in enumerate(shares)]
+        return [None] * par.dp
+    return [tuple(share) for share in ddp.partition(optim_step.trainable(shape, tune), par.dp)]
 
 
 def tuned_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,

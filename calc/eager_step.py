@@ -327,8 +327,8 @@ def segments(
     params = optim_step.trainable(shape, tune)  # issue 19: the optimizer's own state and step (calc.optim_step)
     if engine is not None:  # issue 31: what a rank of DDP holds beside the one-device step
         start.append(engine.buckets(params, finetune.trained_recipe(recipe, tune).gradients, rp.block))
-        if engine.zero:
-            share = engine.optimized(params)
+        if engine.share is not None:
+            share = list(engine.share)
             start, params, tensors = ddp.sharded(start, params, share), share, len(share)
     start += _optimizer_start(params, recipe, device, tune, loop, tensors, rp.block)
     start += loops.start_events(loop, shape, st.tokens, rp.block)  # the loop's own tensors (calc.loops)

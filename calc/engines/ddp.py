@@ -39,15 +39,11 @@ SOURCE = "torch 2.13: reducer.cpp initialize_buckets (bucket.gradients), gradien
 
 @dataclass(frozen=True)
 class DataParallel:
-    """A rank of `dp` DDP processes; `zero` 1: with ZeroRedundancyOptimizer(optimizer_class=AdamW)."""
+    """A rank of `dp` DDP processes; `share`: with ZeroRedundancyOptimizer(optimizer_class=AdamW), the parameters
+    its optimizer steps (partition), in its order; None: DDP alone, its optimizer stepping every parameter."""
 
     dp: int
-    zero: int = 0
-    rank: int = 0
-
-    def optimized(self, params: list[Param]) -> list[Param]:
-        """The parameters this rank's optimizer steps, in its order: all of them (DDP), or its share (ZeRO-1)."""
-        return partition(params, self.dp)[self.rank] if self.zero else params
+    share: tuple[Param, ...] | None = None
 
     def buckets(self, params: list[Param], unit: int, block: int) -> Event:
         """DDP's gradient buckets of the trainable `params`, `unit` bytes a gradient value, each bucket one

@@ -80,9 +80,10 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         segs = calc.eager.segments(shape, 512, 1, "autocast", "none", None, "sdpa", "cpu", engine=engine)
         return sum(e.bytes for e in segs[0].events if e.category == "optimizer" and "moments" in e.label)
 
-    shares = [moments(ddp.DataParallel(4, 1, rank)) for rank in range(4)]
-    assert sum(shares) == moments(None) == 8 * sum(p.numel for p in optim_step.trainable(shape, finetune.DEFAULT))
-    assert len(set(shares)) > 1 or len(optim_step.trainable(shape, finetune.DEFAULT)) % 4 == 0
+    params = optim_step.trainable(shape, finetune.DEFAULT)
+    shares = [moments(ddp.DataParallel(4, tuple(share))) for share in ddp.partition(params, 4)]
+    assert sum(shares) == moments(None) == 8 * sum(p.numel for p in params)
+    assert len(set(shares)) > 1 or len(params) % 4 == 0
 
 
 @pytest.mark.parametrize(
@@ -120,3 +121,13 @@ def test_cli_json_gives_every_ranks_peak(capsys):
     got = json.loads(capsys.readouterr().out)
     assert len(got["rank_peaks"]) == 3 and got["peak"] == max(got["rank_peaks"])
     assert got["config"]["parallel"]["dp"] == 3 and got["config"]["parallel"]["zero"] == 1
+
+
+def test_zero1_ranks_without_a_share_keep_no_adam_state():
+    """With more processes than parameter tensors, some ranks' optimizers step nothing: they peak lower than a
+    DDP rank by all of AdamW's moments."""
+    tensors = len(optim_step.trainable(PRESETS["gpt2"], finetune.DEFAULT))
+    dp = tensors + 4
+    ddp_rank = _eager("gpt2", Parallel(dp=dp))
+    zero = _eager("gpt2", Parallel(dp=dp, zero=1))
+    assert min(zero["rank_peaks"]) <= ddp_rank["peak"] - 8 * ddp_rank["trainable_params"]
