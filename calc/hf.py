@@ -44,7 +44,7 @@ def shape_from_config(cfg: Mapping, name: str | None = None) -> Shape:
         raise ConfigError(f"model_type is missing; supported: {', '.join(READERS)}")
     if not isinstance(model_type, str) or model_type not in READERS:
         raise ConfigError(f"model_type {shown(model_type)} is not supported; supported: {', '.join(READERS)}")
-    fields = MODEL_TYPES[model_type].read(cfg)
+    fields = MODEL_TYPES[model_type].fields(cfg)
     fields["family"] = MODEL_TYPES[model_type].family  # whose code runs it (calc.families)
     return Shape(name=name or f"config.json ({model_type})", **fields)
 

@@ -80,10 +80,15 @@ COUNT_UNITS = (("T", 10**12, 1), ("B", 10**9, 1), ("M", 10**6, 0))  # suffix, si
 
 
 def format_count(n: int) -> str:
-    """A parameter count for a label: "11.3T", "46.7B", "124M", or "5,376" below a million (half up)."""
-    for suffix, size, decimals in COUNT_UNITS:
+    """A parameter count for a label: "11.3T", "46.7B", "124M", or "5,376" below a million (half up); a count
+    that rounds to a thousand of its unit reads in the next one (999,885,952: "1.0B", not "1,000M")."""
+    for i, (suffix, size, decimals) in enumerate(COUNT_UNITS):
         if n >= size:
-            return f"{_grouped(_fixed(n, size, decimals))}{suffix}"
+            text = _fixed(n, size, decimals)
+            if i and int(text.partition(".")[0]) >= 1000:
+                bigger, big, places = COUNT_UNITS[i - 1]
+                return f"{_fixed(n, big, places)}{bigger}"
+            return f"{_grouped(text)}{suffix}"
     return f"{n:,}"
 
 

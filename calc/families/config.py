@@ -86,17 +86,64 @@ def shown(value: object) -> str:
     return f"{text[:MAX_SHOWN]}... ({len(text):,} characters)"
 
 
+class Aliased(Mapping):
+    """A config read as its transformers config class reads it: each pair of its class's attribute_map (an
+    alias -> the attribute it stores, Qwen3MoeConfig's num_experts -> num_local_experts) is one setting, found
+    under either name. save_pretrained writes the stored name, older files and hand-written ones the other;
+    a file giving both with different values is refused, naming both. `written(key)` is the name the file
+    used, for messages."""
+
+    def __init__(self, cfg: Mapping, aliases: Mapping[str, str]):
+        self.cfg = cfg
+        self.other: dict[str, str] = {}
+        for alias, stored in aliases.items():
+            a, s = cfg.get(alias), cfg.get(stored)
+            if a is not None and s is not None and (a != s or isinstance(a, bool) != isinstance(s, bool)):
+                raise ConfigError(f"{alias} ({shown(a)}) and {stored} ({shown(s)}) differ, where transformers "
+                                  "reads both as one setting: give one")  # fmt: skip
+            self.other[alias], self.other[stored] = stored, alias
+
+    def written(self, key: str) -> str:
+        """The name under which the file gives `key` (itself or its alias): one with a value, else one present."""
+        names = (key, self.other[key]) if key in self.other else (key,)
+        given = [n for n in names if self.cfg.get(n) is not None] or [n for n in names if n in self.cfg]
+        return given[0] if given else key
+
+    def __getitem__(self, key: str) -> object:
+        return self.cfg[self.written(key)]
+
+    def get(self, key: str, default: object = None) -> object:
+        return self.cfg.get(self.written(key), default)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.written(key) in self.cfg
+
+    def __iter__(self):
+        return iter(self.cfg)
+
+    def __len__(self) -> int:
+        return len(self.cfg)
+
+
+def written(cfg: Mapping, key: str) -> str:
+    """The name a message gives `key`: the one the config wrote (Aliased), or `key` itself."""
+    return cfg.written(key) if isinstance(cfg, Aliased) else key
+
+
 def get(cfg: Mapping, key: str, default: object = ...) -> object:
     value = cfg.get(key)
     if value is None:
         if default is ...:
-            raise ConfigError(f"{key} is missing")
+            other = cfg.other.get(key) if isinstance(cfg, Aliased) else None
+            raise ConfigError(f"{key} is missing" if other is None else f"{key} (or {other}) is missing")
         return default
     return value
 
 
 def whole(cfg: Mapping, key: str, default: object = ..., smallest: int = 1) -> int:
     value = raw = get(cfg, key, default)
+    largest = MAX_SIZE.get(key, 1 << 24)
+    key = written(cfg, key)
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # 4096.0 is 4096; a message still quotes what the config wrote (1e+308)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -104,7 +151,6 @@ def whole(cfg: Mapping, key: str, default: object = ..., smallest: int = 1) -> i
     short = len(str(value)) <= MAX_SHOWN  # else quoted as the config wrote it, shortened (1e+308)
     if value < smallest:
         raise ConfigError(f"{key} must be at least {smallest}, got {value if short else shown(raw)}")
-    largest = MAX_SIZE.get(key, 1 << 24)
     if value > largest:
         raise ConfigError(f"{key} must be at most {largest:,}, got {f'{value:,}' if short else shown(raw)}")
     return value
@@ -113,7 +159,7 @@ def whole(cfg: Mapping, key: str, default: object = ..., smallest: int = 1) -> i
 def flag(cfg: Mapping, key: str, default: bool) -> bool:
     value = get(cfg, key, default)
     if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {shown(value)}")
+        raise ConfigError(f"{written(cfg, key)} must be true or false, got {shown(value)}")
     return value
 
 
@@ -122,7 +168,7 @@ def rate(cfg: Mapping, *keys: str) -> bool:
     for key in keys:
         value = get(cfg, key, 0.0)
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise ConfigError(f"{key} must be a probability from 0 to 1, got {shown(value)}")
+            raise ConfigError(f"{written(cfg, key)} must be a probability from 0 to 1, got {shown(value)}")
         if value > 0:
             return True
     return False
@@ -135,7 +181,7 @@ def activation_of(cfg: Mapping, key: str, default: str) -> str:
         return ACTIVATIONS[value]
     runs = NOT_REPLAYED.get(value) if isinstance(value, str) else None
     why = f": transformers runs {runs}, which calc does not replay" if runs else ""
-    raise ConfigError(f"{key} {shown(value)} is not supported{why}; supported: {', '.join(ACTIVATIONS)}")
+    raise ConfigError(f"{written(cfg, key)} {shown(value)} is not supported{why}; supported: {', '.join(ACTIVATIONS)}")
 
 
 def attention(cfg: Mapping, kv_default: int | None = None, head_default: int = 0, gpt2: bool = False) -> dict:
@@ -148,9 +194,10 @@ def attention(cfg: Mapping, kv_default: int | None = None, head_default: int = 0
     head_size = 0 if gpt2 else whole(cfg, "head_dim", head_default, smallest=0)
     if not head_size and hidden % heads:
         missing = "" if gpt2 else " and head_dim is not given"
+        heads_key, hidden_key = written(cfg, heads_key), written(cfg, hidden_key)
         raise ConfigError(f"{heads_key} ({heads}) does not divide {hidden_key} ({hidden}){missing}")
     if heads % kv_heads:
-        raise ConfigError(f"num_key_value_heads ({kv_heads}) does not divide {heads_key} ({heads})")
+        raise ConfigError(f"num_key_value_heads ({kv_heads}) does not divide {written(cfg, heads_key)} ({heads})")
     return {
         "hidden": hidden,
         "heads": heads,

@@ -87,7 +87,7 @@ def _experts(cfg: Mapping, layers: int) -> dict:
     k = c.whole(cfg, "num_experts_per_tok", 8)
     groups, best = c.whole(cfg, "n_group", 8), c.whole(cfg, "topk_group", 4)
     if experts % groups:
-        raise c.ConfigError(f"n_group ({groups}) does not divide n_routed_experts ({experts})")
+        raise c.ConfigError(f"n_group ({groups}) does not divide {c.written(cfg, 'n_routed_experts')} ({experts})")
     if experts // groups < 2:
         raise c.ConfigError(
             f"n_group ({groups}) leaves fewer than 2 experts a group: the router takes each group's best 2"
@@ -429,7 +429,8 @@ def problem(shape: Shape) -> tuple[str, str] | None:
     return None
 
 
-MODEL_TYPES = (ModelType("deepseek_v3", read_deepseek_v3, "deepseek_v3"),)
+# DeepseekV3Config.attribute_map (its num_mtp_layers alias names a key calc does not read)
+MODEL_TYPES = (ModelType("deepseek_v3", read_deepseek_v3, "deepseek_v3", (("num_local_experts", "n_routed_experts"),)),)
 FAMILIES = (Family("deepseek_v3", ("DeepSeek-V3",), layer, experts=True, tensors=tensors, problem=problem,
                    moe_lacks=moe_lacks),)  # fmt: skip
 ORDER = 170  # where the registry lists it (calc.families)

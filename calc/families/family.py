@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
+from .config import Aliased
+
 # Layers of one kind. The eager walk (calc.eager_step) replays one layer of each kind, not every layer: a run of
 # consecutive layers of the same kind is replayed as its first, two of its middle and its last layer, and the
 # middle ones are stretched over the run (their events checked the same; otherwise the whole model is
@@ -35,6 +37,12 @@ class ModelType:
     name: str  # config.json's model_type
     read: Callable[[Mapping], dict]  # the config -> Shape's fields
     family: str  # Shape.family: whose code runs it
+    aliases: tuple[tuple[str, str], ...] = ()  # its config class's attribute_map, (alias, stored name) pairs of
+    # the keys `read` reads: one setting under either name (calc.families.config.Aliased)
+
+    def fields(self, cfg: Mapping) -> dict:
+        """The Shape's fields of this model type's config, each key read under either of its names."""
+        return self.read(Aliased(cfg, dict(self.aliases)))
 
 
 @dataclass(frozen=True)

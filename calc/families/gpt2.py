@@ -103,7 +103,10 @@ def problem(shape: Shape) -> tuple[str, str] | None:
     return None
 
 
-MODEL_TYPES = (ModelType("gpt2", read_gpt2, "gpt2"),)
+# GPT2Config.attribute_map: the usual names of its n_* keys
+ALIASES = (("hidden_size", "n_embd"), ("max_position_embeddings", "n_positions"), ("num_attention_heads", "n_head"),
+           ("num_hidden_layers", "n_layer"))  # fmt: skip
+MODEL_TYPES = (ModelType("gpt2", read_gpt2, "gpt2", ALIASES),)
 FAMILIES = (Family("gpt2", ("GPT-2",), layer, tensors=tensors, problem=problem),)
 ORDER = 80  # where the registry lists it (calc.families)
 # calc/configs/NAME.json -> its group in the list: Brown et al. 2020's 175B model (Table 2.1) in GPT-2's code

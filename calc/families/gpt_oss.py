@@ -25,7 +25,7 @@ def read_gpt_oss(cfg: Mapping) -> dict:
     experts = c.whole(cfg, "num_local_experts", 128)
     k = c.whole(cfg, "num_experts_per_tok", 4)
     if k > experts:
-        raise c.ConfigError(f"num_experts_per_tok ({k}) is more than num_local_experts ({experts})")
+        raise c.ConfigError(f"num_experts_per_tok ({k}) is more than {c.written(cfg, 'num_local_experts')} ({experts})")
     ffn = c.whole(cfg, "intermediate_size", 2880)
     out.update(ffn=ffn, experts=experts, experts_per_token=k, expert_ffn=ffn, family="gpt_oss")
     out.update(bias=c.flag(cfg, "attention_bias", True), sliding_window=c.window(cfg, default=128))
@@ -258,7 +258,7 @@ def sliding(shape: Shape, layer: int) -> bool:
     return layer % 2 == 1
 
 
-MODEL_TYPES = (ModelType("gpt_oss", read_gpt_oss, "gpt_oss"),)
+MODEL_TYPES = (ModelType("gpt_oss", read_gpt_oss, "gpt_oss", (("num_experts", "num_local_experts"),)),)  # attribute_map
 FAMILY = Family("gpt_oss", ("GPT-OSS",), layer, experts=True, window_mask=window_mask, tensors=tensors,
                 expert_bias=True, rotary_width=half_head, window_layer=sliding, attentions=("eager",),
                 problem=problem)  # fmt: skip

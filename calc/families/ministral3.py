@@ -33,7 +33,7 @@ def read_mistral3(cfg: Mapping) -> dict:
     kind = text.get("model_type", "mistral")
     if kind not in ("ministral3", "mistral", "ministral"):
         raise c.ConfigError(f'text_config.model_type "{kind}" is not supported; supported: ministral3, mistral')
-    out = MODEL_TYPES[kind].read(text)
+    out = MODEL_TYPES[kind].fields(text)
     out["family"] = MODEL_TYPES[kind].family
     return out
 

@@ -14,13 +14,13 @@ def read_mixtral(cfg: Mapping) -> dict:
     ffn = c.whole(cfg, "intermediate_size")
     k = c.whole(cfg, "num_experts_per_tok", 2)
     if k > experts:
-        raise c.ConfigError(f"num_experts_per_tok ({k}) is more than num_local_experts ({experts})")
+        raise c.ConfigError(f"num_experts_per_tok ({k}) is more than {c.written(cfg, 'num_local_experts')} ({experts})")
     out = c.llama_like(cfg, False, 4096 * 32, 8)
     out.update(ffn=ffn, experts=experts, experts_per_token=k, expert_ffn=ffn, sliding_window=c.window(cfg))
     return out
 
 
-MODEL_TYPES = (ModelType("mixtral", read_mixtral, "llama"),)
+MODEL_TYPES = (ModelType("mixtral", read_mixtral, "llama", (("num_experts", "num_local_experts"),)),)  # attribute_map
 FAMILIES: tuple[Family, ...] = ()
 ORDER = 30  # where the registry lists it (calc.families)
 PRESETS = {"mixtral-8x7b": "Mistral"}  # calc/configs/NAME.json -> its group in the list

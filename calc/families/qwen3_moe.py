@@ -14,6 +14,9 @@ from .llama import decoder_layer
 from .qwen2_moe import sparse_layers
 from .qwen3 import states, tensors
 
+# Qwen3MoeConfig.attribute_map: transformers 5 saves num_local_experts, the Hub's files say num_experts
+ALIASES = (("num_experts", "num_local_experts"),)
+
 
 def read_qwen3_moe(cfg: Mapping) -> dict:
     """Qwen3MoeConfig's defaults: 4 key/value heads, head_dim width / heads, context 32,768, an untied head,
@@ -25,7 +28,7 @@ def read_qwen3_moe(cfg: Mapping) -> dict:
     experts = c.whole(cfg, "num_experts", 128, smallest=0)
     k = c.whole(cfg, "num_experts_per_tok", 8)
     if experts and k > experts:
-        raise c.ConfigError(f"num_experts_per_tok ({k}) is more than num_experts ({experts})")
+        raise c.ConfigError(f"num_experts_per_tok ({k}) is more than {c.written(cfg, 'num_experts')} ({experts})")
     sparse = sparse_layers(cfg, out["layers"], experts)
     out.update(ffn=c.whole(cfg, "intermediate_size", 6144), sliding_window=c.window(cfg, "use_sliding_window", 4096),
                family="qwen3_moe")  # fmt: skip
@@ -51,7 +54,7 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
     return decoder_layer(ops, x, cos, sin, mask, states=states, moe=moe)
 
 
-MODEL_TYPES = (ModelType("qwen3_moe", read_qwen3_moe, "qwen3_moe"),)
+MODEL_TYPES = (ModelType("qwen3_moe", read_qwen3_moe, "qwen3_moe", ALIASES),)
 FAMILIES = (Family("qwen3_moe", ("Qwen3-MoE",), layer, experts=True, tensors=tensors),)  # fine-tuning: unmeasured
 ORDER = 105  # where the registry lists it (calc.families)
 PRESETS = {"qwen3-30b-a3b": "Qwen", "qwen3-235b-a22b": "Qwen"}  # calc/configs/NAME.json -> its group in the list

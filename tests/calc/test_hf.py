@@ -104,6 +104,52 @@ def test_moe_configs_are_checked():
         shape_from_config({**cfg, "num_experts_per_tok": 9})
 
 
+def qwen3_moe_saved(**keys) -> dict:
+    """Qwen3-30B-A3B's config.json with its experts named as transformers 5's save_pretrained writes them
+    (Qwen3MoeConfig.attribute_map: num_experts is stored as num_local_experts)."""
+    cfg = json.loads(config_text("qwen3-30b-a3b"))
+    cfg["num_local_experts"] = cfg.pop("num_experts")
+    return {**cfg, **keys}
+
+
+def test_a_key_is_read_under_either_of_its_config_class_names():
+    """Qwen3-MoE's experts as the Hub's file names them (num_experts) and as transformers 5 saves them
+    (num_local_experts) are one shape; a small count under the saved name is read, not the class's 128."""
+    assert shape_from_config(qwen3_moe_saved()) == shape_from_config(json.loads(config_text("qwen3-30b-a3b")))
+    assert shape_from_config(qwen3_moe_saved(num_local_experts=4, num_experts_per_tok=2)).experts == 4
+    gpt2 = json.loads((CONFIGS / "gpt2.json").read_text())
+    renamed = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
+               "n_positions": "max_position_embeddings"}  # fmt: skip
+    usual = {renamed.get(k, k): v for k, v in gpt2.items()}
+    assert usual.keys() != gpt2.keys() and shape_from_config(usual) == shape_from_config(gpt2)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        (qwen3_moe_saved(num_experts=64), "num_experts (64) and num_local_experts (128) differ, where transformers"),
+        (qwen3_moe_saved(num_local_experts=4), "num_experts_per_tok (8) is more than num_local_experts (4)"),
+        (qwen3_moe_saved(num_local_experts=-1), "num_local_experts must be at least 0, got -1"),
+        ({"model_type": "gpt2", "n_embd": 64, "hidden_size": 32}, "hidden_size (32) and n_embd (64) differ"),
+        ({"model_type": "gpt2", "hidden_size": 64, "n_head": 4, "vocab_size": 9}, "n_layer (or num_hidden_layers) is"),
+        ({"model_type": "gpt2", "hidden_size": 65, "n_head": 4}, "n_head (4) does not divide hidden_size (65)"),
+        ({**json.loads(config_text("deepseek-v3")), "num_local_experts": 255}, "num_local_experts (255) and n_rou"),
+    ],
+)
+def test_a_key_given_under_both_names_must_agree_and_messages_name_the_one_written(cfg, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        shape_from_config(cfg)
+
+
+def test_both_names_agreeing_are_read_and_compact_keeps_the_one_written():
+    """A file giving both names with one value reads as either alone; its link keeps what the file wrote."""
+    both = qwen3_moe_saved(num_experts=128)
+    assert shape_from_config(both) == shape_from_config(qwen3_moe_saved())
+    short = json.loads(compact(qwen3_moe_saved()))
+    assert short["num_local_experts"] == 128 and "num_experts" not in short
+    assert shape_from_text(json.dumps(short)) == shape_from_config(qwen3_moe_saved())
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -1,6 +1,7 @@
 """Parameter counts of transformers configs: every one equals transformers' own model on the meta device."""
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import calc
+from calc.families import MODEL_TYPES
 from calc.hf import READERS, shape_from_config, shape_from_text
 from calc.presets import CONFIG_PRESETS, config_text
 
@@ -175,4 +177,65 @@ def test_any_small_config_count_equals_transformers(cfg):
     """Head sizes apart from width/heads, GQA, biases, tying, experts, shared experts and dense layers: exact."""
     counted = cfg.get("text_config", cfg)  # a Mistral 3 config: transformers' count of its language model
     assert calc.param_counts(shape_from_config(cfg))["total"] == transformers_count(counted)
+
+
+
+def saved(config: transformers.PretrainedConfig, tmp: Path) -> tuple[str, int]:
+    """The config.json that `save_pretrained` writes for this config, and the parameters of the model
+    transformers builds from that file (of a multimodal one, its language model's)."""
+    config.save_pretrained(tmp)
+    loaded = transformers.AutoConfig.from_pretrained(tmp)
+    loaded = getattr(loaded, "text_config", None) or loaded
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(loaded)
+    return (tmp / "config.json").read_text(), sum(p.numel() for p in model.parameters())
+
+
+# MinistralConfig() leaves head_dim None, with which transformers' own MinistralAttention cannot be built (5.23:
+# None ** -0.5); its default model is built with the head size its layers would take, width / heads.
+UNBUILDABLE_DEFAULTS = {"ministral": {"head_dim": 4096 // 32}}
+
+
+@pytest.mark.parametrize("model_type", sorted(READERS))
+def test_every_model_types_default_config_as_transformers_saves_it(model_type, tmp_path):
+    """Each model type's config class with its defaults, saved as transformers writes it (each key under the
+    name its class stores: Qwen3-MoE's num_local_experts), is counted as the model transformers builds."""
+    config = transformers.CONFIG_MAPPING[model_type](**UNBUILDABLE_DEFAULTS.get(model_type, {}))
+    text, count = saved(config, tmp_path)
+    assert calc.param_counts(shape_from_text(text))["total"] == count
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_configs())
+def test_any_small_config_as_transformers_saves_it(cfg):
+    """A small config built with transformers' own config class and saved by it: the count of its model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = transformers.AutoConfig.for_model(**cfg)
+        text, count = saved(config, Path(tmp))
+    assert calc.param_counts(shape_from_text(text))["total"] == count
+
+
+class Asked(dict):
+    """A config that records the keys a reader asks for."""
+
+    asked: set
+
+    def get(self, key, default=None):
+        self.asked.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.asked.add(key)
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("model_type", sorted(READERS))
+def test_aliases_are_the_config_classes(model_type):
+    """Each model type reads under both names every attribute_map pair of its config class one of whose names
+    its reader reads: a new alias in a later transformers fails here, not silently in a user's file."""
+    cfg = Asked(transformers.CONFIG_MAPPING[model_type]().to_dict())
+    cfg.asked = set()
+    MODEL_TYPES[model_type].read(cfg)
+    pairs = transformers.CONFIG_MAPPING[model_type].attribute_map.items()
+    assert set(MODEL_TYPES[model_type].aliases) == {(a, s) for a, s in pairs if {a, s} & cfg.asked}
 

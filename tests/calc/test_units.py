@@ -95,6 +95,9 @@ def test_parameter_counts_read_as_the_preset_list_shows_them():
     assert [format_count(n) for n in (124_439_808, 5_376, 1_250_000_000, 1_249_999_999, 999_999)] == [
         "124M", "5,376", "1.3B", "1.2B", "999,999"]
     assert format_count(11_339_900_000_000) == "11.3T"  # a large pasted config: not "11339.9B"
+    # just under a unit: the next one, as it rounds (not "1,000M", "1,000.0B")
+    assert [format_count(n) for n in (999_885_952, 999_500_000, 999_499_999, 999_960_000_000, 999_949_999_999)] == [
+        "1.0B", "1.0B", "999M", "1.0T", "999.9B"]
 
 
 def test_the_page_formats_sizes_as_calc_does():
