@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from . import eager, eager_step, finetune, loops, optim_step
 from .counts import param_counts
-from .engines import ddp
+from .engines import ddp, fsdp
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .run import Run
@@ -117,7 +117,7 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     shares, walks = _dp_shares(shape, tune, par), {}  # walks: share -> (segments, (peak, at)), once a share
     for share in shares:
         if share not in walks:
-            engine = ddp.DataParallel(par.dp, share) if par.dp > 1 else None
+            engine = _engine(par, share)
             segs = eager.segments(*args, engine=engine)
             walks[share] = (segs, peak(segs))
     segs, (top, at) = max(walks.values(), key=lambda got: got[1][0])
@@ -134,12 +134,24 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
 RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
 
 
+def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.FullyShard | None:
+    """One rank's engine: DDP (with ZeroRedundancyOptimizer under ZeRO 1), FSDP2 under ZeRO 2 and 3
+    (reshard_after_forward False and True), or None on one device."""
+    if par.dp == 1:
+        return None
+    if par.zero > 1:
+        return fsdp.FullyShard(par.dp, par.zero == 3, share)
+    return ddp.DataParallel(par.dp, share)
+
+
 def _dp_shares(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple | None]:
     """Each data-parallel process's share, rank by rank: the parameters ZeroRedundancyOptimizer gives its optimizer
-    under ZeRO 1 (calc.engines.ddp.partition; a rank may have none), or None for DDP alone, whose ranks are
-    alike."""
+    under ZeRO 1 (calc.engines.ddp.partition; a rank may have none), FSDP2's rows of each parameter under ZeRO 2
+    and 3 (calc.engines.fsdp.shares), or None for DDP alone, whose ranks are alike."""
     if not par.zero:
         return [None] * par.dp
+    if par.zero > 1:
+        return fsdp.shares(optim_step.model_params(shape), par.dp)
     return [tuple(share) for share in ddp.partition(optim_step.trainable(shape, tune), par.dp)]
 
 
@@ -174,8 +186,8 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     """The walk step reports: the eager one, the fine-tuning one or the deck's, each where it applies."""
     sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
     if walk == "eager":
-        if replace(par, dp=1, zero=0, flash=False) != SINGLE or par.zero > 1:
-            raise ValueError("the eager walk runs data parallelism as DDP (ZeRO 0 or 1): use the deck walk")
+        if replace(par, dp=1, zero=0, flash=False) != SINGLE:
+            raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2) only: use the deck walk")
         return eager_walk(*sized, attention, device, tune, loop, par)
     if walk == "deck" and not tune.default:
         if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:

@@ -14,7 +14,7 @@ from functools import lru_cache, partial
 
 from . import counts, finetune, inventory, loops, losses, optim_step, phases, trl_head
 from .counts import param_counts
-from .engines import ddp
+from .engines import ddp, fsdp
 from .families import FAMILIES
 from .optimizers import OPTIMIZERS
 from .parts.ops import Ops, Step
@@ -310,22 +310,28 @@ def segments(
     device: str,
     tune: finetune.Tuning = finetune.DEFAULT,
     loop: loops.Loop = loops.BARE,
-    engine: ddp.DataParallel | None = None,
+    engine: ddp.DataParallel | fsdp.FullyShard | None = None,
 ):
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad. `engine`: the step of one
-    rank of DDP (calc.engines.ddp), its buckets and, under ZeRO-1, its share of the optimizer.
+    rank of DDP (calc.engines.ddp), its buckets and, under ZeRO-1, its share of the optimizer; or of FSDP2
+    (calc.engines.fsdp), its shards, its groups gathered and reduced around the layers, its rows of AdamW.
 
     A few layers of each run are replayed (layer_spans: the layers of a run of one kind, or the periods of a run
     whose kinds repeat, but the first and the last, run the same ops on the same sizes), and their events are
     stretched to the real depth (checked: where a run's middle periods' events differ, the whole model is
     replayed)."""
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
-    rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind)
+    sharded = isinstance(engine, fsdp.FullyShard)
+    how = {"gathered": fsdp.FullyShard(engine.dp, engine.reshard)} if sharded else {}  # the same for every rank
+    rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind, **how)
     start, tensors = _resident(shape, recipe, tune)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
     params = optim_step.trainable(shape, tune)  # issue 19: the optimizer's own state and step (calc.optim_step)
-    if engine is not None:  # issue 31: what a rank of DDP holds beside the one-device step
+    if sharded:  # issue 31: a rank of FSDP2 holds its rows of the weights and of AdamW's state
+        start = fsdp.resident(start, optim_step.model_params(shape), engine, RECIPES[recipe].weights)
+        params = list(engine.share)
+    elif engine is not None:  # issue 31: what a rank of DDP holds beside the one-device step
         start.append(engine.buckets(params, finetune.trained_recipe(recipe, tune).gradients, rp.block))
         if engine.share is not None:
             share = list(engine.share)
@@ -400,23 +406,31 @@ def _graph_goes(rp: Replay) -> list[Event]:
             for t in rp.after]  # fmt: skip
 
 
-@lru_cache(maxsize=4)  # the ranks of ZeRO 1 differ in their optimizer only: one replay for all (calc.api)
-def _replayed(shape: Shape, args: tuple, **how):
+@lru_cache(maxsize=4)  # the ranks of ZeRO 1 or FSDP2 differ in their optimizer only: one replay for all (calc.api)
+def _replayed(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None, **how):
     """(replay, step, segments) of one micro-batch: a few periods of each run of layers replayed, stretched to the
     model's depth (layer_spans, _stretch), or the whole model where the stretch cannot be checked. `how`: replay's
-    accumulate and loss_kind."""
+    accumulate and loss_kind; `gathered`: FSDP2's groups gathered and reduced around the layers (calc.engines.fsdp)."""
     spans = layer_spans(shape, args[-1])
     rp, st = replay(shape, *args, **how, layers=[lo for lo, _ in spans])
-    replayed = _stretch(_chunks(rp.events), spans)
+    replayed = _stretch(_sharded(_chunks(rp.events), shape, args[2], rp, gathered), spans)
     if replayed is None:
         rp, st = replay(shape, *args, **how)
-        replayed = _compress(rp.events)
+        replayed = _merge(_sharded(_chunks(rp.events), shape, args[2], rp, gathered))
     return rp, st, replayed
 
 
-def whole(shape: Shape, args: tuple, **how) -> list[Segment]:
+def _sharded(chunks: list, shape: Shape, recipe: str, rp: Replay, gathered: fsdp.FullyShard | None) -> list:
+    """The chunks with FSDP2's events around them, or as they are without FSDP2."""
+    if gathered is None:
+        return chunks
+    return fsdp.around(chunks, gathered, optim_step.model_groups(shape), RECIPES[recipe].weights, rp.blocks)
+
+
+def whole(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None, **how) -> list[Segment]:
     """The segments of every layer replayed, each op of each layer (what _replayed must equal: the tests)."""
-    return _compress(replay(shape, *args, **how)[0].events)
+    rp = replay(shape, *args, **how)[0]
+    return _merge(_sharded(_chunks(rp.events), shape, args[2], rp, gathered))
 
 
 def layer_kinds(shape: Shape, tune: finetune.Tuning) -> list:

@@ -218,7 +218,7 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
     if problem:
         raise InputError(*problem)
     loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
-    problem = walk == "eager" and zero1_problem(par, run["recipe"], tune, loop)
+    problem = walk == "eager" and engine_problem(shape, par, run["recipe"], run["device"], tune, loop)
     if problem:
         raise InputError(*problem)
     return Run(
@@ -468,9 +468,6 @@ def eager_problem(
                         "--sequence-parallel unset, or use the deck walk")  # fmt: skip
     if par.zero and par.dp == 1:
         return "zero", "ZeRO shards over data-parallel processes: give --dp 2 or more, or --zero 0"
-    if par.zero > 1:
-        return "zero", ("the eager walk runs ZeRO 1 as ZeroRedundancyOptimizer beside DDP; ZeRO 2 and 3 (FSDP2) "
-                        "are the deck walk's accounting")  # fmt: skip
     if par.dp > 1 and shape.family == "decoder":
         return "dp", "the eager walk runs the course's Decoder on one device: use the deck walk, or a model"
     if shape.family == "decoder" and (grad_accum or 1) > 1:
@@ -485,22 +482,50 @@ def eager_problem(
 
 
 ZERO1_RANKS = 1024  # the eager walk's ZeRO 1 walks each distinct share (calc.api.eager_walk): a bound on its time
+FSDP2_RANKS = 1024  # and FSDP2 each rank's rows (ranks differ where dp does not divide a parameter's rows)
+FSDP2_RECIPES = ("fp32-full", "autocast")  # fully_shard of fp32 parameters, without a MixedPrecisionPolicy
 
 
-def zero1_problem(par: Parallel, recipe: str, tune: finetune.Tuning, loop: loops.Loop) -> tuple[str, str] | None:
-    """(field, message) where the eager walk's ZeRO 1, torch's ZeroRedundancyOptimizer around AdamW in a bare
-    loop (calc.engines.ddp), is not the step asked for, or None."""
-    if not (par.zero == 1 and par.dp > 1):
+def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: finetune.Tuning,
+                   loop: loops.Loop) -> tuple[str, str] | None:  # fmt: skip
+    """(field, message) where the eager walk's engine is not the step asked for, or None: its ZeRO 1 is torch's
+    ZeroRedundancyOptimizer around AdamW beside DDP, in a bare loop (calc.engines.ddp); its ZeRO 2 and 3 are
+    FSDP2's fully_shard on each layer and on the model (reshard_after_forward False and True) of a dense model's
+    fp32 parameters, full training with AdamW in a bare loop, on the CPU with gloo (calc.engines.fsdp)."""
+    if par.dp == 1 or not par.zero:
         return None
-    if par.dp > ZERO1_RANKS:
-        return "dp", f"the eager walk's --zero 1 walks each rank's share: at most {ZERO1_RANKS:,} processes"
-    if RECIPES[recipe].master:
-        return "recipe", ("ZeroRedundancyOptimizer steps the model's own parameters, with no fp32 master copy: "
-                          "fp32-full, autocast or bf16 with the eager walk's --zero 1")  # fmt: skip
+    if par.zero == 1:
+        if par.dp > ZERO1_RANKS:
+            return "dp", f"the eager walk's --zero 1 walks each rank's share: at most {ZERO1_RANKS:,} processes"
+        if RECIPES[recipe].master:
+            return "recipe", ("ZeroRedundancyOptimizer steps the model's own parameters, with no fp32 master copy: "
+                              "fp32-full, autocast or bf16 with the eager walk's --zero 1")  # fmt: skip
+        if tune.optimizer != "adamw":
+            return "optimizer", "the eager walk's --zero 1 is ZeroRedundancyOptimizer around AdamW"
+        if loop.name != "bare":
+            return "loop", "the eager walk's --zero 1 is ZeroRedundancyOptimizer in a bare loop, not Trainer's"
+        return None
+    fsdp2 = f"the eager walk's --zero {par.zero} (FSDP2's fully_shard, reshard_after_forward={par.zero == 3})"
+    if par.dp > FSDP2_RANKS:
+        return "dp", f"{fsdp2} walks each rank's rows: at most {FSDP2_RANKS:,} processes"
+    if device != "cpu":
+        return "device", (f"{fsdp2} is measured on the CPU with gloo only (on CUDA its collectives run on streams "
+                          "of their own): --device cpu, or the deck walk")  # fmt: skip
+    if recipe not in FSDP2_RECIPES:
+        return "recipe", f"{fsdp2} shards fp32 parameters (no MixedPrecisionPolicy yet): fp32-full or autocast"
+    if shape.experts:
+        return "walk", f"{fsdp2} is not modelled for a mixture of experts yet: use the deck walk"
     if tune.optimizer != "adamw":
-        return "optimizer", "the eager walk's --zero 1 is ZeroRedundancyOptimizer around AdamW"
+        return "optimizer", f"{fsdp2} steps AdamW"
+    if not tune.default:
+        return "finetune", f"{fsdp2} trains every parameter (fine-tuning under it is not modelled yet): --finetune full"
     if loop.name != "bare":
-        return "loop", "the eager walk's --zero 1 is ZeroRedundancyOptimizer in a bare loop, not Trainer's"
+        return "loop", f"{fsdp2} runs in a bare loop, not Trainer's"
+    if loop.grad_accum > 1:
+        return "grad-accum", f"{fsdp2} runs one micro-batch a step"
+    if loop.impl(device) != "single" or loop.loss_kind != "transformers":
+        field = "adamw-impl" if loop.impl(device) != "single" else "loss"
+        return field, f"{fsdp2} runs PyTorch's own AdamW and transformers' loss: leave --{field} unset"
     return None
 
 

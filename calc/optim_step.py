@@ -64,6 +64,32 @@ def _block(shape: Shape, moe: bool) -> list[Param]:
     return _stored([t for t in tensors if "norm" not in t.name] + norms)
 
 
+def model_groups(shape: Shape) -> list[list[Param]]:
+    """Every parameter tensor of the model, as FSDP2 groups them with fully_shard on each decoder layer and on
+    the model: the root's (embedding, final norm, head), then each layer's; each as stored (rows: its first
+    dimension, which FSDP2 cuts)."""
+    embed, layers, tail = _as_stored(shape)
+    return [embed + tail, *layers]
+
+
+def model_params(shape: Shape) -> list[Param]:
+    """Every parameter tensor of the model in model.parameters() order, each as stored: full training's
+    trainable tensors, each with its first dimension as its rows."""
+    embed, layers, tail = _as_stored(shape)
+    return embed + [p for layer in layers for p in layer] + tail
+
+
+def _as_stored(shape: Shape) -> tuple[list[Param], list[list[Param]], list[Param]]:
+    """(embedding and positions, each block's tensors, final norm and head), each tensor as stored."""
+    outer = inventory.outer_tensors(shape)
+    embed = [Param(t.rows, t.cols, True, t.name.startswith("embed")) for t in outer["embedding"] + outer["positions"]]
+    dense = shape.layers - shape.moe_layers
+    # calc.inventory lists a block's matrices as (in, out); nn.Linear stores (out, in), GPT-2's Conv1D (in, out)
+    turn = (lambda p: Param(p.cols, p.rows, p.decay) if p.cols else p) if shape.family != "gpt2" else (lambda p: p)
+    layers = [[turn(p) for p in _block(shape, i > dense)] for i in range(1, shape.layers + 1)]
+    return embed, layers, _stored(outer["final_norm"] + outer["head"])
+
+
 def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
     """The trainable tensors in model.parameters() order: embedding, blocks, final norm, head (calc.finetune
     says which train; peft's adapters are lora_A then lora_B of each target, in the block's order)."""

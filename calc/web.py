@@ -47,7 +47,8 @@ def eager_unavailable(inputs: Run) -> str | None:
     problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
     if not problem and inputs.par.dp > 1:  # issue 31: the figure beside the deck's is one device's
-        return "the eager figure beside the deck's is one device's: the eager walk (walk=eager) walks DDP's ranks"
+        return ("the eager figure beside the deck's is one device's: the eager walk (walk=eager) walks each rank "
+                "of DDP or FSDP2")
     return problem[1] if problem else None
 
 

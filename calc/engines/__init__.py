@@ -3,4 +3,6 @@ beyond the one-device step (issue 31). The eager walk (calc.eager_step) asks the
 the papers' accounting (calc.parallel).
 
 - ddp: torch's DistributedDataParallel, alone (ZeRO 0) or with ZeroRedundancyOptimizer (ZeRO 1).
+- fsdp: torch's FSDP2, fully_shard on each decoder layer and on the model, reshard_after_forward False (ZeRO 2)
+  or True (ZeRO 3).
 """

@@ -88,25 +88,30 @@ def workspace(allocations: list) -> set[int]:
 def step_peak(prof) -> dict:
     """Replay the allocator over the profile: the running sum of every allocation's size; at the step marked
     STEP_MARK, the total it starts with, its largest value and the total it ends with; and the same running
-    sum without the workspace blocks (`workspace`): its largest value in the step, and the largest block."""
+    sum without the workspace blocks (`workspace`): its largest value in the step, and the largest block.
+    A block freed unseen (on another thread) counts freed where `unseen_frees` and `collective_frees` find it."""
     recorded = events(prof)
     step = next(e for e in recorded if e.name == STEP_MARK)
     allocations = sorted((e for e in recorded if e.tag == _EventType.Allocation), key=lambda e: (e.start_time_ns, e.id))
     scratch = workspace(allocations)
+    late, reuses = collective_frees(allocations)
+    unseen = {i: n for i, n in unseen_frees(allocations).items() if i not in reuses}
+    # (time, order, bytes, index of the allocation record; None: a free counted when a collective returned)
+    stream = [(e.start_time_ns, k, e.extra_fields.alloc_size - unseen.get(k, 0), k) for k, e in enumerate(allocations)]
+    stream += [(t, len(allocations) + k, -n, None) for k, (t, n) in enumerate(late)]
+    stream.sort(key=lambda x: (x[0], x[1]))
     running, tensors, start, end, peak, peak_tensors, largest, at, at_peak = 0, 0, None, None, -1, -1, 0, None, 0
-    unseen = unseen_frees(allocations)
-    for i, e in enumerate(allocations):
-        if start is None and e.start_time_ns >= step.start_time_ns:
+    for t, _, size, i in stream:
+        if start is None and t >= step.start_time_ns:
             start = running
-        size = e.extra_fields.alloc_size - unseen.get(i, 0)
         running += size
         tensors += 0 if i in scratch else size
-        if start is not None and e.start_time_ns <= step.end_time_ns:
+        if start is not None and t <= step.end_time_ns:
             end, peak_tensors = running, max(peak_tensors, tensors)
             if running > peak:
                 peak, at_peak = running, running - tensors
             if i in scratch and size > largest:
-                largest, at = size, op_path(e.parent)
+                largest, at = size, op_path(allocations[i].parent)
     return {"measured_peak": peak, "measured_start": start, "measured_end": end, "workspace_peak": largest,
             "workspace_at": at, "workspace_at_peak": at_peak, "measured_peak_tensors": peak_tensors}  # fmt: skip
 
@@ -129,6 +134,38 @@ def unseen_frees(allocations: list) -> dict[int, int]:
         else:
             live.pop(f.ptr, None)
     return out
+
+
+COLLECTIVES = ("c10d::", "gloo:")  # the profiler's names of a collective's ops (c10d's dispatch, gloo's own)
+
+
+def collective_frees(allocations: list) -> tuple[list[tuple[int, int]], set[int]]:
+    """([(when, bytes)], reuses) for the blocks a collective op allocates for itself (gloo's flat copy in
+    `_allgather_base_`, its receive buffer, the clone in `_reduce_scatter_base_`) that are not seen freed: each
+    counted freed when its collective returns. In a quiet run each is seen freed inside its collective; under
+    load gloo's worker thread drops the last reference itself, once the op has waited for it, and the profiler
+    does not see that free. `reuses`: the allocations at whose address such a block was still live, where
+    `unseen_frees` would count it freed (it is freed earlier here)."""
+    live: dict[int, int] = {}  # address -> index of the allocation that holds it
+    unseen: dict[int, int] = {}  # index of a block never seen freed -> the allocation that reused its address
+    for i, e in enumerate(allocations):
+        f = e.extra_fields
+        if f.alloc_size > 0:
+            if f.ptr in live:
+                unseen[live[f.ptr]] = i
+            live[f.ptr] = i
+        else:
+            live.pop(f.ptr, None)
+    frees, reuses = [], set()
+    for j in [*unseen, *live.values()]:
+        op = allocations[j].parent
+        while op is not None and not op.name.startswith(COLLECTIVES):
+            op = op.parent
+        if op is not None:
+            frees.append((op.end_time_ns, allocations[j].extra_fields.alloc_size))
+            if j in unseen:
+                reuses.add(unseen[j])
+    return frees, reuses
 
 
 def op_path(op) -> str:

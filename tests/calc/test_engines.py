@@ -1,4 +1,4 @@
-"""calc.engines.ddp: one rank of DDP, and of DDP with ZeroRedundancyOptimizer, in the eager walk (issue 31)."""
+"""calc.engines: one rank of DDP, of DDP with ZeroRedundancyOptimizer, and of FSDP2, in the eager walk (issue 31)."""
 
 import json
 
@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import calc
-from calc import finetune, optim_step
+from calc import eager_step, finetune, optim_step
 from calc.cli import main
-from calc.engines import ddp
+from calc.engines import ddp, fsdp
 from calc.optim_step import Param
 from calc.parallel import Parallel
 from calc.presets import PRESETS
@@ -89,7 +89,17 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
 @pytest.mark.parametrize(
     ("flags", "field"),
     [
-        (["--dp", "2", "--zero", "2"], "--zero"),
+        (["--dp", "2", "--zero", "2"], "--recipe"),  # FSDP2 of fp32 parameters: no mixed recipe's master copy
+        (["--dp", "2", "--zero", "3", "--recipe", "bf16"], "--recipe"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--device", "cuda"], "--device"),
+        (["--preset", "qwen3-30b-a3b", "--dp", "2", "--zero", "3", "--recipe", "autocast"], "--walk"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--finetune", "lora"], "--finetune"),
+        (["--dp", "2", "--zero", "2", "--recipe", "autocast", "--optimizer", "adafactor"], "--optimizer"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--loop", "trainer"], "--loop"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--grad-accum", "2"], "--grad-accum"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--adamw-impl", "foreach"], "--adamw-impl"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--loss", "torchtune-chunked"], "--loss"),
+        (["--dp", "1025", "--zero", "3", "--recipe", "autocast"], "--dp"),
         (["--zero", "1"], "--zero"),  # over one process ZeRO would shard nothing: not accepted and ignored
         (["--dp", "2", "--tp", "2"], "--walk"),
         (["--dp", "2", "--zero", "1", "--recipe", "mixed"], "--recipe"),
@@ -104,8 +114,7 @@ def test_eager_refuses_what_it_does_not_run_naming_the_field(flags, field, capsy
     args = [
         "--walk",
         "eager",
-        "--device",
-        "cpu",
+        *(["--device", "cpu"] if "--device" not in flags else []),
         *(["--preset", "llama-3.2-1b"] if "--preset" not in flags else []),
         *flags,
     ]
@@ -131,3 +140,74 @@ def test_zero1_ranks_without_a_share_keep_no_adam_state():
     ddp_rank = _eager("gpt2", Parallel(dp=dp))
     zero = _eager("gpt2", Parallel(dp=dp, zero=1))
     assert min(zero["rank_peaks"]) <= ddp_rank["peak"] - 8 * ddp_rank["trainable_params"]
+
+
+DENSE = ["llama-3.2-1b", "qwen3-8b", "gemma-2-9b", "gpt2"]
+
+
+@pytest.mark.parametrize("preset", DENSE)
+def test_fsdp2_groups_are_the_models_parameters(preset):
+    """The root's and the layers' groups hold every parameter tensor once: full training's trainable ones."""
+    shape = PRESETS[preset]
+    groups = optim_step.model_groups(shape)
+    assert len(groups) == shape.layers + 1
+    flat = sorted(p.numel for g in groups for p in g)
+    assert flat == sorted(p.numel for p in optim_step.trainable(shape, finetune.DEFAULT))
+    assert sum(flat) == calc.param_counts(shape)["total"]
+
+
+@given(st.integers(1, 10_000), st.integers(0, 64), st.integers(1, 64))
+def test_fsdp2_rows_are_torch_chunks(rows, cols, dp):
+    """Each rank holds ceil(rows / dp) rows but the last ones, which hold what is left (maybe none): every row
+    once; the padded shard is the first rank's."""
+    p = Param(rows, cols)
+    got = [fsdp.local(p, dp, r).rows for r in range(dp)]
+    assert sum(got) == rows and got == sorted(got, reverse=True) and got[0] == -(-rows // dp)
+    assert fsdp.FullyShard(dp).padded([p]) == fsdp.local(p, dp, 0).numel
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("preset", DENSE)
+def test_fsdp2_step_returns_the_state_it_found(preset, zero):
+    """Every gathered group is freed, every reduce-scatter buffer too, and zero_grad frees the shards'
+    gradients: the step ends where it started, as on one device."""
+    for par in (ONE, Parallel(dp=4, zero=zero)):
+        w = calc.api.eager_walk(PRESETS[preset], 256, 1, "autocast", "none", 2, "sdpa", "cpu", finetune.DEFAULT,
+                                calc.loops.BARE, par)  # fmt: skip
+        assert sum(s.repeats * e.bytes for s in w.segs[1:] for e in s.events) == 0, par
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("preset", ["llama-3.2-1b", "gemma-2-9b"])
+def test_fsdp2_deep_model_is_its_middle_layer_repeated(preset, zero, recompute):
+    """FSDP2's gathers, reshards and reduce-scatters around each layer stretch as the layers do: event for
+    event the replay of every layer with them."""
+    shape = PRESETS[preset]
+    args = (256, 1, "autocast", recompute, "sdpa", "cpu", finetune.DEFAULT)
+    how = {"gathered": fsdp.FullyShard(4, zero == 3), "loss_kind": "transformers"}
+    spans = eager_step.layer_spans(shape, finetune.DEFAULT)
+    rp, _ = eager_step.replay(shape, *args, layers=[lo for lo, _ in spans])
+    chunks = eager_step._sharded(eager_step._chunks(rp.events), shape, "autocast", rp, how["gathered"])
+    stretched = eager_step._stretch(chunks, spans)
+    assert stretched is not None and len(spans) < shape.layers  # a few layers replayed, stretched to the rest
+    flat = [(e.label, e.bytes) for s in stretched for _ in range(s.repeats) for e in s.events]
+    whole = eager_step.whole(shape, args, **how)
+    assert flat == [(e.label, e.bytes) for s in whole for _ in range(s.repeats) for e in s.events]
+
+
+def test_fsdp2_zero3_holds_less_than_zero2_and_ddp():
+    """Resharding after forward frees each layer's whole parameters until its backward: ZeRO 3 peaks lower than
+    ZeRO 2, which keeps them, and both lower than DDP (AdamW sharded, no buckets) on a model that large."""
+    peaks = [_eager("llama-3.2-1b", Parallel(dp=8, zero=z), recipe="fp32-full")["peak"] for z in (0, 2, 3)]
+    assert peaks[0] > peaks[1] > peaks[2]
+
+
+def test_fsdp2_ranks_differ_where_dp_does_not_divide_the_rows():
+    """Over 3 processes the last rank holds fewer rows of the 2,048-wide weights: less AdamW state, the same
+    padded shards and buffers; rank 0 is the busiest."""
+    got = _eager("llama-3.2-1b", Parallel(dp=3, zero=3), recipe="fp32-full")
+    peaks = got["rank_peaks"]
+    assert len(peaks) == 3 and peaks[0] == got["peak"] == max(peaks) and peaks[2] < peaks[0]
+    even = _eager("llama-3.2-1b", Parallel(dp=4, zero=3), recipe="fp32-full")["rank_peaks"]
+    assert len(set(even)) == 1

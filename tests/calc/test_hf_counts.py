@@ -239,3 +239,37 @@ def test_aliases_are_the_config_classes(model_type):
     pairs = transformers.CONFIG_MAPPING[model_type].attribute_map.items()
     assert set(MODEL_TYPES[model_type].aliases) == {(a, s) for a, s in pairs if {a, s} & cfg.asked}
 
+
+DENSE_TYPES = sorted(t for t, m in MODEL_TYPES.items() if t not in {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss",
+                                                                       "deepseek_v3", "llama4_text"})  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", DENSE_TYPES)
+def test_fsdp2_groups_are_transformers_modules_rows_by_rows(model_type, tmp_path):
+    """FSDP2 cuts each parameter's dim 0 (calc.engines.fsdp): calc's groups, the root's and each decoder layer's,
+    hold exactly the (dim 0, the rest) of the parameters of transformers' own modules, small configs each."""
+    from calc.optim_step import model_groups
+
+    cfg = {"num_hidden_layers": 2, "hidden_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 12, "intermediate_size": 40, "vocab_size": 96, "tie_word_embeddings": False, **NO_TOKENS}
+    if model_type == "gpt2":
+        cfg = {"n_layer": 2, "n_embd": 48, "n_head": 4, "vocab_size": 96, **NO_TOKENS}
+    if model_type == "mistral3":
+        cfg = {"text_config": {**cfg, "model_type": "ministral3"}}
+    if model_type == "gemma3":
+        cfg = {"text_config": {**cfg, "model_type": "gemma3_text"}}
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    text, _ = saved(config, tmp_path)
+    loaded = transformers.AutoConfig.from_pretrained(tmp_path)
+    loaded = getattr(loaded, "text_config", None) or loaded
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(loaded)
+    layers = model.model.layers if hasattr(model, "model") else model.transformer.h
+    in_layers = {id(p) for layer in layers for p in layer.parameters()}
+
+    def rows(params) -> list:
+        return sorted((p.shape[0], p.numel() // p.shape[0]) for p in params)
+
+    theirs = [rows(p for p in model.parameters() if id(p) not in in_layers)] + [rows(x.parameters()) for x in layers]
+    ours = [sorted((p.rows, p.numel // p.rows) for p in g) for g in model_groups(shape_from_text(text))]
+    assert ours == theirs

@@ -16,22 +16,32 @@ ENGINES = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())
 
 
 def test_every_engine_and_layout_is_recorded_and_answered():
-    """Both engines at 2 and 4 processes, both families, both recipes, checkpointing off and on; no refusal."""
+    """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, on Llama and
+    Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama; both recipes, checkpointing off and on; no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
-    assert len(cases) == len(runs) == 32
+    worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}}
+    for family in ("llama", "qwen3"):
+        assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items() for w in ws}
+    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-tied"} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
+                                                                        for w in (2, 3)}  # fmt: skip
+    assert len(runs) == len(cases) == (2 * 10 + 4) * 2 * 2  # (family, engine, processes) x recipes x checkpointing
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
 def test_every_rank_within_one_percent_or_high_by_the_unseen_buckets():
-    """Each rank's prediction is within 1% of its measured peak, or the rank reads high by exactly DDP's first
+    """Each rank's prediction is within 1% of its measured peak; or the rank reads high by exactly DDP's first
     buckets, at its start as at its peak (make_results.unseen_buckets), and its rise from the start is exact
-    to within 1%."""
+    to within 1%; or, under FSDP2, by exactly one group's all-gather output from a start equal to its peers'
+    (make_results.unseen_gathered)."""
     import make_results
 
     for row in ENGINES["runs"]:
         for i, r in enumerate(row["ranks"]):
-            if make_results.unseen_buckets(row, i):
+            if make_results.unseen_gathered(row, i):  # exact: high by one group's all-gather output, no more
+                lowest = min(x["measured_start"] for x in row["ranks"])
+                assert r["measured_start"] == lowest, (row["eager"]["command"], i)
+            elif make_results.unseen_buckets(row, i):
                 rise = r["measured_peak"] - r["measured_start"]
                 peers = [x["measured_peak"] - x["measured_start"] for j, x in enumerate(row["ranks"]) if j != i]
                 assert min(abs(rise - p) for p in peers) <= 0.01 * rise, (row["eager"]["command"], i)
@@ -51,7 +61,7 @@ def test_recorded_cli_answers_are_todays():
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("engine", ["ddp", "ddp-zero1"])
+@pytest.mark.parametrize("engine", ["ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2"])
 def test_a_sample_measures_as_recorded(engine):
     """One case of each engine, 2 processes, measured again: every rank's peak within 1% of the CLI's (a rank
     reading high by the unseen buckets excepted, as in the record), and its rise from its start as recorded."""
@@ -61,7 +71,11 @@ def test_a_sample_measures_as_recorded(engine):
     old = next(r for r in ENGINES["runs"] if r["engine"] == engine and r["world"] == 2
                and r["checkpointing"] == "full" and r["precision"] == "autocast")  # fmt: skip
     new = measure_engines.measure(old["family"], engine, 2, old["precision"], old["checkpointing"])
+    def unseen(row: dict, i: int) -> bool:  # a rank reading high by a block gloo's thread freed (module doc)
+        return make_results.unseen_buckets(row, i) or make_results.unseen_gathered(row, i)
+
     for i, (a, b) in enumerate(zip(old["ranks"], new["ranks"], strict=True)):
-        assert b["measured_peak"] - b["measured_start"] == pytest.approx(a["measured_peak"] - a["measured_start"],
-                                                                          rel=0.001)  # fmt: skip
-        assert make_results.unseen_buckets(new, i) or abs(b["ratio"] - 1) <= 0.01, (i, b["ratio"])
+        if not (unseen(old, i) or unseen(new, i)):
+            rise = b["measured_peak"] - b["measured_start"]
+            assert rise == pytest.approx(a["measured_peak"] - a["measured_start"], rel=0.001), i
+        assert unseen(new, i) or abs(b["ratio"] - 1) <= 0.01, (i, b["ratio"])

@@ -192,7 +192,10 @@ def test_typing_writes_the_address_once_the_reader_pauses_and_a_choice_at_once(o
     page.keyboard.type("12288", delay=40)  # each key answered before the next, or superseded
     page.evaluate(calculator_tests.AWAIT_DRAWN)
     assert parse_qs(urlparse(settled_url(page)).query) == {"seq": ["12288"]}
-    assert [name for name, _ in page.evaluate("() => window.__writes")] == ["replaceState"]
+    # once, or twice where a loaded machine delivered two keys more than the pause apart (seen in CI): never a
+    # write a key, and never a new history entry
+    names = [name for name, _ in page.evaluate("() => window.__writes")]
+    assert 1 <= len(names) <= 2 and set(names) == {"replaceState"}, names
     page.evaluate("() => { window.__writes = []; }")
     change(page, "seq", "8192")  # typed again, then a choice before the pause: the typing first, then the entry
     page.select_option('[data-calc-form] [name="preset"]', "mistral-7b")

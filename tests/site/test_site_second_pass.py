@@ -270,6 +270,8 @@ def test_a_fatal_python_error_restarts_the_worker_and_says_so(open_page):
     [
         ("?walk=eager", ["--walk", "eager"]),
         ("?preset=mixtral-8x7b&experts=4", ["--preset", "mixtral-8x7b", "--experts", "4"]),
+        ("?walk=eager&device=cpu&recipe=autocast&dp=4&zero=3",  # a rank of FSDP2 (calc.engines.fsdp)
+         ["--walk", "eager", "--device", "cpu", "--recipe", "autocast", "--dp", "4", "--zero", "3"]),
     ],
 )
 def test_a_link_with_a_field_the_form_has_no_control_for_keeps_it(open_page, query, flags):

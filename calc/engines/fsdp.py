@@ -1,0 +1,166 @@
+"""One rank of torch's FSDP2 (`fully_shard`) on each decoder layer and on the model, as torch 2.13 runs it with
+gloo on the CPU (torch/distributed/fsdp/_fully_shard/: _fsdp_param_group.py, _fsdp_collectives.py).
+
+Each `fully_shard` call makes a group: one a decoder layer, and the root (the model: the embedding, the final
+norm and the head). A rank keeps its rows of every parameter (dim 0 cut in `dp` chunks, torch.chunk's, each
+padded to the largest), and a group's parameters exist whole only between its all-gather and its reshard:
+
+- All-gather (foreach_all_gather): one flat output of `dp` x the group's padded shard, into which the rank's
+  own shard is copied; gloo's `_allgather_base_` makes a flat copy of it and gloo's all-gather a receive buffer,
+  one after the other, each freed at once. The copy-out (foreach_all_gather_copy_out) then allocates each
+  parameter's unsharded tensor. In forward the flat output is kept (the communication context's
+  all_gather_state) until the next group's copy-out, and the last one until the root's forward returns; in
+  backward it is freed at once.
+- Forward: each group is gathered in its pre-forward hook and, with reshard_after_forward=True (ZeRO 3, torch's
+  default), freed in its post-forward; with False (ZeRO 2) it stays whole until its backward ends.
+- Backward: the root is gathered again at the loss's backward and, in each group's pre-backward, the group
+  next in backward order is all-gathered ahead (backward prefetch, torch's default); its copy-out waits for its
+  own pre-backward. After a group's backward (post_backward): its unsharded parameters are freed; the previous
+  group's reduce-scatter input is freed (post_backward_rs_wait); its gradients are copied into a flat
+  reduce-scatter input of `dp` x its padded shard and freed; the rank's reduced shard is a new flat tensor, the
+  group's gradients as views, kept until zero_grad; gloo's `_reduce_scatter_base_` clones the input and frees
+  the clone. The root's reduce-scatter input is freed when backward ends.
+- The optimizer steps the rank's rows only: AdamW's moments and its step's temporaries are the rank's share.
+
+Measured on multi-process CPU steps (scripts/training/measure_engines.py, docs/data/engines.json). Not counted:
+the few bytes of each reduce-scatter's scalar division (gloo's all_reduce), as calc leaves scalars out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..optim_step import Param
+from ..walk import Event
+
+SOURCE = "torch 2.13 FSDP2: _fsdp_collectives.py foreach_all_gather, foreach_reduce; gloo on the CPU"
+
+
+@dataclass(frozen=True)
+class FullyShard:
+    """A rank of `dp` FSDP2 processes, `reshard` its reshard_after_forward; `share`: its rows of each trainable
+    parameter (what its optimizer steps), in model.parameters() order; None until calc.api sets it."""
+
+    dp: int
+    reshard: bool = True
+    share: tuple[Param, ...] | None = None
+
+    def padded(self, params: list[Param]) -> int:
+        """Values of the rank's padded shards of `params`: ceil(rows / dp) rows of each."""
+        return sum(-(-p.rows // self.dp) * (p.cols or 1) for p in params)
+
+
+def resident(start: list[Event], params: list[Param], engine: FullyShard, unit: int) -> list[Event]:
+    """The one-device step's `start` on this rank: its padded shard of every weight (each parameter's
+    _sharded_param_data) for the weights, AdamW's moments of its rows (proportional to the values: 2 moments a
+    value); the rest (the token ids) as they are."""
+    total, mine = sum(p.numel for p in params), sum(p.numel for p in engine.share or ())
+    shards = Event("start", "this rank's shards of the weights (FSDP2: ceil(rows / dp) rows of each)", "weights",
+                   engine.padded(params) * unit, SOURCE)  # fmt: skip
+    out = []
+    for e in start:
+        if e.category == "weights":
+            e = shards
+        elif e.category == "optimizer":
+            e = e._replace(bytes=e.bytes * mine // total, label=f"{e.label} (FSDP2: this rank's rows)")
+        out.append(e)
+    return out
+
+
+def local(p: Param, dp: int, rank: int) -> Param:
+    """Rank `rank`'s rows of `p` (torch.chunk's cut of dim 0: the last ranks may have fewer, or none)."""
+    rows = -(-p.rows // dp)
+    return Param(max(0, min(rows, p.rows - rank * rows)), p.cols, p.decay, p.embedding)
+
+
+def shares(params: list[Param], dp: int) -> list[tuple[Param, ...]]:
+    """Each rank's rows of every parameter."""
+    return [tuple(local(p, dp, r) for p in params) for r in range(dp)]
+
+
+def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, groups: list[list[Param]], unit: int,
+           blocks) -> list[tuple[int, list[Event]]]:  # fmt: skip
+    """The replayed step's chunks (calc.eager_step._chunks: runs of one layer's events, 0 outside the layers)
+    with FSDP2's events put around them. `groups`: the root's parameters, then each layer's (layer 1 first);
+    `unit`: bytes of a parameter's value; `blocks`: bytes -> the allocator's (calc.replay.Replay.blocks)."""
+    dp, last = engine.dp, len(groups) - 1
+    root = "the root (embedding, final norm, head)"  # a layer's events name layers as the replay's do, by
+    # "{layer}" and relative to it, so that alike layers' chunks stay equal (calc.eager_step._stretch, _merge)
+
+    def name(g: int, at: int) -> str:
+        """How the events of layer `at`'s chunk (0: the root's) name group `g`."""
+        if not g:
+            return root
+        if not at:  # the root's chunks name the first layer (reduced just before it) and the last (prefetched)
+            return "layer 1" if g == 1 else "the last layer"
+        return {at: "layer {layer}", at - 1: "the layer below", at + 1: "the layer above"}.get(g, "layer {layer}")
+
+    whole = [blocks(dp * engine.padded(g) * unit) for g in groups]  # a group's all-gather: its flat output
+    mine = [blocks(engine.padded(g) * unit) for g in groups]  # its reduce-scatter output: the rank's shard
+
+    def ev(phase: str, label: str, category: str, nbytes: int) -> Event:
+        return Event(phase, label, category, nbytes, SOURCE)
+
+    def gather(phase: str, g: int, at: int, ahead: bool = False) -> list[Event]:
+        what = f"all-gather {name(g, at)}" + (" (backward prefetch)" if ahead else "")
+        return [ev(phase, f"{what}: flat output", "weights", whole[g]),
+                ev(phase, f"{what}: gloo's copy and receive buffer", "weights", whole[g]),
+                ev(phase, f"{what}: gloo's buffers freed", "weights", -whole[g])]  # fmt: skip
+
+    def copy_out(phase: str, g: int) -> list[Event]:
+        return [ev(phase, f"{name(g, g)}: unsharded parameters (copy-out)", "weights", whole[g])]
+
+    def drop_gathered(phase: str, g: int, at: int) -> list[Event]:
+        return [ev(phase, f"free the all-gather output of {name(g, at)}", "weights", -whole[g])]
+
+    def reshard(phase: str, g: int) -> list[Event]:
+        return [ev(phase, f"reshard {name(g, g)}: free its unsharded parameters", "weights", -whole[g])]
+
+    def reduce(g: int, grads: int) -> list[Event]:
+        out = reshard("backward", g)
+        if g != last:  # the group reduced just before it: the layer above (the root's: layer 1)
+            up = g + 1 if g else 1
+            out.append(ev("backward", f"free the reduce-scatter input of {name(up, g)}", "gradients", -whole[up]))
+        it = name(g, g)
+        return [
+            *out,
+            ev("backward", f"reduce-scatter {it}: flat input (its gradients copied in)", "gradients", whole[g]),
+            ev("backward", f"free the unsharded gradients of {it}", "gradients", -grads),
+            ev("backward", f"reduce-scatter {it}: this rank's shard (its gradients from here)", "gradients", mine[g]),
+            ev("backward", f"reduce-scatter {it}: gloo's clone of the input", "gradients", whole[g]),
+            ev("backward", f"reduce-scatter {it}: gloo's clone freed", "gradients", -whole[g]),
+        ]
+
+    out: list[tuple[int, list[Event]]] = []
+    backward = [i for i, (_, evs) in enumerate(chunks) if evs[0].phase != "forward"]
+    seen: set[int] = set()  # the layers whose forward has run (autocast's cache is freed in later chunks of them)
+    returned = False  # whether the root's forward has returned (its chunk after the layers: the head, the loss)
+    for i, (layer, evs) in enumerate(chunks):
+        before, after = [], []
+        grads = sum(e.bytes for e in evs if e.category == "gradients")
+        if evs[0].phase == "forward":
+            if i == 0:  # the root's pre-forward
+                before = gather("forward", 0, 0) + copy_out("forward", 0)
+            elif layer and layer not in seen:
+                before = gather("forward", layer, layer) + copy_out("forward", layer)
+                before += drop_gathered("forward", layer - 1, layer)
+                after = reshard("forward", layer) if engine.reshard else []
+            elif not layer and seen and not returned:  # the first chunk outside the layers after them
+                after = (reshard("forward", 0) if engine.reshard else []) + drop_gathered("forward", last, 0)
+                returned = True
+            seen |= {layer} - {0}
+        elif layer:
+            if engine.reshard:
+                before = copy_out("backward", layer) + drop_gathered("backward", layer, layer)
+                before += gather("backward", layer - 1, layer, True) if layer > 1 else []
+            after = reduce(layer, grads)
+        else:
+            if i == backward[0] and engine.reshard:  # the root's pre-backward, at the loss's backward
+                before = gather("backward", 0, 0) + copy_out("backward", 0) + drop_gathered("backward", 0, 0)
+                before += gather("backward", last, 0, True) if last else []
+            if i == backward[-1]:  # the root's post-backward, when backward ends
+                grads = sum(e.bytes for j in backward if not chunks[j][0] for e in chunks[j][1]
+                            if e.category == "gradients")  # fmt: skip
+                after = reduce(0, grads)
+                after.append(ev("backward", f"free the reduce-scatter input of {root}", "gradients", -whole[0]))
+        out.append((layer, before + evs + after))
+    return out
