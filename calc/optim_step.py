@@ -35,8 +35,10 @@ class Param:
         return self.rows * (self.cols or 1)
 
 
-def _stored(tensors: list[inventory.Tensor]) -> list[Param]:
-    """Tensors as stored: fused ones (GPT-2's c_attn, the experts') as one, a LayerNorm's gain and bias as two."""
+def _stored(tensors: list[inventory.Tensor], out_first: bool = False) -> list[Param]:
+    """Tensors as stored: fused ones (GPT-2's c_attn, the experts') as one, a LayerNorm's gain and bias as two.
+    `out_first`: each with its stored first dimension as its rows (what FSDP2 cuts): an nn.Linear's weight as
+    (out, in), where calc.inventory lists (in, out), and the experts' fused weights by expert (E, the rest)."""
     out: list[Param] = []
     fused: dict[str, list[inventory.Tensor]] = {}
     for t in tensors:
@@ -47,21 +49,27 @@ def _stored(tensors: list[inventory.Tensor]) -> list[Param]:
                 out.append(t.fused)  # a placeholder, filled in below
             fused[t.fused].append(t)
             continue
-        out += [Param(t.rows, t.cols, decay)] * t.count
+        out += [Param(t.cols, t.rows, decay) if out_first and t.cols else Param(t.rows, t.cols, decay)] * t.count
     for i, p in enumerate(out):
         if isinstance(p, str):
             parts = fused[p]
             flat = len({t.rows for t in parts}) == 1 and all(t.count == 1 for t in parts)
-            cols = sum(t.cols for t in parts)
-            out[i] = Param(parts[0].rows, cols) if flat and cols else Param(sum(t.numel for t in parts))
+            cols, numel = sum(t.cols for t in parts), sum(t.numel for t in parts)
+            if flat and cols:
+                out[i] = Param(cols, parts[0].rows) if out_first else Param(parts[0].rows, cols)
+            elif out_first and len({t.count for t in parts}) == 1 and parts[0].count > 1:  # experts: (E, ...)
+                out[i] = Param(parts[0].count, numel // parts[0].count)
+            else:
+                out[i] = Param(numel)
     return out
 
 
-def _block(shape: Shape, moe: bool) -> list[Param]:
-    """A block in transformers' order: the attention module, the MLP, then the block's norms."""
+def _block(shape: Shape, moe: bool, out_first: bool = False) -> list[Param]:
+    """A block in transformers' order: the attention module, the MLP, then the block's norms (`out_first`:
+    _stored's)."""
     tensors = counts.layer_tensors(shape, moe)
     norms = [t for t in tensors if "norm" in t.name]
-    return _stored([t for t in tensors if "norm" not in t.name] + norms)
+    return _stored([t for t in tensors if "norm" not in t.name] + norms, out_first)
 
 
 def model_groups(shape: Shape) -> list[list[Param]]:
@@ -85,8 +93,7 @@ def _as_stored(shape: Shape) -> tuple[list[Param], list[list[Param]], list[Param
     embed = [Param(t.rows, t.cols, True, t.name.startswith("embed")) for t in outer["embedding"] + outer["positions"]]
     dense = shape.layers - shape.moe_layers
     # calc.inventory lists a block's matrices as (in, out); nn.Linear stores (out, in), GPT-2's Conv1D (in, out)
-    turn = (lambda p: Param(p.cols, p.rows, p.decay) if p.cols else p) if shape.family != "gpt2" else (lambda p: p)
-    layers = [[turn(p) for p in _block(shape, i > dense)] for i in range(1, shape.layers + 1)]
+    layers = [_block(shape, i > dense, shape.family != "gpt2") for i in range(1, shape.layers + 1)]
     return embed, layers, _stored(outer["final_norm"] + outer["head"])
 
 

@@ -936,11 +936,13 @@ each case run {runs} times and each rank's lowest peak kept (below). `ddp` is `D
 defaults around PyTorch's AdamW; `ddp-zero1` is the same with `ZeroRedundancyOptimizer(optimizer_class=AdamW)`;
 `fsdp2` is `fully_shard` on each decoder layer and then on the model with torch's default
 `reshard_after_forward=True`, and `fsdp2-zero2` the same with `False`, each around AdamW. `llama-tied` is Llama with
-6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, under FSDP2 only. Over 3
-processes FSDP2 pads rows (a width of 64 does not divide by 3), so its last rank holds fewer rows than the others.
-The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3` from the config.json, one per rank
-(`rank_peaks` in `--json`). Under DDP it is the eager walk of one device plus DDP's gradient buckets (a second flat
-copy of every gradient, `gradient_as_bucket_view=False`), with each rank's own share of AdamW under ZeRO 1
+6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, and `qwen3_moe` is Qwen3-MoE with
+4 experts a layer (top 2), both under FSDP2 only. Its checkpointed steps read 1.0002 (autocast) and 1.0005 (fp32)
+high, as its one-device steps do (§13.1): the one-device walk's residual, not FSDP2's. Over 3 processes FSDP2 pads
+rows (a width of 64 does not divide by 3), so its last rank holds fewer rows than the others. The prediction is the
+CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3` from the config.json, one per rank (`rank_peaks` in
+`--json`). Under DDP it is the eager walk of one device plus DDP's gradient buckets (a second flat copy of every
+gradient, `gradient_as_bucket_view=False`), with each rank's own share of AdamW under ZeRO 1
 (`calc/engines/ddp.py`). Under FSDP2 it is the same step with the rank's padded rows of every weight, each group
 all-gathered, copied out, resharded and reduce-scattered around its layer as torch 2.13 does it, the backward
 prefetch, the reduce-scatter buffers, and the rank's rows of AdamW (`calc/engines/fsdp.py`). Worst rank, predicted /
@@ -966,9 +968,9 @@ thread or the step drops a tensor's last reference changes from run to run, and 
 rank's figure, so each rank's lowest of {runs} runs is kept. Tensor, sequence and pipeline parallelism are not
 replayed yet: the eager walk refuses them, naming the deck walk, whose figures for them are the papers' accounting
 and are not held against an engine. The eager walk of FSDP2 covers fp32 parameters (no `MixedPrecisionPolicy`), full
-training of a dense model with AdamW in a bare loop, on the CPU; the rest is refused, naming the field. The
-collectives' own scratch memory (gloo's, NCCL's) is outside PyTorch's allocator and not counted; on CUDA the
-buckets' rounding is from source, not measured. Environment: {environment}.
+training of a dense model or of Qwen3-MoE with AdamW in a bare loop, on the CPU; the rest is refused, naming the
+field. The collectives' own scratch memory (gloo's, NCCL's) is outside PyTorch's allocator and not counted; on CUDA
+the buckets' rounding is from source, not measured. Environment: {environment}.
 """
 
 

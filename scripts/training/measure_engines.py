@@ -51,14 +51,17 @@ import torch  # noqa: E402
 RESULTS = ROOT / "docs" / "data" / "engines.json"
 SEQ, MICRO_BATCH = 128, 2
 # llama-tied: 6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, FSDP2's root
-# holding the one embedding matrix
+# holding the one embedding matrix; qwen3_moe: 4 experts a layer (transformers' fused grouped_mm weights, which
+# FSDP2 cuts by expert)
 MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.FAMILIES["qwen3"],
           "llama-tied": hf_models.Model("llama", 6, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
-                                        *measure_families.HEAD, ("tie_word_embeddings", True)))}  # fmt: skip
+                                        *measure_families.HEAD, ("tie_word_embeddings", True))),
+          "qwen3_moe": measure_families.FAMILIES["qwen3_moe"]}  # fmt: skip
 FAMILIES = tuple(MODELS)
 ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2}  # the ZeRO stage each runs
 WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2": (2, 3, 4)}  # 3: FSDP2 pads rows
-MEASURED = {"llama": WORLDS, "qwen3": WORLDS, "llama-tied": {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}}
+FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
+MEASURED = {"llama": WORLDS, "qwen3": WORLDS, "llama-tied": FSDP2, "qwen3_moe": FSDP2}
 GRID = [(name, engine, world, precision, checkpointing)
         for name in FAMILIES for engine, worlds in MEASURED[name].items() for world in worlds
         for precision, checkpointing in itertools.product(hf_models.PRECISIONS, hf_models.CHECKPOINTING)]  # fmt: skip

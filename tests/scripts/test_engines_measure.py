@@ -17,15 +17,17 @@ ENGINES = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())
 
 def test_every_engine_and_layout_is_recorded_and_answered():
     """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, on Llama and
-    Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama; both recipes, checkpointing off and on; no refusal."""
+    Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; both recipes, checkpointing off and on;
+    no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
     worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}}
     for family in ("llama", "qwen3"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items() for w in ws}
-    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-tied"} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
-                                                                        for w in (2, 3)}  # fmt: skip
-    assert len(runs) == len(cases) == (2 * 10 + 4) * 2 * 2  # (family, engine, processes) x recipes x checkpointing
+    for family in ("llama-tied", "qwen3_moe"):
+        assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
+                                                                      for w in (2, 3)}  # fmt: skip
+    assert len(runs) == len(cases) == (2 * 10 + 2 * 4) * 2 * 2  # (family, engine, processes) x recipes x checkpointing
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
