@@ -25,7 +25,9 @@ def parse(text: str) -> dict:
         raise ConfigError(f"too long: {len(text):,} characters, where a config.json has at most {MAX_CHARS:,}")
     text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as Windows editors write one: not JSON's
     try:
-        cfg = json.loads(text, parse_float=Written)  # each number with its text, for messages
+        cfg = json.loads(text, parse_float=Written, object_pairs_hook=_once)  # each number with its text
+    except ConfigError:  # a key given twice (_once): a ValueError, said as it is
+        raise
     except json.JSONDecodeError as e:
         raise ConfigError(f"not JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
     except (ValueError, RecursionError) as e:  # a number of over 4,300 digits, or nesting past the stack
@@ -34,6 +36,18 @@ def parse(text: str) -> dict:
     if not isinstance(cfg, dict):
         raise ConfigError("not a JSON object, as a transformers config.json is")
     return cfg
+
+
+def _once(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are given once each: json.load (and so transformers) would keep the last of a
+    key given twice, silently; a config is refused instead, naming the key."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"{shown(key)} is given twice (first {shown(out[key])}, then {shown(value)}): "
+                              "transformers would read the last; give it once")  # fmt: skip
+        out[key] = value
+    return out
 
 
 def shape_from_config(cfg: Mapping, name: str | None = None) -> Shape:

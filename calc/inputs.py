@@ -426,6 +426,8 @@ def _targets(raw: object, shape: Shape) -> tuple[str, ...]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
         raise InputError("lora-targets", "name at least one of q, k, v, o, gate, up, down, or all-linear")
+    if finetune.ALL_LINEAR in names:  # it names every linear: alone, not in a list
+        raise InputError("lora-targets", f"all-linear stands alone (every linear the blocks have), got {quote(raw)}")
     for name in names:
         if name not in finetune.TARGETS:
             raise InputError(
@@ -512,7 +514,7 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
         return "dp", f"{fsdp2} walks each rank's rows: at most {FSDP2_RANKS:,} processes"
     if device != "cpu":
         return "device", (f"{fsdp2} is measured on the CPU with gloo only (on CUDA its collectives run on streams "
-                          "of their own): --device cpu, or the deck walk")  # fmt: skip
+                          "of their own): --device cpu, or the deck walk without --device")  # fmt: skip
     if recipe not in FSDP2_RECIPES:
         return "recipe", f"{fsdp2} shards fp32 parameters (no MixedPrecisionPolicy yet): fp32-full or autocast"
     if shape.experts and shape.family not in FSDP2_EXPERTS:

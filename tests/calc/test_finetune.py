@@ -203,6 +203,7 @@ def test_cli_flags_and_json(capsys):
     for argv, field in [
         (["--lora-rank", "8"], "--lora-rank"),
         (["--finetune", "lora", "--lora-targets", "q,x"], "--lora-targets"),
+        (["--finetune", "lora", "--lora-targets", "all-linear,q"], "--lora-targets"),  # not "got 'all-linear'"
         (["--finetune", "freeze", "--freeze-layers", "33"], "--freeze-layers"),
         (["--optimizer", "adam"], "--optimizer"),
         (["--finetune", "qlora", "--walk", "eager", "--preset", "gpt2"], "--finetune"),
@@ -212,6 +213,7 @@ def test_cli_flags_and_json(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"error: {field}:")
+        assert "got 'all-linear'" not in err  # a message names what was typed, not a part of it that is valid
 
 
 def test_web_takes_the_fine_tuning_fields():

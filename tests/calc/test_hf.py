@@ -159,6 +159,10 @@ def test_both_names_agreeing_are_read_and_compact_keeps_the_one_written():
         (" " * (MAX_CHARS + 1), f"too long: {MAX_CHARS + 1:,} characters, where a config.json has at most"),
         ("[" * 100_000 + "]" * 100_000, "not JSON: nested too deeply"),
         ('{"vocab_size": ' + "9" * 5000 + "}", "not JSON: a number too long"),
+        # json.load would keep the last silently (issue 33): named, in a nested object too
+        ('{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 3}',
+         '"num_hidden_layers" is given twice (first 2, then 3): transformers would read the last; give it once'),
+        ('{"model_type": "gemma3", "text_config": {"vocab_size": 8, "vocab_size": 9}}', '"vocab_size" is given twice'),
     ],
 )
 def test_text_that_is_no_config(text, message):
