@@ -123,17 +123,24 @@ def unseen_frees(allocations: list) -> dict[int, int]:
     address that is still in use, so an allocation at the address of a block still live means that block was
     freed, unseen, before it: counted freed there (at the latest moment it can have been). In a profile of one
     thread there is none."""
-    live: dict[int, int] = {}
-    out: dict[int, int] = {}
+    reused, _ = _never_seen_freed(allocations)
+    return {i: allocations[j].extra_fields.alloc_size for j, i in reused.items()}
+
+
+def _never_seen_freed(allocations: list) -> tuple[dict[int, int], list[int]]:
+    """The blocks never seen freed: ({index of one: index of the allocation handed its address while it was
+    live}, [indices of those still live when the profile ends])."""
+    live: dict[int, int] = {}  # address -> index of the allocation that holds it
+    reused: dict[int, int] = {}
     for i, e in enumerate(allocations):
         f = e.extra_fields
         if f.alloc_size > 0:
             if f.ptr in live:
-                out[i] = live[f.ptr]
-            live[f.ptr] = f.alloc_size
+                reused[live[f.ptr]] = i
+            live[f.ptr] = i
         else:
             live.pop(f.ptr, None)
-    return out
+    return reused, list(live.values())
 
 
 COLLECTIVES = ("c10d::", "gloo:")  # the profiler's names of a collective's ops (c10d's dispatch, gloo's own)
@@ -146,18 +153,9 @@ def collective_frees(allocations: list) -> tuple[list[tuple[int, int]], set[int]
     load gloo's worker thread drops the last reference itself, once the op has waited for it, and the profiler
     does not see that free. `reuses`: the allocations at whose address such a block was still live, where
     `unseen_frees` would count it freed (it is freed earlier here)."""
-    live: dict[int, int] = {}  # address -> index of the allocation that holds it
-    unseen: dict[int, int] = {}  # index of a block never seen freed -> the allocation that reused its address
-    for i, e in enumerate(allocations):
-        f = e.extra_fields
-        if f.alloc_size > 0:
-            if f.ptr in live:
-                unseen[live[f.ptr]] = i
-            live[f.ptr] = i
-        else:
-            live.pop(f.ptr, None)
+    unseen, live = _never_seen_freed(allocations)
     frees, reuses = [], set()
-    for j in [*unseen, *live.values()]:
+    for j in [*unseen, *live]:
         op = allocations[j].parent
         while op is not None and not op.name.startswith(COLLECTIVES):
             op = op.parent
