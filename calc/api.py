@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from . import eager, eager_step, finetune, loops, optim_step
 from .counts import param_counts
-from .engines import ddp, fsdp
+from .engines import ddp, fsdp, tensor
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .run import Run
@@ -128,15 +128,19 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
         if s.reps and s.events[0].phase == "forward"
     )
     rank_peaks = tuple(walks[share][1][0] for share in shares) if 1 < par.dp <= RANKS_LISTED else ()
+    if 1 < par.tp <= RANKS_LISTED:  # the ranks of tensor parallelism hold alike (calc.engines.tensor)
+        rank_peaks = (top,) * par.tp
     return Walked(0, 1, loop.grad_accum > 1, segs, top, at, full_sizes, per_layer, rank_peaks)
 
 
 RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
 
 
-def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.FullyShard | None:
+def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.FullyShard | tensor.TensorParallel | None:
     """One rank's engine: DDP (with ZeroRedundancyOptimizer under ZeRO 1), FSDP2 under ZeRO 2 and 3
-    (reshard_after_forward False and True), or None on one device."""
+    (reshard_after_forward False and True), tensor parallelism's layers plan, or None on one device."""
+    if par.tp > 1:
+        return tensor.TensorParallel(par.tp)
     if par.dp == 1:
         return None
     if par.zero > 1:
@@ -186,8 +190,9 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     """The walk step reports: the eager one, the fine-tuning one or the deck's, each where it applies."""
     sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
     if walk == "eager":
-        if replace(par, dp=1, zero=0, flash=False) != SINGLE:
-            raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2) only: use the deck walk")
+        if replace(par, dp=1, zero=0, flash=False, tp=1) != SINGLE or (par.tp > 1 and par.dp > 1):
+            raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2) or tensor parallelism alone: "
+                             "use the deck walk")  # fmt: skip
         return eager_walk(*sized, attention, device, tune, loop, par)
     if walk == "deck" and not tune.default:
         if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:

@@ -14,7 +14,7 @@ from functools import lru_cache, partial
 
 from . import counts, finetune, inventory, loops, losses, optim_step, phases, trl_head
 from .counts import param_counts
-from .engines import ddp, fsdp
+from .engines import ddp, fsdp, tensor
 from .families import FAMILIES
 from .optimizers import OPTIMIZERS
 from .parts.ops import Ops, Step
@@ -61,12 +61,14 @@ def replay(
     accumulate: bool = False,
     loss_kind: str = "transformers",
     layers: list[int] | None = None,
+    tp: int = 1,
 ):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
     micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
     `layers`: the layers replayed, in order, as numbered in the model (None: every one). The forward's parts
-    are Forward's builders, in the order the model's forward runs them; then loss.backward() (_backward)."""
-    fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate)
+    are Forward's builders, in the order the model's forward runs them; then loss.backward() (_backward). `tp`:
+    one rank of tensor parallelism over that many processes (calc.engines.tensor), `shape` being its own."""
+    fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate, tp)
     x, leaf = fw.embeddings(recompute)
     x, cos, sin = fw.positions(x)
     mask, window = fw.masks(attention)
@@ -82,12 +84,12 @@ class Forward:
     `held`: what the base model's forward holds until it returns, in the order it took them."""
 
     def __init__(self, shape: Shape, seq: int, micro_batch: int, recipe: str, attention: str, device: str,
-                 tune: finetune.Tuning, accumulate: bool):  # fmt: skip
+                 tune: finetune.Tuning, accumulate: bool, tp: int = 1):  # fmt: skip
         r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
         act = r.activations if not r.autocast else 4
         lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
         self.st = st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora,
-                            tr.weights, tune.mode == "qlora")  # fmt: skip
+                            tr.weights, tune.mode == "qlora", tp)  # fmt: skip
         self.rp = rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
         rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
         rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
@@ -310,12 +312,14 @@ def segments(
     device: str,
     tune: finetune.Tuning = finetune.DEFAULT,
     loop: loops.Loop = loops.BARE,
-    engine: ddp.DataParallel | fsdp.FullyShard | None = None,
+    engine: ddp.DataParallel | fsdp.FullyShard | tensor.TensorParallel | None = None,
 ):
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad. `engine`: the step of one
     rank of DDP (calc.engines.ddp), its buckets and, under ZeRO-1, its share of the optimizer; or of FSDP2
-    (calc.engines.fsdp), its shards, its groups gathered and reduced around the layers, its rows of AdamW.
+    (calc.engines.fsdp), its shards, its groups gathered and reduced around the layers, its rows of AdamW; or of
+    tensor parallelism (calc.engines.tensor): the model of one rank's share of the heads and the MLP, its
+    linears' inputs and outputs all-reduced.
 
     A few layers of each run are replayed (layer_spans: the layers of a run of one kind, or the periods of a run
     whose kinds repeat, but the first and the last, run the same ops on the same sizes), and their events are
@@ -324,6 +328,8 @@ def segments(
     args = (seq, micro_batch, recipe, recompute, attention, device, tune)
     sharded = isinstance(engine, fsdp.FullyShard)
     how = {"gathered": fsdp.FullyShard(engine.dp, engine.reshard)} if sharded else {}  # the same for every rank
+    if isinstance(engine, tensor.TensorParallel):  # issue 31: a rank runs its share of every layer
+        shape, how, engine = engine.local(shape), {"tp": engine.tp}, None
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind, **how)
     start, tensors = _resident(shape, recipe, tune)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))

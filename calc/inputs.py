@@ -9,6 +9,7 @@ from dataclasses import replace
 from . import families, fields, finetune, loops
 from .activations import layer_bytes
 from .counts import param_counts
+from .engines import tensor
 from .families import listing
 from .fields import ATTENTIONS, CARDS, DEVICES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
@@ -465,9 +466,12 @@ def eager_problem(
     shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = ""
 ) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
-    if replace(par, dp=1, zero=0, flash=False) != Parallel():  # the deck's flash is the eager walk's sdpa
-        return "walk", ("the eager walk runs data parallelism only (--dp, as DDP): leave --tp, --pp, --ep and "
-                        "--sequence-parallel unset, or use the deck walk")  # fmt: skip
+    if replace(par, dp=1, zero=0, flash=False, tp=1) != Parallel():  # the deck's flash is the eager walk's sdpa
+        return "walk", ("the eager walk runs data parallelism (--dp) or tensor parallelism (--tp): leave --pp, --ep "
+                        "and --sequence-parallel unset, or use the deck walk")  # fmt: skip
+    if par.tp > 1 and par.dp > 1:
+        return "tp", ("the eager walk runs data or tensor parallelism, not both at once (FSDP2 x TP is not modelled "
+                      "yet): --dp 1, or the deck walk")  # fmt: skip
     if par.zero and par.dp == 1:
         return "zero", "ZeRO shards over data-parallel processes: give --dp 2 or more, or --zero 0"
     if par.dp > 1 and shape.family == "decoder":
@@ -487,6 +491,7 @@ ZERO1_RANKS = 1024  # the eager walk's ZeRO 1 walks each distinct share (calc.ap
 FSDP2_RANKS = 1024  # and FSDP2 each rank's rows (ranks differ where dp does not divide a parameter's rows)
 FSDP2_RECIPES = ("fp32-full", "autocast")  # fully_shard of fp32 parameters, without a MixedPrecisionPolicy
 FSDP2_EXPERTS = ("qwen3_moe",)  # the mixtures of experts whose FSDP2 steps were measured (calc.engines.fsdp)
+TP_RANKS = 1024  # the ranks of tensor parallelism are alike: one rank walked, each listed
 
 
 def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: finetune.Tuning,
@@ -494,8 +499,11 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
     """(field, message) where the eager walk's engine is not the step asked for, or None: its ZeRO 1 is torch's
     ZeroRedundancyOptimizer around AdamW beside DDP, in a bare loop (calc.engines.ddp); its ZeRO 2 and 3 are
     FSDP2's fully_shard on each layer and on the model (reshard_after_forward False and True) of a dense
-    model's (or Qwen3-MoE's) fp32 parameters, full training with AdamW in a bare loop, on the CPU with gloo
-    (calc.engines.fsdp)."""
+    model's (or Qwen3-MoE's) fp32 parameters (calc.engines.fsdp); its --tp is torch's tensor parallelism over the
+    decoder layers' linears of a Llama or Qwen3 (calc.engines.tensor). FSDP2 and tensor parallelism: full
+    training with AdamW in a bare loop, on the CPU with gloo."""
+    if par.tp > 1:
+        return tensor_problem(shape, par, recipe, device, tune, loop)
     if par.dp == 1 or not par.zero:
         return None
     if par.zero == 1:
@@ -512,25 +520,49 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
     fsdp2 = f"the eager walk's --zero {par.zero} (FSDP2's fully_shard, reshard_after_forward={par.zero == 3})"
     if par.dp > FSDP2_RANKS:
         return "dp", f"{fsdp2} walks each rank's rows: at most {FSDP2_RANKS:,} processes"
-    if device != "cpu":
-        return "device", (f"{fsdp2} is measured on the CPU with gloo only (on CUDA its collectives run on streams "
-                          "of their own): --device cpu, or the deck walk without --device")  # fmt: skip
     if recipe not in FSDP2_RECIPES:
         return "recipe", f"{fsdp2} shards fp32 parameters (no MixedPrecisionPolicy yet): fp32-full or autocast"
     if shape.experts and shape.family not in FSDP2_EXPERTS:
         return "walk", (f"{fsdp2} is measured on Qwen3-MoE's experts only among mixtures of experts: use the deck "
                         "walk")  # fmt: skip
+    return _measured_step(fsdp2, device, tune, loop)
+
+
+def tensor_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: finetune.Tuning,
+                   loop: loops.Loop) -> tuple[str, str] | None:  # fmt: skip
+    """(field, message) where the eager walk's tensor parallelism (the layers plan, calc.engines.tensor) is not
+    the step asked for, or None."""
+    tp = f"the eager walk's --tp {par.tp} (torch's ColwiseParallel and RowwiseParallel on the layers' linears)"
+    if par.tp > TP_RANKS:
+        return "tp", f"{tp} lists each rank: at most {TP_RANKS:,} processes"
+    if shape.family not in tensor.FAMILIES or shape.experts:
+        return "walk", f"{tp} is measured on Llama's and Qwen3's dense layers only: use the deck walk"
+    if recipe not in FSDP2_RECIPES:
+        return "recipe", f"{tp} is measured on fp32 parameters: fp32-full or autocast"
+    return _measured_step(tp, device, tune, loop)
+
+
+def _measured_step(engine: str, device: str, tune: finetune.Tuning, loop: loops.Loop) -> tuple[str, str] | None:
+    """(field, message) where a step under FSDP2 or tensor parallelism is not the one measured (full training
+    with PyTorch's single-tensor AdamW, transformers' loss, in a bare loop of one micro-batch, on the CPU with
+    gloo), or None."""
+    if device != "cpu":
+        return "device", (f"{engine} is measured on the CPU with gloo only (on CUDA its collectives run on streams "
+                          "of their own): --device cpu, or the deck walk without --device")  # fmt: skip
     if tune.optimizer != "adamw":
-        return "optimizer", f"{fsdp2} steps AdamW"
+        return "optimizer", f"{engine} steps AdamW"
     if not tune.default:
-        return "finetune", f"{fsdp2} trains every parameter (fine-tuning under it is not modelled yet): --finetune full"
+        return (
+            "finetune",
+            f"{engine} trains every parameter (fine-tuning under it is not modelled yet): --finetune full",
+        )
     if loop.name != "bare":
-        return "loop", f"{fsdp2} runs in a bare loop, not Trainer's"
+        return "loop", f"{engine} runs in a bare loop, not Trainer's"
     if loop.grad_accum > 1:
-        return "grad-accum", f"{fsdp2} runs one micro-batch a step"
+        return "grad-accum", f"{engine} runs one micro-batch a step"
     if loop.impl(device) != "single" or loop.loss_kind != "transformers":
         field = "adamw-impl" if loop.impl(device) != "single" else "loss"
-        return field, f"{fsdp2} runs PyTorch's own AdamW and transformers' loss: leave --{field} unset"
+        return field, f"{engine} runs PyTorch's own AdamW and transformers' loss: leave --{field} unset"
     return None
 
 

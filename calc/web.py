@@ -46,9 +46,9 @@ def eager_unavailable(inputs: Run) -> str | None:
     shape, tune = inputs.shape, inputs.tune
     problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
-    if not problem and inputs.par.dp > 1:  # issue 31: the figure beside the deck's is one device's
+    if not problem and (inputs.par.dp > 1 or inputs.par.tp > 1):  # issue 31: the figure beside is one device's
         return ("the eager figure beside the deck's is one device's: the eager walk (walk=eager) walks each rank "
-                "of DDP or FSDP2")
+                "of DDP, FSDP2 or tensor parallelism")
     return problem[1] if problem else None
 
 

@@ -929,27 +929,37 @@ def _predicted_ratio(row: dict) -> float | None:
     return None
 
 
-ENGINES_PROSE = """Data parallelism as torch runs it, rank by rank (issue 31): {steps} real CPU steps of {processes}
-processes each (gloo over loopback; {families}; {shape}; fp32 and autocast, checkpointing off and on), every process
-measured from an empty start with the harness of §10.8, its third step (DDP rebuilds its buckets in the second),
-each case run {runs} times and each rank's lowest peak kept (below). `ddp` is `DistributedDataParallel` with torch's
-defaults around PyTorch's AdamW; `ddp-zero1` is the same with `ZeroRedundancyOptimizer(optimizer_class=AdamW)`;
-`fsdp2` is `fully_shard` on each decoder layer and then on the model with torch's default
-`reshard_after_forward=True`, and `fsdp2-zero2` the same with `False`, each around AdamW. `llama-tied` is Llama with
-6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, and `qwen3_moe` is Qwen3-MoE with
-4 experts a layer (top 2), both under FSDP2 only. Its checkpointed steps read 1.0002 (autocast) and 1.0005 (fp32)
-high, as its one-device steps do (§13.1): the one-device walk's residual, not FSDP2's. Over 3 processes FSDP2 pads
-rows (a width of 64 does not divide by 3), so its last rank holds fewer rows than the others. The prediction is the
-CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3` from the config.json, one per rank (`rank_peaks` in
-`--json`). Under DDP it is the eager walk of one device plus DDP's gradient buckets (a second flat copy of every
-gradient, `gradient_as_bucket_view=False`), with each rank's own share of AdamW under ZeRO 1
-(`calc/engines/ddp.py`). Under FSDP2 it is the same step with the rank's padded rows of every weight, each group
-all-gathered, copied out, resharded and reduce-scattered around its layer as torch 2.13 does it, the backward
-prefetch, the reduce-scatter buffers, and the rank's rows of AdamW (`calc/engines/fsdp.py`). Worst rank, predicted /
-measured: {worst}. The deck walk's `--dp N --zero K` gives {deck_low} to {deck_high} of the busiest rank. It counts
-no bucket; under ZeRO 1 it saves the sharded moments that DDP's buckets spend again (ZeRO-1 as torch runs it peaks
-where one device does); under ZeRO 2 and 3 it counts one gathered layer and no root, no prefetch and no flat
-buffers. Its one-device accounting is not eager autograd's either.
+ENGINES_PROSE = """Data and tensor parallelism as torch runs them, rank by rank (issue 31): {steps} real CPU steps of
+{processes} processes each (gloo over loopback; {families}; {shape}; fp32 and autocast, checkpointing off and on),
+every process measured from an empty start with the harness of §10.8, its third step (DDP rebuilds its buckets in
+the second), each case run {runs} times and each rank's lowest peak kept (below). `ddp` is
+`DistributedDataParallel` with torch's defaults around PyTorch's AdamW; `ddp-zero1` is the same with
+`ZeroRedundancyOptimizer(optimizer_class=AdamW)`; `fsdp2` is `fully_shard` on each decoder layer and then on the
+model with torch's default `reshard_after_forward=True`, and `fsdp2-zero2` the same with `False`, each around AdamW.
+`tp` is tensor parallelism as most hand-written `parallelize_module` plans give it, one call a decoder layer on a
+one-dimensional mesh: `ColwiseParallel()` on q, k, v, gate and up, `RowwiseParallel()` on o and down, the
+embedding, the norms and the head whole on every rank, every rank on the same batch, around AdamW. `llama-tied` is
+Llama with 6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, and `qwen3_moe` is
+Qwen3-MoE with 4 experts a layer (top 2), both under FSDP2 only. Its checkpointed steps read 1.0002 (autocast) and
+1.0005 (fp32) high, as its one-device steps do (§13.1): the one-device walk's residual, not FSDP2's. `llama-mha` is
+Llama with as many key/value heads as query heads (4, so that 4 processes split them) and a vocabulary of 128, so
+that its peak falls in the layers, where tensor parallelism's collectives are; it runs under `tp` only. Over 3
+processes FSDP2 pads rows (a width of 64 does not divide by 3), so its last rank holds fewer rows than the others.
+The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, or `--walk eager --tp N`, from the
+config.json, one per rank (`rank_peaks` in `--json`). Under DDP it is the eager walk of one device plus DDP's
+gradient buckets (a second flat copy of every gradient, `gradient_as_bucket_view=False`), with each rank's own
+share of AdamW under ZeRO 1 (`calc/engines/ddp.py`). Under FSDP2 it is the same step with the rank's padded rows of
+every weight, each group all-gathered, copied out, resharded and reduce-scattered around its layer as torch 2.13
+does it, the backward prefetch, the reduce-scatter buffers, and the rank's rows of AdamW (`calc/engines/fsdp.py`).
+Under `tp` it is the step of the narrower model one rank runs (its share of the heads and of the MLP's width, the
+rest whole), with o's and down's partial outputs all-reduced into new tensors in forward and the partial gradients
+of q, k, v, gate and up's inputs all-reduced into new tensors in backward (`calc/engines/tensor.py`). Worst rank,
+predicted / measured: {worst}. The deck walk's `--dp N --zero K` and `--tp N` give {deck_low} to {deck_high} of the
+busiest rank. It counts no bucket; under ZeRO 1 it saves the sharded moments that DDP's buckets spend again (ZeRO-1
+as torch runs it peaks where one device does); under ZeRO 2 and 3 it counts one gathered layer and no root, no
+prefetch and no flat buffers; under `--tp` it splits the head and the logits by the vocabulary (Megatron's
+vocabulary-parallel head), where this plan keeps them whole on every rank. Its one-device accounting is not eager
+autograd's either.
 
 {high} of the {rank_steps} rank-steps read high by exactly DDP's buckets (the DDP ranks below 0.95 in the table):
 each of them starts the measured step that many bytes above its peers, and rises from its start as they do. They are
@@ -957,7 +967,8 @@ the buckets DDP made when it wrapped the model, which it replaces when it rebuil
 last reference to them goes with an all-reduce's work on gloo's thread, so the profiler never sees them freed, and
 their addresses are not handed out again before the peak. {gathered} high by exactly one group's all-gather output
 (`dp` x its padded shard) in every one of its runs, from a start equal to its peers': the last reference to that
-buffer went with the all-gather's work on gloo's thread. The figures are as measured.
+buffer went with the all-gather's work on gloo's thread. {started}. {workspace}. {reduced}. {other}. The figures
+are as measured.
 
 gloo runs every collective on a worker thread of its own, whose frees torch 2.13's profiler does not record. The
 harness counts a block freed unseen when the allocator hands its address out again (`profile_step.unseen_frees`;
@@ -965,13 +976,48 @@ none in a one-thread profile), at the latest moment it can have been freed, and 
 allocates for itself (gloo's flat copy and receive buffer in an all-gather, its clone in a reduce-scatter) freed
 when the collective returns, where a quiet run sees it freed (`profile_step.collective_frees`). Whether gloo's
 thread or the step drops a tensor's last reference changes from run to run, and a free left unseen only raises a
-rank's figure, so each rank's lowest of {runs} runs is kept. Tensor, sequence and pipeline parallelism are not
+rank's figure, so each rank's lowest of {runs} runs is kept. Sequence and pipeline parallelism, tensor parallelism
+under transformers' own plan (`tp_plan="auto"`, whose head is split by the vocabulary) and FSDP2 x TP are not
 replayed yet: the eager walk refuses them, naming the deck walk, whose figures for them are the papers' accounting
 and are not held against an engine. The eager walk of FSDP2 covers fp32 parameters (no `MixedPrecisionPolicy`), full
-training of a dense model or of Qwen3-MoE with AdamW in a bare loop, on the CPU; the rest is refused, naming the
-field. The collectives' own scratch memory (gloo's, NCCL's) is outside PyTorch's allocator and not counted; on CUDA
-the buckets' rounding is from source, not measured. Environment: {environment}.
+training of a dense model or of Qwen3-MoE; of `tp`, full training of Llama's and Qwen3's dense layers, fp32 or
+autocast; both with AdamW in a bare loop, on the CPU; the rest is refused, naming the field. The collectives' own
+scratch memory (gloo's, NCCL's) is outside PyTorch's allocator and not counted; on CUDA the buckets' rounding is
+from source, not measured. Environment: {environment}.
 """
+
+
+def unseen_start(row: dict, rank: int) -> bool:
+    """Whether a rank's measured step reads high by exactly what it started above its lowest peer with (a block
+    of the step before freed unseen on gloo's thread), within a kilobyte, and rises from its start as a peer does
+    (within 1%)."""
+    r = row["ranks"][rank]
+    lowest = min(x["measured_start"] for x in row["ranks"])
+    above, high = r["measured_start"] - lowest, r["measured_peak"] - r["predicted_peak"]
+    rise = r["measured_peak"] - r["measured_start"]
+    peers = [x["measured_peak"] - x["measured_start"] for x in row["ranks"] if x is not r]
+    return above >= 1024 and abs(high - above) < 1024 and min(abs(rise - p) for p in peers) <= 0.01 * rise
+
+
+def workspace_held(row: dict, rank: int) -> bool:
+    """Whether a rank's peak holds a block of the matmul library's workspace (profile_step.workspace) and its
+    tensors' own peak (the running sum without the workspace) is predicted within a kilobyte."""
+    r = row["ranks"][rank]
+    near = abs(r["measured_peak_tensors"] - r["predicted_peak"]) < 1024
+    return r["measured_peak"] > r["measured_peak_tensors"] and near
+
+
+def unseen_reduced(row: dict, rank: int) -> bool:
+    """Whether a tensor-parallel rank reads high by exactly one all-reduce output of o or down (the hidden state,
+    b x s x h values in the matmul's dtype: bf16 under autocast), within a kilobyte, from a start equal to its
+    lowest peer's: a functional collective's output whose last reference went with its work on gloo's thread."""
+    if row["engine"] != "tp":
+        return False
+    r, m = row["ranks"][rank], row["model"]
+    unit = 2 if row["precision"] == "autocast" else 4
+    reduced = row["seq"] * row["micro_batch"] * m["hidden_size"] * unit
+    lowest = min(x["measured_start"] for x in row["ranks"])
+    return r["measured_start"] == lowest and abs(r["measured_peak"] - r["predicted_peak"] - reduced) < 1024
 
 
 def unseen_buckets(row: dict, rank: int) -> bool:
@@ -999,6 +1045,78 @@ def unseen_gathered(row: dict, rank: int) -> bool:
     return any(abs(r["measured_peak"] - r["predicted_peak"] - n) < 1024 for n in sizes)
 
 
+UNSEEN = (
+    unseen_buckets,
+    unseen_gathered,
+    unseen_start,
+    workspace_held,
+    unseen_reduced,
+)  # in this order: the first that fits
+
+
+def explained_by(row: dict, rank: int):
+    """The first of UNSEEN that explains a rank's measured step reading away from its prediction, or None."""
+    return next((f for f in UNSEEN if f(row, rank)), None)
+
+
+def _cases(found: list) -> str:
+    """The rank-steps `found` lists ((row, rank) pairs), in words."""
+    return calc.families.listing([f"`{row['engine']}` `{row['family']}` x{row['world']} {row['precision']}, "
+                                  f"checkpointing {row['checkpointing']}, rank {i}" for row, i in found])  # fmt: skip
+
+
+def _started(found: list) -> str:
+    if not found:
+        return "No rank-step reads high by a block of the step before"
+    n = len(found)
+    return (
+        f"{n} rank-step{' reads' if n == 1 else 's read'} high by exactly what {'it' if n == 1 else 'each'} "
+        "started the measured step above its lowest peer with (a block of the step before, a rotary table or an "
+        "all-reduce's output, whose free gloo's thread made unseen in every run), and "
+        f"{'rises' if n == 1 else 'each rises'} from its start as its peers do: {_cases(found)}"
+    )
+
+
+def _held(found: list) -> str:
+    if not found:
+        return "No rank-step's peak holds a matmul's workspace"
+    n = len(found)
+    return (
+        f"{n} rank-step{'' if n == 1 else 's'} hold at the peak a block of oneDNN's workspace, which a bf16 matmul "
+        "allocates and frees inside itself and calc does not model (§10.8); their tensors' own peak (the running "
+        f"sum without the workspace) is predicted within a kilobyte: {_cases(found)}"
+    )
+
+
+def _reduced(found: list) -> str:
+    if not found:
+        return "No tensor-parallel rank-step reads high by an all-reduce's output"
+    n = len(found)
+    return (
+        f"{n} tensor-parallel rank-step{' reads' if n == 1 else 's read'} high by exactly one all-reduce output "
+        "of o or down (b x s x h values in the matmul's dtype) from a start equal to its peers': a functional "
+        "collective's output whose last reference went with its work on gloo's thread, counted live until its "
+        f"address was handed out again: {_cases(found)}"
+    )
+
+
+def _others(found: list) -> str:
+    """The rank-steps more than 0.1% away from their prediction that no UNSEEN explains."""
+    if not found:
+        return "Every other rank-step is within 0.1% of its prediction"
+    each = calc.families.listing([f"{_cases([(row, i)])} ({ratio:.4f}, by {_excess(row, i):,} bytes)"
+                                  for row, i, ratio in found])  # fmt: skip
+    return (
+        f"{len(found)} more rank-step{' reads' if len(found) == 1 else 's read'} high by what no rule above "
+        f"accounts for whole (a workspace block and an unseen free at once, or a block unseen at its free): {each}"
+    )
+
+
+def _excess(row: dict, rank: int) -> int:
+    r = row["ranks"][rank]
+    return r["measured_peak"] - r["predicted_peak"]
+
+
 def engines_section() -> list[str]:
     """§14: data parallelism rank by rank (docs/data/engines.json)."""
     out, data = section_data("## 14. Beyond one device, rank by rank", ENGINES,
@@ -1009,19 +1127,28 @@ def engines_section() -> list[str]:
     engines = dict.fromkeys(row["engine"] for row in runs)
     exact = lambda r: r["predicted_peak"] / r["measured_peak"]  # noqa: E731  (the table's ratios are rounded)
     ratios = {e: [exact(r) for row in runs if row["engine"] == e for r in row["ranks"]] for e in engines}
-    explained = lambda row, i: unseen_buckets(row, i) or unseen_gathered(row, i)  # noqa: E731
+    explained = lambda row, i: any(f(row, i) for f in UNSEEN)  # noqa: E731
     clean = {e: [exact(r) for row in runs if row["engine"] == e for i, r in enumerate(row["ranks"])
                  if not explained(row, i)] for e in engines}  # fmt: skip
     high = [(row, i) for row in runs for i in range(len(row["ranks"])) if unseen_buckets(row, i)]
     gathered = [(row, i) for row in runs for i in range(len(row["ranks"])) if unseen_gathered(row, i)]
+    started = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_start]
+    held = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is workspace_held]
+    reduced = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_reduced]
+    other = [(row, i, row["ranks"][i]["ratio"]) for row in runs for i in range(len(row["ranks"]))
+             if not explained(row, i) and abs(row["ranks"][i]["ratio"] - 1) > 0.001]  # fmt: skip
     worst = "; ".join(f"`{e}` {min(x):.5f} to {max(x):.5f}" + (f" ({min(clean[e]):.5f} to {max(clean[e]):.5f} "
                       "apart from the ranks below)" if clean[e] != x else "") for e, x in ratios.items())  # fmt: skip
     deck = [row["deck"]["ratio"] for row in runs if "ratio" in row["deck"]]
     m = runs[0]["model"]
-    shape = (f"{m['num_hidden_layers']} layers, width {m['hidden_size']}, vocabulary {m['vocab_size']:,}, "
-             f"sequence {runs[0]['seq']}, micro-batch {runs[0]['micro_batch']}")
+    shape = (
+        f"{m['num_hidden_layers']} layers, width {m['hidden_size']}, vocabulary {m['vocab_size']:,}, "
+        f"sequence {runs[0]['seq']}, micro-batch {runs[0]['micro_batch']}"
+    )
     gathered_text = f"{len(gathered)} FSDP2 rank-step{' reads' if len(gathered) == 1 else 's read'}"
     values = {"high": len(high), "gathered": gathered_text, "rank_steps": sum(len(r["ranks"]) for r in runs),
+              "started": _started(started), "workspace": _held(held), "reduced": _reduced(reduced),
+              "other": _others(other),
               "steps": len(runs),
               "runs": data.get("runs_each", 1),
               "processes": calc.families.listing([str(w) for w in sorted({r["world"] for r in runs})]),
@@ -1029,14 +1156,19 @@ def engines_section() -> list[str]:
               "worst": worst, "deck_low": f"{min(deck):.3f}", "deck_high": f"{max(deck):.3f}",
               "environment": data["environment"]}  # fmt: skip
     out += [*prose(ENGINES_PROSE, **values), ""]
-    out += ["| Family | Engine | Processes | Recipe | Checkpointing | Measured, busiest rank | "
-            "`--walk eager`, each rank | deck walk | A user's command |", "|---|---|---:|---|---|---:|---|---|---|"]
+    out += [
+        "| Family | Engine | Processes | Recipe | Checkpointing | Measured, busiest rank | "
+        "`--walk eager`, each rank | deck walk | A user's command |",
+        "|---|---|---:|---|---|---:|---|---|---|",
+    ]
     for row in runs:
         each = " ".join(f"{r['ratio']:.4f}" for r in row["ranks"])
         busiest = max(r["measured_peak"] for r in row["ranks"])
-        out.append(f"| `{row['family']}` | `{row['engine']}` | {row['world']} | {row['precision']} | "
-                   f"{row['checkpointing']} | {busiest:,} | {each} | {_said(row['deck'])} | "
-                   f"`{row['eager']['command']}` |")
+        out.append(
+            f"| `{row['family']}` | `{row['engine']}` | {row['world']} | {row['precision']} | "
+            f"{row['checkpointing']} | {busiest:,} | {each} | {_said(row['deck'])} | "
+            f"`{row['eager']['command']}` |"
+        )
     return [*out, ""]
 
 

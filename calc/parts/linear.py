@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..engines import tensor
 from ..replay import T
 
 # bitsandbytes' NF4 (Dettmers et al. 2023, QLoRA §3; bitsandbytes/functional.py, quantize_4bit): two 4-bit
@@ -29,8 +30,14 @@ class Linears:
         under QLoRA a block linear is bitsandbytes' Linear4bit, and peft's wrapper of it (tuners/lora/bnb.py,
         Linear4bit.forward) clones the base layer's result before adding the adapter's."""
         module = name.rsplit(" ", 1)[-1]
+        split = self.st.tp > 1
+        wrapped = self._from_local(x, name) if split and module in tensor.COLWISE else None
         four = self.st.qlora and module in QUANTIZED
-        y = (self._linear4bit if four else self._linear)(x, width_in, width_out, name, bias, label, category)
+        linear = self._linear4bit if four else self._linear
+        y = linear(x if wrapped is None else wrapped, width_in, width_out, name, bias, label, category)
+        self.rp.drop(wrapped, why="the DTensor goes as the linear returns (its node may keep it)")
+        if split and module in tensor.ROWWISE:
+            y = self._all_reduced(y, name, label, category)
         if self.st.lora_rank and module in self.st.lora_targets:
             if four:  # result = result.clone(): CloneBackward0 saves nothing and passes the gradient on
                 c = self.new(y.nbytes // y.unit, y.unit, f"{label} (cloned)", "peft bnb: result.clone()", category)
@@ -39,6 +46,25 @@ class Linears:
                 y = c
             y = self.lora(x, y, width_in, width_out, name, label, category, four)
         return y
+
+    def _from_local(self, x: T, name: str) -> T:
+        """ColwiseParallel's input: the replicated input wrapped as a DTensor (no copy). Its backward
+        (_FromTorchTensor) all-reduces the partial gradient into a new tensor and frees the partial one; the
+        input's gradients, each so made, are summed in place (calc.engines.tensor)."""
+        rp = self.rp
+        wrapped = rp.view(x, x.nbytes // x.unit, x.label)  # it keeps x while the linear's node saves it
+        x.sum_in_place = True
+        rp.node(f"{name} input (DTensor.from_local, all-reduced in backward)", wrapped, inputs=[(x, x.nbytes, "new")])
+        return wrapped
+
+    def _all_reduced(self, y: T, name: str, label: str, category: str) -> T:
+        """RowwiseParallel's output: the partial sum all-reduced by a functional collective into a new tensor,
+        the partial one freed; the gradient passes back unchanged (calc.engines.tensor)."""
+        rp = self.rp
+        out = self.new(y.nbytes // y.unit, y.unit, f"{label} (all-reduced)", f"{name}: {tensor.SOURCE}", category)
+        rp.node(f"{name} output (all-reduce)", out, inputs=[(y, y.nbytes, "pass")])
+        rp.drop(y, why="all-reduced into a new tensor")
+        return out
 
     def _linear4bit(
         self, x: T, width_in: int, width_out: int, name: str, bias: bool, label: str, category: str = "activations"
@@ -157,4 +183,3 @@ class Linears:
         if x32 is not x:
             rp.drop(x32, why="lora.Linear.forward returns")
         return out
-

@@ -43,6 +43,7 @@ class Step:
     adapter: int = 4  # bytes a value of the adapters' weights: the recipe's weights (peft keeps the model's dtype
     # with autocast_adapter_dtype=False; its default upcasts 16-bit adapters to fp32, calc's fp32 recipes)
     qlora: bool = False  # the block linears are bitsandbytes' Linear4bit (NF4), computing in bf16
+    tp: int = 1  # tensor-parallel processes splitting the layers' linears (calc.engines.tensor; 1: none)
 
     @property
     def tokens(self) -> int:

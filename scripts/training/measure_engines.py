@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Measure data parallelism as torch runs it, rank by rank (issue 31): DDP, DDP with ZeroRedundancyOptimizer, and
-FSDP2.
+"""Measure data and tensor parallelism as torch runs them, rank by rank (issue 31): DDP, DDP with
+ZeroRedundancyOptimizer, FSDP2, and tensor parallelism over the decoder layers' linears.
 
 Each case is a real multi-process CPU step: `world` processes (torch.multiprocessing, gloo over loopback), each
 building the same tiny transformers model from a config with random weights (hf_models.py, as measure_families.py
 builds it), wrapped in DistributedDataParallel with torch's defaults and stepped with AdamW (ZeRO 0) or
 ZeroRedundancyOptimizer(optimizer_class=AdamW) (ZeRO 1), or wrapped with FSDP2's fully_shard on each decoder
 layer and then on the model, reshard_after_forward True (torch's default: ZeRO 3) or False (ZeRO 2), and
-stepped with AdamW; each on its own batch. Every rank measures with
+stepped with AdamW; each on its own batch. Tensor parallelism ("tp") is the plan most hand-written
+parallelize_module calls give (calc.engines.tensor): ColwiseParallel on q, k, v, gate and up, RowwiseParallel on
+o and down, on a one-dimensional device mesh, every rank on the same batch. Every rank measures with
 profile_step's harness: its allocator's events from an empty start, two warm-up steps (DDP rebuilds its buckets
 in the second) and the third measured. The prediction is the CLI's, from the config.json and the flags a user
-types (`--walk eager --dp N [--zero 1|2|3] --device cpu`): each rank's peak (`rank_peaks`) against that rank's.
+types (`--walk eager --dp N [--zero 1|2|3] --device cpu`, or `--tp N`): each rank's peak (`rank_peaks`) against
+that rank's.
 
 gloo runs each collective on a worker thread of its own, and torch 2.13's profiler does not see a free made
 there. Some are found (profile_step: a block whose address is handed out again, a collective's own buffers
@@ -52,16 +55,33 @@ RESULTS = ROOT / "docs" / "data" / "engines.json"
 SEQ, MICRO_BATCH = 128, 2
 # llama-tied: 6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, FSDP2's root
 # holding the one embedding matrix; qwen3_moe: 4 experts a layer (transformers' fused grouped_mm weights, which
-# FSDP2 cuts by expert)
+# FSDP2 cuts by expert); llama-mha: as many key/value heads as query heads (4 processes split them) and a small
+# vocabulary, so that the peak falls in the layers, where tensor parallelism's collectives are
 MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.FAMILIES["qwen3"],
           "llama-tied": hf_models.Model("llama", 6, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
                                         *measure_families.HEAD, ("tie_word_embeddings", True))),
-          "qwen3_moe": measure_families.FAMILIES["qwen3_moe"]}  # fmt: skip
+          "qwen3_moe": measure_families.FAMILIES["qwen3_moe"],
+          "llama-mha": hf_models.Model("llama", 2, 64, 4, 4, 256, 128, (*measure_families.TOKENS,
+                                       *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
-ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2}  # the ZeRO stage each runs
+ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0}  # the ZeRO stage each runs
+TP_PLAN = {
+    **dict.fromkeys(
+        ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"), "colwise"
+    ),
+    "self_attn.o_proj": "rowwise",
+    "mlp.down_proj": "rowwise",
+}
 WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2": (2, 3, 4)}  # 3: FSDP2 pads rows
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
-MEASURED = {"llama": WORLDS, "qwen3": WORLDS, "llama-tied": FSDP2, "qwen3_moe": FSDP2}
+TP = {"tp": (2,)}  # 2 key/value heads
+MEASURED = {
+    "llama": {**WORLDS, **TP},
+    "qwen3": {**WORLDS, **TP},
+    "llama-tied": FSDP2,
+    "qwen3_moe": FSDP2,
+    "llama-mha": {"tp": (2, 4)},
+}
 GRID = [(name, engine, world, precision, checkpointing)
         for name in FAMILIES for engine, worlds in MEASURED[name].items() for world in worlds
         for precision, checkpointing in itertools.product(hf_models.PRECISIONS, hf_models.CHECKPOINTING)]  # fmt: skip
@@ -77,6 +97,15 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
     model = MODELS[name]
 
     def make():
+        if engine == "tp":  # one parallelize_module call a decoder layer, torch's defaults
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            net, mesh = hf_models.build(model, "sdpa", checkpointing), init_device_mesh("cpu", (world,))
+            styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+            for layer in net.model.layers:
+                parallelize_module(layer, mesh, {name: styles[style]() for name, style in TP_PLAN.items()})
+            return net, hf_models.make_optimizer(net)
         if ENGINES[engine] > 1:  # FSDP2: each decoder layer a group, then the root (embedding, final norm, head)
             from torch.distributed.fsdp import fully_shard
 
@@ -95,7 +124,8 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
     def step(state, x):
         hf_models.train_step(*state, x, precision)
 
-    batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH, 100 * i + rank) for i in range(3)]
+    seed = 0 if engine == "tp" else rank  # tensor parallelism: every rank on the same batch
+    batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH, 100 * i + seed) for i in range(3)]
     got = profile_step.on_cpu(profile_step.two_steps(make, step, batches))[0]
     out.put((rank, got))
     torch.distributed.destroy_process_group()
@@ -135,7 +165,7 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     config = calc_cli.config_file(f"engine-{name}", m.config())
     run = ["--hf-config", config, "--seq", SEQ, "--micro-batch", MICRO_BATCH, "--walk", "eager", "--recipe",
            precision, "--attention", "sdpa", "--recompute", checkpointing, "--device", "cpu",
-           "--dp", world]  # fmt: skip
+           "--tp" if engine == "tp" else "--dp", world]  # fmt: skip
     run += ["--zero", ENGINES[engine]] if ENGINES[engine] else []
     return [str(a) for a in run]
 
@@ -175,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="measure_engines.py", description=__doc__.splitlines()[0])
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     p.add_argument("--repredict", action="store_true", help="ask the CLI again; measure nothing")
-    p.add_argument("--only", choices=FAMILIES, help="measure this family's cases, keep the others' as recorded")
+    p.add_argument(
+        "--only",
+        choices=FAMILIES + tuple(ENGINES),
+        help="measure this family's (or engine's) cases, keep the others' as recorded",
+    )
     args = p.parse_args(argv)
     if args.repredict:
         data = json.loads(RESULTS.read_text())
@@ -183,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             predicted(row)
             print(show(row), flush=True)
     else:
-        kept = [r for r in json.loads(RESULTS.read_text())["runs"] if r["family"] != args.only] if args.only else []
+        kept = [r for r in json.loads(RESULTS.read_text())["runs"]
+                if args.only not in (r["family"], r["engine"])] if args.only else []  # fmt: skip
         data = {"environment": measure_transformers.environment("cpu"), "runs_each": RUNS, "runs": []}
         for case in GRID:
             old = next((r for r in kept if (r["family"], r["engine"], r["world"], r["precision"],

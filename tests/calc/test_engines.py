@@ -1,4 +1,5 @@
-"""calc.engines: one rank of DDP, of DDP with ZeroRedundancyOptimizer, and of FSDP2, in the eager walk (issue 31)."""
+"""calc.engines: one rank of DDP, of DDP with ZeroRedundancyOptimizer, of FSDP2 and of tensor parallelism, in the
+eager walk (issue 31)."""
 
 import json
 
@@ -9,7 +10,8 @@ from hypothesis import strategies as st
 import calc
 from calc import eager_step, finetune, optim_step
 from calc.cli import main
-from calc.engines import ddp, fsdp
+from calc.counts import param_counts
+from calc.engines import ddp, fsdp, tensor
 from calc.optim_step import Param
 from calc.parallel import Parallel
 from calc.presets import PRESETS
@@ -101,7 +103,36 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--loss", "torchtune-chunked"], "--loss"),
         (["--dp", "1025", "--zero", "3", "--recipe", "autocast"], "--dp"),
         (["--zero", "1"], "--zero"),  # over one process ZeRO would shard nothing: not accepted and ignored
-        (["--dp", "2", "--tp", "2"], "--walk"),
+        (["--dp", "2", "--tp", "2"], "--tp"),  # FSDP2 x TP: not modelled
+        (["--tp", "2", "--pp", "2"], "--walk"),
+        (["--tp", "2", "--sequence-parallel"], "--walk"),
+        (["--tp", "2", "--recipe", "bf16"], "--recipe"),
+        (["--tp", "2", "--recipe", "autocast", "--device", "cuda"], "--device"),
+        (["--tp", "3", "--recipe", "autocast"], "--tp"),  # 32 heads
+        (["--tp", "2", "--recipe", "autocast", "--kv-heads", "1"], "--tp"),
+        (["--tp", "2", "--recipe", "autocast", "--ffn", "8191"], "--tp"),
+        (["--preset", "qwen3-30b-a3b", "--tp", "2", "--recipe", "autocast"], "--walk"),
+        (["--preset", "gemma-2-9b", "--tp", "2", "--recipe", "autocast"], "--walk"),
+        (["--tp", "2", "--recipe", "autocast", "--finetune", "lora"], "--finetune"),
+        (["--tp", "2", "--recipe", "autocast", "--loop", "trainer"], "--loop"),
+        (["--tp", "2", "--recipe", "autocast", "--grad-accum", "2"], "--grad-accum"),
+        (
+            [
+                "--tp",
+                "1025",
+                "--recipe",
+                "autocast",
+                "--heads",
+                "1025",
+                "--hidden",
+                "1025",
+                "--kv-heads",
+                "1025",
+                "--ffn",
+                "1025",
+            ],
+            "--tp",
+        ),
         (["--dp", "2", "--zero", "1", "--recipe", "mixed"], "--recipe"),
         (["--dp", "2", "--zero", "1", "--recipe", "autocast", "--optimizer", "sgd"], "--optimizer"),
         (["--dp", "2", "--zero", "1", "--recipe", "autocast", "--loop", "trainer"], "--loop"),
@@ -211,3 +242,56 @@ def test_fsdp2_ranks_differ_where_dp_does_not_divide_the_rows():
     assert len(peaks) == 3 and peaks[0] == got["peak"] == max(peaks) and peaks[2] < peaks[0]
     even = _eager("llama-3.2-1b", Parallel(dp=4, zero=3), recipe="fp32-full")["rank_peaks"]
     assert len(set(even)) == 1
+
+
+TP = ["llama-3.2-1b", "qwen3-8b"]
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize("preset", TP)
+def test_tensor_parallel_rank_holds_its_share_of_each_layer(preset, tp):
+    """A rank of the layers plan holds its rows of q, k, v, gate and up and its columns of o and down, and the
+    embedding, the norms and the head whole: its weights are the one-device model's less (tp - 1) / tp of the
+    layers' linears. Every rank peaks alike, and below one device."""
+    shape = PRESETS[preset]
+    one, got = _eager(preset, recipe="fp32-full"), _eager(preset, Parallel(tp=tp), recipe="fp32-full")
+    c = param_counts(shape)
+    linears = shape.layers * (shape.hidden * (2 * shape.q_width + 2 * shape.kv_width) + 3 * shape.hidden * shape.ffn)
+    assert got["bytes"]["weights"] == 4 * (c["total"] - linears + linears // tp)
+    assert got["rank_peaks"] == [got["peak"]] * tp and got["peak"] < one["peak"]
+
+
+@pytest.mark.parametrize("recipe", ["fp32-full", "autocast"])
+@pytest.mark.parametrize("preset", TP)
+def test_tensor_parallel_all_reduces_each_linear_pair(preset, recipe):
+    """Each layer all-reduces o's and down's outputs in forward and the inputs' gradients of q, k, v, gate and
+    up in backward, each a new tensor of the hidden state's size beside the partial one it replaces; one device
+    has none of these."""
+    shape, seq = PRESETS[preset], 256
+    args = (seq, 1, recipe, "none", "sdpa", "cpu", finetune.DEFAULT)
+    local = tensor.TensorParallel(2).local(shape)
+    events = [e for _, e in eager_step.replay(local, *args, layers=[1], tp=2)[0].events]
+    forward = [e for e in events if e.bytes > 0 and e.phase == "forward" and tensor.SOURCE in e.source]
+    unit = 4 if recipe == "fp32-full" else 2  # the matmul's output: bf16 under autocast
+    assert [e.bytes for e in forward] == [unit * seq * shape.hidden] * 2
+    backward = [e for e in events if e.bytes > 0 and e.phase == "backward" and "DTensor" in e.source]
+    assert [e.bytes for e in backward] == [4 * seq * shape.hidden] * 5  # the residual stream's dtype
+    one = [e for _, e in eager_step.replay(local, *args, layers=[1])[0].events]
+    assert not any("all-reduced" in e.label or "DTensor" in e.label for e in one)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_tensor_parallel_deep_model_is_its_middle_layer_repeated(recompute):
+    """The all-reduces stretch with the layers: the stretched step is, event for event, every layer replayed."""
+    shape = tensor.TensorParallel(4).local(PRESETS["llama-3.2-1b"])
+    args = (256, 1, "autocast", recompute, "sdpa", "cpu", finetune.DEFAULT)
+    spans = eager_step.layer_spans(shape, finetune.DEFAULT)
+    rp, _ = eager_step.replay(shape, *args, layers=[lo for lo, _ in spans], tp=4)
+    stretched = eager_step._stretch(eager_step._chunks(rp.events), spans)
+    assert stretched is not None and len(spans) < shape.layers
+    flat = [(e.label, e.bytes) for s in stretched for _ in range(s.repeats) for e in s.events]
+    whole = eager_step.whole(shape, args, tp=4)
+    assert flat == [(e.label, e.bytes) for s in whole for _ in range(s.repeats) for e in s.events]
+    w = calc.api.eager_walk(PRESETS["llama-3.2-1b"], 256, 1, "autocast", recompute, 2, "sdpa", "cpu",
+                            finetune.DEFAULT, calc.loops.BARE, Parallel(tp=4))  # fmt: skip
+    assert sum(s.repeats * e.bytes for s in w.segs[1:] for e in s.events) == 0  # the step ends where it started

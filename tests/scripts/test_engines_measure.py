@@ -16,39 +16,51 @@ ENGINES = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())
 
 
 def test_every_engine_and_layout_is_recorded_and_answered():
-    """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, on Llama and
-    Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; both recipes, checkpointing off and on;
-    no refusal."""
+    """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, and tensor
+    parallelism at 2, on Llama and Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor
+    parallelism at 2 and 4 on a Llama with 4 key/value heads; both recipes, checkpointing off and on; no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
-    worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}}
+    worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2}}
     for family in ("llama", "qwen3"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items() for w in ws}
     for family in ("llama-tied", "qwen3_moe"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
                                                                       for w in (2, 3)}  # fmt: skip
-    assert len(runs) == len(cases) == (2 * 10 + 2 * 4) * 2 * 2  # (family, engine, processes) x recipes x checkpointing
+    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {("tp", 2), ("tp", 4)}
+    assert (
+        len(runs) == len(cases) == (2 * 11 + 2 * 4 + 2) * 2 * 2
+    )  # (family, engine, processes) x recipes x checkpoints
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
-def test_every_rank_within_one_percent_or_high_by_the_unseen_buckets():
+def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen():
     """Each rank's prediction is within 1% of its measured peak; or the rank reads high by exactly DDP's first
     buckets, at its start as at its peak (make_results.unseen_buckets), and its rise from the start is exact
     to within 1%; or, under FSDP2, by exactly one group's all-gather output from a start equal to its peers'
-    (make_results.unseen_gathered)."""
+    (make_results.unseen_gathered); or by exactly what it started above its lowest peer with
+    (make_results.unseen_start); or its tensors' own peak is exact and the rest a matmul's workspace
+    (make_results.workspace_held); or, under tensor parallelism, by exactly one all-reduce output
+    (make_results.unseen_reduced). No more than one rank-step in 20 needs one of these."""
     import make_results
 
+    explained = 0
     for row in ENGINES["runs"]:
         for i, r in enumerate(row["ranks"]):
-            if make_results.unseen_gathered(row, i):  # exact: high by one group's all-gather output, no more
-                lowest = min(x["measured_start"] for x in row["ranks"])
+            why = make_results.explained_by(row, i)
+            explained += why is not None
+            lowest = min(x["measured_start"] for x in row["ranks"])
+            if why is make_results.unseen_gathered or why is make_results.unseen_reduced:
                 assert r["measured_start"] == lowest, (row["eager"]["command"], i)
-            elif make_results.unseen_buckets(row, i):
+            elif why is make_results.unseen_buckets or why is make_results.unseen_start:
                 rise = r["measured_peak"] - r["measured_start"]
                 peers = [x["measured_peak"] - x["measured_start"] for j, x in enumerate(row["ranks"]) if j != i]
                 assert min(abs(rise - p) for p in peers) <= 0.01 * rise, (row["eager"]["command"], i)
+            elif why is make_results.workspace_held:
+                assert abs(r["measured_peak_tensors"] / r["predicted_peak"] - 1) < 0.001, (row["eager"]["command"], i)
             else:
                 assert abs(r["ratio"] - 1) <= 0.01, (row["eager"]["command"], i, r["ratio"])
+    assert explained <= sum(len(row["ranks"]) for row in ENGINES["runs"]) / 20
 
 
 @pytest.mark.torch
@@ -63,21 +75,23 @@ def test_recorded_cli_answers_are_todays():
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("engine", ["ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2"])
+@pytest.mark.parametrize("engine", ["ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp"])
 def test_a_sample_measures_as_recorded(engine):
     """One case of each engine, 2 processes, measured again: every rank's peak within 1% of the CLI's (a rank
-    reading high by the unseen buckets excepted, as in the record), and its rise from its start as recorded."""
+    reading high by a block freed unseen excepted, as in the record), and within 0.1% of its recorded peak."""
     import make_results
     import measure_engines
 
     old = next(r for r in ENGINES["runs"] if r["engine"] == engine and r["world"] == 2
                and r["checkpointing"] == "full" and r["precision"] == "autocast")  # fmt: skip
     new = measure_engines.measure(old["family"], engine, 2, old["precision"], old["checkpointing"])
+
     def unseen(row: dict, i: int) -> bool:  # a rank reading high by a block gloo's thread freed (module doc)
-        return make_results.unseen_buckets(row, i) or make_results.unseen_gathered(row, i)
+        return make_results.explained_by(row, i) is not None
 
     for i, (a, b) in enumerate(zip(old["ranks"], new["ranks"], strict=True)):
         if not (unseen(old, i) or unseen(new, i)):
-            rise = b["measured_peak"] - b["measured_start"]
-            assert rise == pytest.approx(a["measured_peak"] - a["measured_start"], rel=0.001), i
+            # the peak, not the rise from the start: a block of the step before, freed unseen and handed out
+            # again before the peak, raises a start and not the peak
+            assert b["measured_peak"] == pytest.approx(a["measured_peak"], rel=0.001), i
         assert unseen(new, i) or abs(b["ratio"] - 1) <= 0.01, (i, b["ratio"])

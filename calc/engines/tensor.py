@@ -1,0 +1,54 @@
+"""One rank of torch's tensor parallelism over the decoder layers' linears (the "layers" plan).
+
+The plan most hand-written `parallelize_module` calls give a transformers model, one call a decoder layer on a
+one-dimensional device mesh of `tp` processes: `ColwiseParallel()` on q_proj, k_proj, v_proj, gate_proj and
+up_proj, `RowwiseParallel()` on o_proj and down_proj, torch's defaults throughout. The embedding, the norms,
+the final norm and the head stay whole on every rank, so every rank computes the full logits. What a rank does,
+from the installed torch 2.13's source (torch/distributed/tensor/parallel/style.py, _redistribute.py,
+_functional_collectives.py) and traced CPU steps:
+
+- Its weights: a column-wise linear keeps `out / tp` rows of its weight (Shard(0)) and of its bias, a row-wise
+  one `in / tp` columns (Shard(1)) and the whole bias. Its attention works on `heads / tp` query heads and
+  `kv_heads / tp` key/value heads, its MLP on `ffn / tp` of the inner width: one rank is the model of that
+  narrower shape (`local`), its norms, embedding and head as they are. AdamW's moments and step temporaries
+  are those of the rank's local tensors (DTensor runs each op on them).
+- A column-wise linear's input is the replicated hidden state, wrapped as a DTensor (`from_local`, no copy).
+  In backward the gradient it gets from the matmul is partial (each rank's share of the sum): the wrapper's
+  backward (_FromTorchTensor) all-reduces it into a new tensor of the same size, and the partial one is freed.
+  The gradients of the one input that feeds q, k and v (or gate and up) so each come new, owned by autograd,
+  and are added in place (InputBuffer::accumulate).
+- A row-wise linear's matmul gives a partial sum of the whole output; `RowwiseParallel`'s output
+  redistribution (Partial to Replicate) all-reduces it with a functional collective, which returns a new tensor
+  of the same size (funcol's all_reduce clones its input), and the partial one is freed. Its backward passes
+  the gradient on (Replicate to Partial moves nothing).
+
+Every rank holds the same: the ranks of one step are alike. Qwen3's q_norm and k_norm (one head wide) stay whole
+on every rank; under this plan each rank keeps its own gradient of them, where transformers' plan all-reduces it
+(the bytes are the same). Not counted: gloo's scratch memory outside PyTorch's allocator, and a few bytes of
+scalars a rank keeps per process of its mesh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..shape import Shape
+
+COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"})  # ColwiseParallel(): Shard(0)
+ROWWISE = frozenset({"o_proj", "down_proj"})  # RowwiseParallel(): Shard(1), its output all-reduced
+SOURCE = "torch 2.13: tensor/parallel/style.py ColwiseParallel, RowwiseParallel (the layers plan)"
+FAMILIES = ("llama", "qwen3")  # the families whose layers the plan has been measured on
+
+
+@dataclass(frozen=True)
+class TensorParallel:
+    """One rank of tensor parallelism over `tp` processes, the layers plan."""
+
+    tp: int
+
+    def local(self, shape: Shape) -> Shape:
+        """The model one rank runs: its share of the heads and of the MLP's inner width, each head as wide
+        (calc.parallel checks that tp divides them: transformers' attention needs whole heads)."""
+        tp = self.tp
+        return replace(shape, heads=shape.heads // tp, kv_heads=shape.kv_heads // tp, ffn=shape.ffn // tp,
+                       head_size=shape.head_dim)  # fmt: skip
