@@ -154,8 +154,9 @@ def _dp_shares(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple
     and 3 (calc.engines.fsdp.shares), or None for DDP alone, whose ranks are alike."""
     if not par.zero:
         return [None] * par.dp
-    if par.zero > 1:
-        return fsdp.shares(optim_step.model_params(shape), par.dp)
+    if par.zero > 1:  # the parameters that train: every one, or peft's adapters
+        return fsdp.shares(optim_step.trainable(shape, tune) if tune.adapters else optim_step.model_params(shape),
+                           par.dp)  # fmt: skip
     return [tuple(share) for share in ddp.partition(optim_step.trainable(shape, tune), par.dp)]
 
 
@@ -193,6 +194,11 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
         if replace(par, dp=1, zero=0, flash=False, tp=1) != SINGLE or (par.tp > 1 and par.dp > 1):
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2) or tensor parallelism alone: "
                              "use the deck walk")  # fmt: skip
+        if RECIPES[recipe].computes and (par.dp == 1 or par.zero < 2):
+            raise ValueError(f"{recipe} is FSDP2's bf16 policy: the eager walk runs it over dp > 1, ZeRO 2 or 3")
+        if par.tp > 1 and (shape.family not in tensor.FAMILIES or shape.experts):
+            raise ValueError(f"the eager walk's tensor parallelism is measured on {' and '.join(tensor.FAMILIES)}'s "
+                             "dense layers only: use the deck walk")  # fmt: skip
         return eager_walk(*sized, attention, device, tune, loop, par)
     if walk == "deck" and not tune.default:
         if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
@@ -244,7 +250,7 @@ def step(
         "params": counts["total"],
         "trainable_params": trainable,
         "param_counts": counts,
-        "device_params": device_params(shape, par, w.stage)["total"],
+        "device_params": _device_total(shape, par, walk, w.stage),
         "stage": w.stage,
         "in_flight": w.in_flight,
         "accumulating": w.accumulating,
@@ -258,6 +264,14 @@ def step(
         **({"rank_peaks": list(w.ranks)} if w.ranks else {}),
         "events": expanded,
     }
+
+
+def _device_total(shape: Shape, par: Parallel, walk: str, stage: int) -> int:
+    """The parameters one device holds before ZeRO: under the eager walk's tensor parallelism the local model's
+    (calc.engines.tensor, its embedding and head whole), else the deck's split (calc.parallel.device_params)."""
+    if walk == "eager" and par.tp > 1:
+        return param_counts(tensor.TensorParallel(par.tp).local(shape))["total"]
+    return device_params(shape, par, stage)["total"]
 
 
 def run_step(run: Run) -> dict:

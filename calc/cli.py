@@ -178,6 +178,8 @@ def read_config(path: str) -> str:
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise InputError("hf-config", f"cannot read {path}: {reason}") from None
+    if len(text) <= MAX_CHARS and not text.strip():  # empty is "not given": the preset would answer for it
+        raise InputError("hf-config", f"{path} is empty: give a model's config.json")
     return text
 
 

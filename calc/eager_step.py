@@ -325,9 +325,10 @@ def segments(
     whose kinds repeat, but the first and the last, run the same ops on the same sizes), and their events are
     stretched to the real depth (checked: where a run's middle periods' events differ, the whole model is
     replayed)."""
-    args = (seq, micro_batch, recipe, recompute, attention, device, tune)
     sharded = isinstance(engine, fsdp.FullyShard)
-    how = {"gathered": fsdp.FullyShard(engine.dp, engine.reshard)} if sharded else {}  # the same for every rank
+    computes = RECIPES[recipe].computes  # FSDP2's bf16 policy: the model runs in bf16 over fp32 shards
+    args = (seq, micro_batch, computes or recipe, recompute, attention, device, tune)
+    how = {"gathered": fsdp.FullyShard(engine.dp, engine.reshard, mixed=bool(computes))} if sharded else {}
     if isinstance(engine, tensor.TensorParallel):  # issue 31: a rank runs its share of every layer
         shape, how, engine = engine.local(shape), {"tp": engine.tp}, None
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind, **how)
@@ -335,7 +336,9 @@ def segments(
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
     params = optim_step.trainable(shape, tune)  # issue 19: the optimizer's own state and step (calc.optim_step)
     if sharded:  # issue 31: a rank of FSDP2 holds its rows of the weights and of AdamW's state
-        start = fsdp.resident(start, optim_step.model_params(shape), engine, RECIPES[recipe].weights)
+        grouped = optim_step.model_groups(shape, tune)
+        stored, trained = [p for g, _ in grouped for p in g], [p for _, t in grouped for p in t]
+        start = fsdp.resident(start, stored, trained, engine, RECIPES[recipe].weights)
         params = list(engine.share)
     elif engine is not None:  # issue 31: what a rank of DDP holds beside the one-device step
         start.append(engine.buckets(params, finetune.trained_recipe(recipe, tune).gradients, rp.block))
@@ -419,24 +422,26 @@ def _replayed(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None
     accumulate and loss_kind; `gathered`: FSDP2's groups gathered and reduced around the layers (calc.engines.fsdp)."""
     spans = layer_spans(shape, args[-1])
     rp, st = replay(shape, *args, **how, layers=[lo for lo, _ in spans])
-    replayed = _stretch(_sharded(_chunks(rp.events), shape, args[2], rp, gathered), spans)
+    replayed = _stretch(_sharded(_chunks(rp.events), shape, args[2], rp, gathered, args[-1]), spans)
     if replayed is None:
         rp, st = replay(shape, *args, **how)
-        replayed = _merge(_sharded(_chunks(rp.events), shape, args[2], rp, gathered))
+        replayed = _merge(_sharded(_chunks(rp.events), shape, args[2], rp, gathered, args[-1]))
     return rp, st, replayed
 
 
-def _sharded(chunks: list, shape: Shape, recipe: str, rp: Replay, gathered: fsdp.FullyShard | None) -> list:
+def _sharded(chunks: list, shape: Shape, recipe: str, rp: Replay, gathered: fsdp.FullyShard | None,
+             tune: finetune.Tuning = finetune.DEFAULT) -> list:  # fmt: skip
     """The chunks with FSDP2's events around them, or as they are without FSDP2."""
     if gathered is None:
         return chunks
-    return fsdp.around(chunks, gathered, optim_step.model_groups(shape), RECIPES[recipe].weights, rp.blocks)
+    unit = 4 if gathered.mixed else RECIPES[recipe].weights  # the bf16 policy's shards (and reduction) are fp32
+    return fsdp.around(chunks, gathered, optim_step.model_groups(shape, tune), unit, rp.blocks)
 
 
 def whole(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None, **how) -> list[Segment]:
     """The segments of every layer replayed, each op of each layer (what _replayed must equal: the tests)."""
     rp = replay(shape, *args, **how)[0]
-    return _merge(_sharded(_chunks(rp.events), shape, args[2], rp, gathered))
+    return _merge(_sharded(_chunks(rp.events), shape, args[2], rp, gathered, args[-1]))
 
 
 def layer_kinds(shape: Shape, tune: finetune.Tuning) -> list:

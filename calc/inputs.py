@@ -469,9 +469,9 @@ def eager_problem(
     if replace(par, dp=1, zero=0, flash=False, tp=1) != Parallel():  # the deck's flash is the eager walk's sdpa
         return "walk", ("the eager walk runs data parallelism (--dp) or tensor parallelism (--tp): leave --pp, --ep "
                         "and --sequence-parallel unset, or use the deck walk")  # fmt: skip
-    if par.tp > 1 and par.dp > 1:
-        return "tp", ("the eager walk runs data or tensor parallelism, not both at once (FSDP2 x TP is not modelled "
-                      "yet): --dp 1, or the deck walk")  # fmt: skip
+    if par.tp > 1 and (par.dp > 1 or par.zero):
+        return "tp", ("the eager walk runs data or tensor parallelism, not both at once (DDP, ZeRO or FSDP2 beside "
+                      "tensor parallelism is not modelled yet): --dp 1 and --zero 0, or the deck walk")  # fmt: skip
     if par.zero and par.dp == 1:
         return "zero", "ZeRO shards over data-parallel processes: give --dp 2 or more, or --zero 0"
     if par.dp > 1 and shape.family == "decoder":
@@ -489,7 +489,8 @@ def eager_problem(
 
 ZERO1_RANKS = 1024  # the eager walk's ZeRO 1 walks each distinct share (calc.api.eager_walk): a bound on its time
 FSDP2_RANKS = 1024  # and FSDP2 each rank's rows (ranks differ where dp does not divide a parameter's rows)
-FSDP2_RECIPES = ("fp32-full", "autocast")  # fully_shard of fp32 parameters, without a MixedPrecisionPolicy
+FSDP2_RECIPES = ("fp32-full", "autocast", "fsdp-bf16")  # fully_shard of fp32 parameters, or its bf16 policy
+TP_RECIPES = ("fp32-full", "autocast")  # tensor parallelism over fp32 parameters
 FSDP2_EXPERTS = ("qwen3_moe",)  # the mixtures of experts whose FSDP2 steps were measured (calc.engines.fsdp)
 TP_RANKS = 1024  # the ranks of tensor parallelism are alike: one rank walked, each listed
 
@@ -502,6 +503,9 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
     model's (or Qwen3-MoE's) fp32 parameters (calc.engines.fsdp); its --tp is torch's tensor parallelism over the
     decoder layers' linears of a Llama or Qwen3 (calc.engines.tensor). FSDP2 and tensor parallelism: full
     training with AdamW in a bare loop, on the CPU with gloo."""
+    if RECIPES[recipe].computes and (par.dp == 1 or par.zero < 2):  # the engine casts: FSDP2's bf16 policy
+        return "recipe", (f"{recipe} is FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the eager "
+                          "walk runs it with --dp 2 or more and --zero 2 or 3")  # fmt: skip
     if par.tp > 1:
         return tensor_problem(shape, par, recipe, device, tune, loop)
     if par.dp == 1 or not par.zero:
@@ -521,11 +525,14 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
     if par.dp > FSDP2_RANKS:
         return "dp", f"{fsdp2} walks each rank's rows: at most {FSDP2_RANKS:,} processes"
     if recipe not in FSDP2_RECIPES:
-        return "recipe", f"{fsdp2} shards fp32 parameters (no MixedPrecisionPolicy yet): fp32-full or autocast"
+        return "recipe", (f"{fsdp2} shards fp32 parameters, computing in them (fp32-full, autocast) or under "
+                          "MixedPrecisionPolicy(bf16, fp32) (fsdp-bf16)")  # fmt: skip
     if shape.experts and shape.family not in FSDP2_EXPERTS:
         return "walk", (f"{fsdp2} is measured on Qwen3-MoE's experts only among mixtures of experts: use the deck "
                         "walk")  # fmt: skip
-    return _measured_step(fsdp2, device, tune, loop)
+    if tune.adapters and (tune.mode != "lora" or recipe == "fsdp-bf16"):  # the model's fp32: so are its adapters
+        return "finetune", f"{fsdp2} fine-tunes with peft's LoRA over fp32-full or autocast"
+    return _measured_step(fsdp2, device, replace(tune, mode="full") if tune.mode == "lora" else tune, loop)
 
 
 def tensor_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: finetune.Tuning,
@@ -537,7 +544,7 @@ def tensor_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
         return "tp", f"{tp} lists each rank: at most {TP_RANKS:,} processes"
     if shape.family not in tensor.FAMILIES or shape.experts:
         return "walk", f"{tp} is measured on Llama's and Qwen3's dense layers only: use the deck walk"
-    if recipe not in FSDP2_RECIPES:
+    if recipe not in TP_RECIPES:
         return "recipe", f"{tp} is measured on fp32 parameters: fp32-full or autocast"
     return _measured_step(tp, device, tune, loop)
 
@@ -552,10 +559,8 @@ def _measured_step(engine: str, device: str, tune: finetune.Tuning, loop: loops.
     if tune.optimizer != "adamw":
         return "optimizer", f"{engine} steps AdamW"
     if not tune.default:
-        return (
-            "finetune",
-            f"{engine} trains every parameter (fine-tuning under it is not modelled yet): --finetune full",
-        )
+        lora = " (FSDP2: or --finetune lora)" if "FSDP2" in engine else ""
+        return "finetune", f"{engine} trains every parameter{lora}: --finetune full"
     if loop.name != "bare":
         return "loop", f"{engine} runs in a bare loop, not Trainer's"
     if loop.grad_accum > 1:

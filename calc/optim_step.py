@@ -72,12 +72,16 @@ def _block(shape: Shape, moe: bool, out_first: bool = False) -> list[Param]:
     return _stored([t for t in tensors if "norm" not in t.name] + norms, out_first)
 
 
-def model_groups(shape: Shape) -> list[list[Param]]:
+def model_groups(shape: Shape, tune: finetune.Tuning = finetune.DEFAULT) -> list[tuple[list[Param], list[Param]]]:
     """Every parameter tensor of the model, as FSDP2 groups them with fully_shard on each decoder layer and on
     the model: the root's (embedding, final norm, head), then each layer's; each as stored (rows: its first
-    dimension, which FSDP2 cuts)."""
+    dimension, which FSDP2 cuts). Each group as (its tensors, those of them that train): under peft's LoRA a
+    layer holds its adapters too (lora_A, r x d_in; lora_B, d_out x r), and only they train."""
     embed, layers, tail = _as_stored(shape)
-    return [embed + tail, *layers]
+    if not tune.adapters:
+        return [(g, g) for g in [embed + tail, *layers]]
+    adapters = [Param(rows, cols) for _, rows, cols in finetune.adapter_tensors(shape, tune)]
+    return [(embed + tail, []), *((layer + adapters, adapters) for layer in layers)]
 
 
 def model_params(shape: Shape) -> list[Param]:

@@ -21,6 +21,7 @@ class Recipe:
     activations: int = 2  # bytes an activation value (Korthikanti et al. count 16-bit ones)
     autocast: bool = False  # torch.autocast(bfloat16): matmuls in 16 bits, the rest in the weights' fp32
     grad_buffer: bool = False  # gradients live in a buffer allocated once, resident through the step
+    computes: str = ""  # the recipe the forward and backward run as, where the engine casts (FSDP2's policy)
 
     def per_param(self) -> int:
         return self.weights + self.gradients + self.optimizer + self.master
@@ -47,6 +48,12 @@ RECIPES: dict[str, Recipe] = {
     ),
     # Pure bf16 training: weights, gradients and both Adam moments in bf16, no master copy (2 + 2 + 4).
     "bf16": Recipe("bf16", "pure bf16 Adam", 2, 2, 4, 0, "bf16 weights, gradients and moments (2 + 2 + 4)"),
+    # FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over an fp32 model: the fp32 shards are
+    # the weights the optimizer steps (no separate master copy), gradients reduced and Adam's moments in fp32;
+    # a layer's bf16 parameters exist only while it is gathered, and forward and backward run in pure bf16
+    # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py init_dtype_attrs). Data-parallel (--dp, --zero 2 or 3).
+    "fsdp-bf16": Recipe("fsdp-bf16", "FSDP2 bf16 policy over fp32 shards", 4, 4, 8, 0,
+                        "FSDP2 MixedPrecisionPolicy(bf16, fp32): fp32 shards (4 + 4 + 8)", 2, computes="bf16"),
 }
 
 

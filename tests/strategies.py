@@ -34,7 +34,8 @@ def shapes(draw, max_layers: int = 96) -> calc.Shape:
 
 seqs = st.integers(1, 1 << 15)
 micro_batches = st.integers(1, 64)
-recipes = st.sampled_from(list(calc.RECIPES))
+# the recipes a step on one device runs (fsdp-bf16 is FSDP2's policy: tests/calc/test_engines.py)
+recipes = st.sampled_from([name for name, r in calc.RECIPES.items() if not r.computes])
 recomputes = st.sampled_from(calc.RECOMPUTE)
 
 

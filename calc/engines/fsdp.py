@@ -22,6 +22,12 @@ padded to the largest), and a group's parameters exist whole only between its al
   the clone. The root's reduce-scatter input is freed when backward ends.
 - The optimizer steps the rank's rows only: AdamW's moments and its step's temporaries are the rank's share.
 
+Under MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (`mixed`, the recipe fsdp-bf16) the shards stay
+fp32 and the model computes in bf16: each all-gather first casts the rank's shards into one flat bf16 input
+(_get_param_all_gather_inputs' foreach copy), freed when the all-gather returns, and gathers bf16; the
+unsharded parameters and their gradients are bf16; the reduce-scatter's input and output are fp32, and its
+copy-in (fsdp::chunk_cat, out of another dtype) makes a bf16 copy of each gradient's dp chunks in turn.
+
 Measured on multi-process CPU steps (scripts/training/measure_engines.py, docs/data/engines.json). Not counted:
 the few bytes of each reduce-scatter's scalar division (gloo's all_reduce), as calc leaves scalars out."""
 
@@ -43,17 +49,19 @@ class FullyShard:
     dp: int
     reshard: bool = True
     share: tuple[Param, ...] | None = None
+    mixed: bool = False  # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 shards
 
     def padded(self, params: list[Param]) -> int:
         """Values of the rank's padded shards of `params`: ceil(rows / dp) rows of each."""
         return sum(-(-p.rows // self.dp) * (p.cols or 1) for p in params)
 
 
-def resident(start: list[Event], params: list[Param], engine: FullyShard, unit: int) -> list[Event]:
+def resident(start: list[Event], params: list[Param], trained: list[Param], engine: FullyShard,
+             unit: int) -> list[Event]:  # fmt: skip
     """The one-device step's `start` on this rank: its padded shard of every weight (each parameter's
-    _sharded_param_data) for the weights, AdamW's moments of its rows (proportional to the values: 2 moments a
-    value); the rest (the token ids) as they are."""
-    total, mine = sum(p.numel for p in params), sum(p.numel for p in engine.share or ())
+    _sharded_param_data, frozen or not) for the weights, AdamW's moments of its rows of the `trained` parameters
+    (proportional to the values: 2 moments a value); the rest (the token ids) as they are."""
+    total, mine = sum(p.numel for p in trained), sum(p.numel for p in engine.share or ())
     shards = Event("start", "this rank's shards of the weights (FSDP2: ceil(rows / dp) rows of each)", "weights",
                    engine.padded(params) * unit, SOURCE)  # fmt: skip
     out = []
@@ -77,12 +85,17 @@ def shares(params: list[Param], dp: int) -> list[tuple[Param, ...]]:
     return [tuple(local(p, dp, r) for p in params) for r in range(dp)]
 
 
-def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, groups: list[list[Param]], unit: int,
-           blocks) -> list[tuple[int, list[Event]]]:  # fmt: skip
+def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]],
+           unit: int, blocks) -> list[tuple[int, list[Event]]]:  # fmt: skip
     """The replayed step's chunks (calc.eager_step._chunks: runs of one layer's events, 0 outside the layers)
-    with FSDP2's events put around them. `groups`: the root's parameters, then each layer's (layer 1 first);
-    `unit`: bytes of a parameter's value; `blocks`: bytes -> the allocator's (calc.replay.Replay.blocks)."""
+    with FSDP2's events put around them. `grouped`: (the root's parameters, those that train), then each layer's
+    (layer 1 first; calc.optim_step.model_groups): a group reduces only the gradients it has, and one with none
+    (the frozen root under LoRA) reduces nothing;
+    `unit`: bytes of a shard's value (and of a reduced gradient's); `blocks`: bytes -> the allocator's
+    (calc.replay.Replay.blocks). Under the bf16 policy (engine.mixed) a gathered value is bf16's 2 bytes."""
+    groups, trains = [g for g, _ in grouped], [t for _, t in grouped]
     dp, last = engine.dp, len(groups) - 1
+    cast = 2 if engine.mixed else unit  # bytes of a gathered parameter's value and of its unsharded gradient
     root = "the root (embedding, final norm, head)"  # a layer's events name layers as the replay's do, by
     # "{layer}" and relative to it, so that alike layers' chunks stay equal (calc.eager_step._stretch, _merge)
 
@@ -94,17 +107,22 @@ def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, groups: li
             return "layer 1" if g == 1 else "the last layer"
         return {at: "layer {layer}", at - 1: "the layer below", at + 1: "the layer above"}.get(g, "layer {layer}")
 
-    whole = [blocks(dp * engine.padded(g) * unit) for g in groups]  # a group's all-gather: its flat output
-    mine = [blocks(engine.padded(g) * unit) for g in groups]  # its reduce-scatter output: the rank's shard
+    whole = [blocks(dp * engine.padded(g) * cast) for g in groups]  # a group's all-gather: its flat output
+    flat = [blocks(dp * engine.padded(t) * unit) for t in trains]  # its reduce-scatter's flat input
+    mine = [blocks(engine.padded(t) * unit) for t in trains]  # its reduce-scatter output: the rank's shard
+    cast_in = [blocks(engine.padded(g) * cast) for g in groups]  # the bf16 policy: the shards cast, one flat input
+    chunked = [[blocks(dp * engine.padded([p]) * cast) for p in t] for t in trains]  # chunk_cat's copy of each
 
     def ev(phase: str, label: str, category: str, nbytes: int) -> Event:
         return Event(phase, label, category, nbytes, SOURCE)
 
     def gather(phase: str, g: int, at: int, ahead: bool = False) -> list[Event]:
         what = f"all-gather {name(g, at)}" + (" (backward prefetch)" if ahead else "")
-        return [ev(phase, f"{what}: flat output", "weights", whole[g]),
-                ev(phase, f"{what}: gloo's copy and receive buffer", "weights", whole[g]),
-                ev(phase, f"{what}: gloo's buffers freed", "weights", -whole[g])]  # fmt: skip
+        cast_ = [ev(phase, f"{what}: the rank's shards cast to bf16 (one flat input)", "weights", cast_in[g])]
+        out = [*(cast_ if engine.mixed else []), ev(phase, f"{what}: flat output", "weights", whole[g]),
+               ev(phase, f"{what}: gloo's copy and receive buffer", "weights", whole[g]),
+               ev(phase, f"{what}: gloo's buffers freed", "weights", -whole[g])]  # fmt: skip
+        return out + ([ev(phase, f"{what}: the bf16 input freed", "weights", -cast_in[g])] if engine.mixed else [])
 
     def copy_out(phase: str, g: int) -> list[Event]:
         return [ev(phase, f"{name(g, g)}: unsharded parameters (copy-out)", "weights", whole[g])]
@@ -117,17 +135,22 @@ def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, groups: li
 
     def reduce(g: int, grads: int) -> list[Event]:
         out = reshard("backward", g)
-        if g != last:  # the group reduced just before it: the layer above (the root's: layer 1)
-            up = g + 1 if g else 1
-            out.append(ev("backward", f"free the reduce-scatter input of {name(up, g)}", "gradients", -whole[up]))
+        if g != last and trains[g + 1 if g else 1]:  # the group reduced just before it: the layer above (the
+            up = g + 1 if g else 1  # root's: layer 1)
+            out.append(ev("backward", f"free the reduce-scatter input of {name(up, g)}", "gradients", -flat[up]))
+        if not trains[g]:  # nothing of it trains: no reduce-scatter (post_backward returns)
+            return out
         it = name(g, g)
+        copies = [e for n in chunked[g] for e in (ev("backward", f"reduce-scatter {it}: chunk_cat's bf16 copy of a "
+                  "gradient", "gradients", n), ev("backward", "chunk_cat's copy freed", "gradients", -n))]  # fmt: skip
         return [
             *out,
-            ev("backward", f"reduce-scatter {it}: flat input (its gradients copied in)", "gradients", whole[g]),
+            ev("backward", f"reduce-scatter {it}: flat input (its gradients copied in)", "gradients", flat[g]),
+            *(copies if engine.mixed else []),
             ev("backward", f"free the unsharded gradients of {it}", "gradients", -grads),
             ev("backward", f"reduce-scatter {it}: this rank's shard (its gradients from here)", "gradients", mine[g]),
-            ev("backward", f"reduce-scatter {it}: gloo's clone of the input", "gradients", whole[g]),
-            ev("backward", f"reduce-scatter {it}: gloo's clone freed", "gradients", -whole[g]),
+            ev("backward", f"reduce-scatter {it}: gloo's clone of the input", "gradients", flat[g]),
+            ev("backward", f"reduce-scatter {it}: gloo's clone freed", "gradients", -flat[g]),
         ]
 
     out: list[tuple[int, list[Event]]] = []
@@ -161,6 +184,7 @@ def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, groups: li
                 grads = sum(e.bytes for j in backward if not chunks[j][0] for e in chunks[j][1]
                             if e.category == "gradients")  # fmt: skip
                 after = reduce(0, grads)
-                after.append(ev("backward", f"free the reduce-scatter input of {root}", "gradients", -whole[0]))
+                freed = ev("backward", f"free the reduce-scatter input of {root}", "gradients", -flat[0])
+                after += [freed] if trains[0] else []
         out.append((layer, before + evs + after))
     return out

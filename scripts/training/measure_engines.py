@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calc_cli  # noqa: E402
 import hf_models  # noqa: E402
 import measure_families  # noqa: E402
+import measure_lora  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 import torch  # noqa: E402
@@ -64,7 +65,9 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
           "llama-mha": hf_models.Model("llama", 2, 64, 4, 4, 256, 128, (*measure_families.TOKENS,
                                        *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
-ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0}  # the ZeRO stage each runs
+ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0,
+           "fsdp2-lora": 3, "fsdp2-zero2-lora": 2}  # the ZeRO stage each runs
+LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
 TP_PLAN = {
     **dict.fromkeys(
         ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"), "colwise"
@@ -75,16 +78,20 @@ TP_PLAN = {
 WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2": (2, 3, 4)}  # 3: FSDP2 pads rows
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
 TP = {"tp": (2,)}  # 2 key/value heads
+FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
 MEASURED = {
-    "llama": {**WORLDS, **TP},
-    "qwen3": {**WORLDS, **TP},
+    "llama": {**WORLDS, **TP, **FSDP2_LORA},
+    "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
     "llama-mha": {"tp": (2, 4)},
 }
+MIXED = "fsdp-bf16"  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over the fp32 model
 GRID = [(name, engine, world, precision, checkpointing)
         for name in FAMILIES for engine, worlds in MEASURED[name].items() for world in worlds
-        for precision, checkpointing in itertools.product(hf_models.PRECISIONS, hf_models.CHECKPOINTING)]  # fmt: skip
+        for precision, checkpointing in itertools.product(
+            hf_models.PRECISIONS + ((MIXED,) if ENGINES[engine] > 1 and engine not in LORA else ()),
+            hf_models.CHECKPOINTING)]  # fmt: skip
 
 
 def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
@@ -107,12 +114,21 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                 parallelize_module(layer, mesh, {name: styles[style]() for name, style in TP_PLAN.items()})
             return net, hf_models.make_optimizer(net)
         if ENGINES[engine] > 1:  # FSDP2: each decoder layer a group, then the root (embedding, final norm, head)
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+            if engine in LORA:  # peft's LoRA first, as accelerate and TRL wrap a peft model
+                net = measure_lora.tuned(model, "sdpa", checkpointing, measure_lora.Tune("lora"))
+                layers = net.base_model.model.model.layers
+                for layer in layers:
+                    fully_shard(layer, reshard_after_forward=ENGINES[engine] == 3)
+                fully_shard(net, reshard_after_forward=ENGINES[engine] == 3)
+                return net, torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
             net = hf_models.build(model, "sdpa", checkpointing)
+            bf16 = precision == MIXED  # MixedPrecisionPolicy() casts nothing: torch's default
+            policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if bf16 else MixedPrecisionPolicy()
             for layer in net.model.layers:
-                fully_shard(layer, reshard_after_forward=ENGINES[engine] == 3)
-            fully_shard(net, reshard_after_forward=ENGINES[engine] == 3)
+                fully_shard(layer, reshard_after_forward=ENGINES[engine] == 3, mp_policy=policy)
+            fully_shard(net, reshard_after_forward=ENGINES[engine] == 3, mp_policy=policy)
             return net, hf_models.make_optimizer(net)
         net = torch.nn.parallel.DistributedDataParallel(hf_models.build(model, "sdpa", checkpointing))
         if ENGINES[engine]:
@@ -121,8 +137,8 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             return net, ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3)
         return net, hf_models.make_optimizer(net)
 
-    def step(state, x):
-        hf_models.train_step(*state, x, precision)
+    def step(state, x):  # under FSDP2's bf16 policy the model computes in bf16 without autocast
+        hf_models.train_step(*state, x, "fp32-full" if precision == MIXED else precision)
 
     seed = 0 if engine == "tp" else rank  # tensor parallelism: every rank on the same batch
     batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH, 100 * i + seed) for i in range(3)]
@@ -167,6 +183,7 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
            precision, "--attention", "sdpa", "--recompute", checkpointing, "--device", "cpu",
            "--tp" if engine == "tp" else "--dp", world]  # fmt: skip
     run += ["--zero", ENGINES[engine]] if ENGINES[engine] else []
+    run += LORA.get(engine, [])
     return [str(a) for a in run]
 
 
@@ -207,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repredict", action="store_true", help="ask the CLI again; measure nothing")
     p.add_argument(
         "--only",
-        choices=FAMILIES + tuple(ENGINES),
-        help="measure this family's (or engine's) cases, keep the others' as recorded",
+        choices=FAMILIES + tuple(ENGINES) + (MIXED, "lora"),
+        help="measure this family's (engine's, precision's) cases, keep the others' as recorded",
     )
     args = p.parse_args(argv)
     if args.repredict:
@@ -217,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             predicted(row)
             print(show(row), flush=True)
     else:
-        kept = [r for r in json.loads(RESULTS.read_text())["runs"]
-                if args.only not in (r["family"], r["engine"])] if args.only else []  # fmt: skip
+        old = json.loads(RESULTS.read_text())["runs"] if args.only else []
+        kept = [r for r in old if args.only not in (r["family"], r["engine"], r["precision"],
+                                                     "lora" if r["engine"] in LORA else "")]  # fmt: skip
         data = {"environment": measure_transformers.environment("cpu"), "runs_each": RUNS, "runs": []}
         for case in GRID:
             old = next((r for r in kept if (r["family"], r["engine"], r["world"], r["precision"],

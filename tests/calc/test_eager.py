@@ -190,9 +190,10 @@ def test_deck_is_the_default_and_unchanged():
 def test_eager_refuses_parallelism_and_unknown_walks():
     """The eager walk runs data or tensor parallelism alone, and the course's Decoder on one device; other walk
     names are refused."""
-    for par in (calc.Parallel(dp=2), calc.Parallel(tp=2)):
-        with pytest.raises(ValueError, match="Decoder on one device"):
-            calc.step(DECODER, 8, 16, par=par, walk="eager")
+    with pytest.raises(ValueError, match="Decoder on one device"):
+        calc.step(DECODER, 8, 16, par=calc.Parallel(dp=2), walk="eager")
+    with pytest.raises(ValueError, match="llama and qwen3's dense layers only"):  # the layers plan's families
+        calc.step(DECODER, 8, 16, par=calc.Parallel(tp=2), walk="eager")
     for par in (calc.Parallel(pp=2), calc.Parallel(dp=2, tp=2)):
         with pytest.raises(ValueError, match=r"data parallelism \(DDP, ZeRO 1, FSDP2\) or tensor parallelism alone"):
             calc.step(DECODER, 8, 16, par=par, walk="eager")

@@ -95,7 +95,10 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "2", "--zero", "3", "--recipe", "bf16"], "--recipe"),
         (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--device", "cuda"], "--device"),
         (["--preset", "mixtral-8x7b", "--dp", "2", "--zero", "3", "--recipe", "autocast"], "--walk"),
-        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--finetune", "lora"], "--finetune"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--finetune", "qlora"], "--finetune"),
+        (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--finetune", "freeze", "--freeze-layers", "2"],
+         "--finetune"),
+        (["--dp", "2", "--zero", "3", "--recipe", "fsdp-bf16", "--finetune", "lora"], "--finetune"),
         (["--dp", "2", "--zero", "2", "--recipe", "autocast", "--optimizer", "adafactor"], "--optimizer"),
         (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--loop", "trainer"], "--loop"),
         (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--grad-accum", "2"], "--grad-accum"),
@@ -104,6 +107,7 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "1025", "--zero", "3", "--recipe", "autocast"], "--dp"),
         (["--zero", "1"], "--zero"),  # over one process ZeRO would shard nothing: not accepted and ignored
         (["--dp", "2", "--tp", "2"], "--tp"),  # FSDP2 x TP: not modelled
+        (["--tp", "2", "--zero", "1"], "--tp"),  # names --tp, not a --dp that --tp then refuses
         (["--tp", "2", "--pp", "2"], "--walk"),
         (["--tp", "2", "--sequence-parallel"], "--walk"),
         (["--tp", "2", "--recipe", "bf16"], "--recipe"),
@@ -182,7 +186,8 @@ def test_fsdp2_groups_are_the_models_parameters(preset):
     shape = PRESETS[preset]
     groups = optim_step.model_groups(shape)
     assert len(groups) == shape.layers + 1
-    flat = sorted(p.numel for g in groups for p in g)
+    flat = sorted(p.numel for g, _ in groups for p in g)
+    assert all(g == t for g, t in groups)  # full training: every tensor of a group trains
     assert flat == sorted(p.numel for p in optim_step.trainable(shape, finetune.DEFAULT))
     assert sum(flat) == calc.param_counts(shape)["total"]
 
@@ -244,6 +249,58 @@ def test_fsdp2_ranks_differ_where_dp_does_not_divide_the_rows():
     assert len(set(even)) == 1
 
 
+@pytest.mark.parametrize("par", [Parallel(), Parallel(dp=4, zero=3), Parallel(dp=8, tp=2, zero=2)])
+def test_fsdp_bf16_deck_accounting_is_fp32_state(par):
+    """The deck walk counts FSDP2's bf16 policy as ZeRO counts fp32 state (4 + 4 + 8 bytes a parameter, sharded
+    as ZeRO shards it) with 16-bit activations: the fp32 recipe's figures, byte for byte; the gathered bf16
+    copies are the eager walk's."""
+    shape = PRESETS["llama-3.2-1b"]
+    mixed, fp32 = (calc.step(shape, 1024, 1, recipe, par=par) for recipe in ("fsdp-bf16", "fp32"))
+    assert mixed["bytes"] == fp32["bytes"] and mixed["peak"] == fp32["peak"]
+
+
+@pytest.mark.parametrize("args", [[], ["--dp", "2"], ["--dp", "2", "--zero", "1"], ["--tp", "2"]])
+def test_fsdp_bf16_eager_needs_fsdp2(args):
+    """The bf16 policy is FSDP2's: the eager walk refuses it anywhere else, naming --recipe."""
+    assert main(["--walk", "eager", "--device", "cpu", "--recipe", "fsdp-bf16", *args]) == 2
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_fsdp_bf16_gathers_bf16_and_reduces_fp32(reshard):
+    """Under the bf16 policy a rank keeps fp32 shards and AdamW state of its rows (the fp32-full step's), and
+    gathers bf16: its all-gather outputs are half the fp32 step's, its reduce-scatter inputs the same."""
+    shape, par = PRESETS["llama-3.2-1b"], Parallel(dp=4, zero=3 if reshard else 2)
+    mixed, fp32 = (_eager("llama-3.2-1b", par, recipe=r) for r in ("fsdp-bf16", "fp32-full"))
+    first = lambda got, s: next(e["bytes"] for e in got["events"] if s in e["label"])  # noqa: E731
+    assert first(mixed, "flat output") * 2 == first(fp32, "flat output")
+    assert first(mixed, "flat input (its") == first(fp32, "flat input (its")
+    assert first(mixed, "cast to bf16") * 8 == first(fp32, "flat output")  # its shard in bf16: 2 of dp x 4 bytes
+    assert mixed["events"][0]["bytes"] == fp32["events"][0]["bytes"]  # the fp32 shards
+    assert mixed["bytes"]["optimizer"] == fp32["bytes"]["optimizer"]
+    assert mixed["peak"] < fp32["peak"] and shape.layers == 16
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("preset", ["llama-3.2-1b", "qwen3-8b"])
+def test_fsdp2_lora_reduces_and_steps_the_adapters_only(preset, zero):
+    """Under peft's LoRA a rank gathers every group as in full training (its adapters beside its frozen
+    weights), reduce-scatters only the adapters' gradients (the frozen root none), and holds AdamW's moments
+    of its rows of the adapters."""
+    shape, dp = PRESETS[preset], 4
+    tune = finetune.Tuning("lora")
+    full = _eager(preset, Parallel(dp=dp, zero=zero), recipe="fp32-full")
+    lora = _eager(preset, Parallel(dp=dp, zero=zero), recipe="fp32-full", tune=tune)
+    adapters = [p for _, rows, cols in finetune.adapter_tensors(shape, tune) for p in [optim_step.Param(rows, cols)]]
+    engine = fsdp.FullyShard(dp)
+    flat = [e["bytes"] for e in lora["events"] if "flat input (its" in e["label"]]
+    assert flat == [4 * dp * engine.padded(adapters)] * shape.layers  # each layer's, none for the root
+    moments = sum(-(-p.rows // dp) * p.cols for p in adapters) * shape.layers * 8
+    assert lora["bytes"]["optimizer"] >= moments and lora["peak"] < full["peak"]
+    gathered = lambda got: [e["bytes"] for e in got["events"] if "flat output" in e["label"]]  # noqa: E731
+    assert gathered(lora)[0] == gathered(full)[0]  # the root: no adapters
+    assert gathered(lora)[1] == gathered(full)[1] + 4 * dp * engine.padded(adapters)
+
+
 TP = ["llama-3.2-1b", "qwen3-8b"]
 
 
@@ -258,7 +315,16 @@ def test_tensor_parallel_rank_holds_its_share_of_each_layer(preset, tp):
     c = param_counts(shape)
     linears = shape.layers * (shape.hidden * (2 * shape.q_width + 2 * shape.kv_width) + 3 * shape.hidden * shape.ffn)
     assert got["bytes"]["weights"] == 4 * (c["total"] - linears + linears // tp)
+    assert got["bytes"]["weights"] == 4 * got["device_params"]  # the header counts what the rank holds
     assert got["rank_peaks"] == [got["peak"]] * tp and got["peak"] < one["peak"]
+
+
+@pytest.mark.parametrize("preset", ["gpt2", "phi-4", "qwen3-30b-a3b"])
+def test_tensor_parallel_api_refuses_families_it_does_not_model(preset):
+    """calc.step, like the CLI, walks the layers plan on Llama's and Qwen3's dense layers only: GPT-2's and Phi's
+    fused projections and a mixture's experts are not split as the plan splits them."""
+    with pytest.raises(ValueError, match="dense layers only"):
+        _eager(preset, Parallel(tp=2), recipe="fp32-full")
 
 
 @pytest.mark.parametrize("recipe", ["fp32-full", "autocast"])

@@ -188,6 +188,8 @@ def test_cli_reads_a_config_and_flags_override_it(capsys):
         (None, "cannot read {path}: No such file or directory"),
         ("dir", "cannot read {path}: Is a directory"),
         ("not json", "not JSON: Expecting value at line 1, column 1"),
+        ("", "{path} is empty: give a model's config.json"),  # not the preset's answer for a file saying nothing
+        (" \n", "{path} is empty: give a model's config.json"),
         (" " * 10_000_000, "too long: 1,000,001 characters, where a config.json has at most 1,000,000"),
         ('{"model_type": "bert"}', 'model_type "bert" is not supported; supported: llama, mistral, mixtral, qwen2'),
         ('{"model_type": "llama", "hidden_size": 4096}', "num_hidden_layers is missing"),

@@ -18,19 +18,23 @@ ENGINES = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())
 def test_every_engine_and_layout_is_recorded_and_answered():
     """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, and tensor
     parallelism at 2, on Llama and Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor
-    parallelism at 2 and 4 on a Llama with 4 key/value heads; both recipes, checkpointing off and on; no refusal."""
+    parallelism at 2 and 4 on a Llama with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
+    (stage 2) on Llama and Qwen3; fp32 and autocast, and FSDP2's bf16 policy where FSDP2 trains every
+    parameter, checkpointing off and on; no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
-    worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2}}
+    worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2},
+              "fsdp2-lora": {2, 3}, "fsdp2-zero2-lora": {2}}  # fmt: skip
     for family in ("llama", "qwen3"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items() for w in ws}
     for family in ("llama-tied", "qwen3_moe"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
                                                                       for w in (2, 3)}  # fmt: skip
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {("tp", 2), ("tp", 4)}
-    assert (
-        len(runs) == len(cases) == (2 * 11 + 2 * 4 + 2) * 2 * 2
-    )  # (family, engine, processes) x recipes x checkpoints
+    bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
+    assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
+    # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
+    assert len(runs) == len(cases) == (2 * 14 + 2 * 4 + 2) * 2 * 2 + len(bf16) * 2 == 192
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
@@ -75,15 +79,20 @@ def test_recorded_cli_answers_are_todays():
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("engine", ["ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp"])
-def test_a_sample_measures_as_recorded(engine):
-    """One case of each engine, 2 processes, measured again: every rank's peak within 1% of the CLI's (a rank
-    reading high by a block freed unseen excepted, as in the record), and within 0.1% of its recorded peak."""
+@pytest.mark.parametrize(
+    ("engine", "precision"),
+    [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "fsdp2-lora")),
+     ("fsdp2", "fsdp-bf16")],
+)  # fmt: skip
+def test_a_sample_measures_as_recorded(engine, precision):
+    """One case of each engine (FSDP2's bf16 policy and LoRA under FSDP2 among them), 2 processes, measured
+    again: every rank's peak within 1% of the CLI's (a rank reading high by a block freed unseen excepted, as in
+    the record), and within 0.1% of its recorded peak."""
     import make_results
     import measure_engines
 
     old = next(r for r in ENGINES["runs"] if r["engine"] == engine and r["world"] == 2
-               and r["checkpointing"] == "full" and r["precision"] == "autocast")  # fmt: skip
+               and r["checkpointing"] == "full" and r["precision"] == precision)  # fmt: skip
     new = measure_engines.measure(old["family"], engine, 2, old["precision"], old["checkpointing"])
 
     def unseen(row: dict, i: int) -> bool:  # a rank reading high by a block gloo's thread freed (module doc)
