@@ -131,6 +131,7 @@ def assert_page_shows(page, answer: dict) -> None:
     assert lines == {rid: [p[0], p[-1], len(sweep["seq"])] for rid, p in sweep["peaks"].items()}
     walk = page.eval_on_selector("[data-chart=walk] svg", "s => ({...s.dataset})")
     step = answer["step"]
+    assert walk.pop("drawnEvents") == str(len(step["events"])) and walk.pop("peakY").isdigit()  # one bar an event
     assert walk == {"events": str(len(step["events"])), "peakIndex": str(step["peak_index"]), "peak": str(step["peak"])}
     assert page.get_attribute('[data-out="peak"]', "data-bytes") == str(step["peak"])
     assert page.text_content('[data-out="peak-gib"]') == f"{calc.units.format_gib(step['peak'])} GiB"

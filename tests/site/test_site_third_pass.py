@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, urlparse
 
+import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import answer_for, built_site, settled_url
+from site_fixtures import CATEGORIES, answer_for, built_site, settled_url
 from test_site_second_pass import PEAK, paste, settle
 
 base_url, browser, open_page = calculator_tests.base_url, calculator_tests.browser, calculator_tests.open_page
@@ -115,6 +116,35 @@ def test_the_step_chart_draws_whole_pixels_and_every_band_that_holds_bytes(open_
     tops, bases = [y for _, y in pairs[: len(events)]], [y for _, y in reversed(pairs[len(events):])]
     held = [i for i, e in enumerate(events) if e["totals"]["logits"] > 0]
     assert held and all(bases[i] - tops[i] >= 1 for i in held)  # y grows downwards
+    assert recorder.errors == []
+
+
+DRAWN = """() => {
+  const chart = document.querySelector('[data-chart=walk] svg'), root = chart;
+  const ys = [...chart.querySelectorAll('path[data-category]')].flatMap(  // the tops 3 pixels wide or more
+    p => [...p.getAttribute('d').matchAll(/[ML](-?\\d+),(-?\\d+)H(-?\\d+)/g)]
+      .filter(m => m[3] - m[1] >= 3).map(m => +m[2]));
+  const line = chart.querySelector('.calc-capacity line');
+  return {top: Math.min(...ys), peakY: +root.dataset.peakY, drawn: +root.dataset.drawnEvents,
+          events: +root.dataset.events, capacityY: line ? +line.getAttribute('y1') : null,
+          markerEnd: +chart.querySelector('.calc-peak').getAttribute('y2')};
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 768, 1280])
+def test_the_step_chart_draws_its_peak_when_events_outnumber_pixels(open_page, width):
+    """`?walk=eager&capacity-gb=128` (a fresh reviewer's major): 134.8 GB, "does not fit on one 128 GB device",
+    but the chart's 6,638 events on a few hundred pixels drew its top near 120 GB, under the device's line. Drawn
+    by pixel column, the largest running total of each column's events, the top of the bands is the stated
+    peak (within the pixel a band that holds bytes is given at least), at least 3 pixels wide, above the device's
+    line and not under the peak's marker, at 390, 768 and 1280 px."""
+    page, recorder = open_page("?walk=eager&capacity-gb=128", viewport={"width": width, "height": 900})
+    settle(page)
+    got = page.evaluate(DRAWN)
+    assert got["events"] > 2000 and got["drawn"] < got["events"], got  # more events than pixels
+    assert got["peakY"] - len(CATEGORIES) <= got["top"] <= got["peakY"], got  # y grows downwards
+    assert got["capacityY"] is not None and got["top"] < got["capacityY"], got
+    assert got["markerEnd"] < got["top"], got
     assert recorder.errors == []
 
 
