@@ -148,6 +148,14 @@ def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.Fully
     return ddp.DataParallel(par.dp, share)
 
 
+def engine_name(par: Parallel) -> str:
+    """The engine the eager walk runs this layout on, as --engine names it (step's "engine"): ddp (with
+    ZeroRedundancyOptimizer under ZeRO 1), fsdp2, or tensor-parallel; "" on one device."""
+    if par.tp > 1:
+        return "tensor-parallel"
+    return "" if par.dp == 1 else "fsdp2" if par.zero > 1 else "ddp"
+
+
 def _dp_shares(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple | None]:
     """Each data-parallel process's share, rank by rank: the parameters ZeroRedundancyOptimizer gives its optimizer
     under ZeRO 1 (calc.engines.ddp.partition; a rank may have none), FSDP2's rows of each parameter under ZeRO 2
@@ -261,6 +269,7 @@ def step(
         "peak": w.top,
         "peak_event": expanded[w.at]["label"],
         "peak_index": w.at,
+        **({"engine": engine_name(par)} if walk == "eager" and engine_name(par) else {}),
         **({"rank_peaks": list(w.ranks)} if w.ranks else {}),
         "events": expanded,
     }

@@ -16,7 +16,7 @@ from .recipes import RECIPES
 from .run import Run
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
-from .web import beside_refusal, eager_beside
+from .web import beside_refusal, eager_beside, engine_text
 
 HEADERS = ("Recipe", "Weights", "Gradients", "Optimiser", "Master", "Activations", "Logits", "Peak")
 
@@ -98,6 +98,8 @@ def format_summary(result: dict) -> str:
             + f"ZeRO {p['zero']}), "
             f"pipeline stage {result['stage']}: {result['device_params']:,} parameters"
         )
+    if "engine" in result:
+        lines.append(f"  engine: {engine_text(result)}; the figures below are that rank's")
     if "finetune" in cfg:
         t = cfg["finetune"]
         lines.append(

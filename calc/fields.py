@@ -24,6 +24,9 @@ ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation (its default
 # FlashAttention (no s x s scores kept), eager keeps them (calc.inputs.attention_fields)
 DEVICES = ("cuda", "cpu")  # where the eager walk's step runs: PyTorch picks foreach AdamW on CUDA
 ZERO_STAGES = ("0", "1", "2", "3")
+# The eager walk's engines over data-parallel processes (calc.engines): DDP (ZeRO 0, or 1 beside torch's
+# ZeroRedundancyOptimizer) and FSDP2's fully_shard (ZeRO 2: reshard_after_forward=False, 3: True, its default)
+ENGINES = {"ddp": ("0", "1"), "fsdp2": ("2", "3")}  # each engine's ZeRO stages
 # Common cards by their memory in GB (10^9 bytes), for --card: the planner's capacity.
 CARDS = {
     "rtx-3090": "24",  # GeForce RTX 3090 and 4090: 24 GB GDDR6X
@@ -220,6 +223,10 @@ PARALLEL = (
     _choice("zero", ZERO_STAGES, help="ZeRO stage over the dp workers (default {default})", default=0, sets="parallel",
             chosen=PLANNERS, page=Page("ZeRO stage", "Several devices", 2, options=(
                 ("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")))),
+    _choice("engine", ENGINES, help="the eager walk's engine over the --dp processes, as --zero picks it (a "
+            "check of that): ddp (--zero 0, or 1: ZeroRedundancyOptimizer) or fsdp2 (fully_shard: --zero 3, "
+            "reshard_after_forward=True, torch's default, or 2: False)", walks=("eager",),
+            why="the deck walk counts ZeRO as its paper does, whatever engine runs it: give --zero"),
     _switch("sequence-parallel", "parallel", default=False, chosen=("fit-card",),
             page=Page("Sequence parallel", "Several devices", 6)),
     _switch("flash", "parallel", help="FlashAttention: the same as --attention sdpa (--no-flash: --attention eager)"),

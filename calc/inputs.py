@@ -11,7 +11,7 @@ from .activations import layer_bytes
 from .counts import param_counts
 from .engines import tensor
 from .families import listing
-from .fields import ATTENTIONS, CARDS, DEVICES, FIELD, TABLE, ZERO_STAGES
+from .fields import ATTENTIONS, CARDS, DEVICES, ENGINES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
 from .parallel import SINGLE, Parallel, check
 from .presets import PRESETS
@@ -210,6 +210,7 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
     grad_accum = _number(given, "grad-accum") if "grad-accum" in given else None
     problem = walk == "eager" and eager_problem(shape, run["recompute"], par, grad_accum, attention)
     problem = problem or given_problem(given, shape, walk, eager_beside)
+    problem = problem or ("engine" in given and engine_field_problem(_picked(given, "engine"), par))
     if problem:
         raise InputError(*problem)
     global_batch = _number(given, "global-batch")
@@ -460,6 +461,25 @@ def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[st
         return "optimizer", "the eager walk steps the course's Decoder with AdamW only: use the deck walk"
     problem = shape is not None and tune.mode != "full" and families.tuning_lacks(shape, tune.adapters)
     return ("finetune", problem) if problem else None
+
+
+def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
+    """(field, message) where --engine does not name the engine of this layout, or None: each ZeRO stage the
+    eager walk runs has one engine in torch, which --engine names and --zero picks (the page's form always sends
+    its ZeRO stage): DDP runs ZeRO 0 and 1 (ZeroRedundancyOptimizer beside it), FSDP2 ZeRO 2 and 3
+    (reshard_after_forward False and True)."""
+    if par.tp > 1 or par.pp > 1:
+        return "engine", ("names the engine over data-parallel processes: the eager walk runs tensor parallelism "
+                          "(--tp) alone, with no such engine; leave --engine unset")  # fmt: skip
+    if par.dp == 1:
+        return "engine", "names the engine over data-parallel processes: give --dp 2 or more"
+    if str(par.zero) not in ENGINES[engine]:
+        return "engine", {"ddp": "DDP keeps whole weights and gradients on every rank: --zero 0, or 1 "
+                                 "(ZeroRedundancyOptimizer beside it); ZeRO 2 and 3 are FSDP2's",
+                          "fsdp2": "FSDP2's fully_shard shards weights, gradients and the optimizer's state: "
+                                   "--zero 3 (reshard_after_forward=True, its default) or 2 (False); ZeRO 0 and 1 "
+                                   "are DDP's"}[engine]  # fmt: skip
+    return None
 
 
 def eager_problem(

@@ -88,6 +88,25 @@ def eager_beside(inputs: Run) -> dict:
     }
 
 
+ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel": "tensor parallelism's layers plan"}
+
+
+def engine_text(step: dict) -> str:
+    """The engine of an eager step over several processes (step's "engine") and its ranks' peaks, in words (the
+    CLI's summary and the page's): its peak is the busiest rank's."""
+    zero, name = step["config"]["parallel"]["zero"], step["engine"]
+    words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if zero == 1 else "",
+                                  "fsdp2": f" with reshard_after_forward={zero == 3}"}.get(name, "")  # fmt: skip
+    ranks = step.get("rank_peaks", [])
+    if not ranks:
+        return f"the busiest rank of {words}"
+    busiest = ranks.index(max(ranks))
+    low, high = format_gb(min(ranks)), format_gb(max(ranks))
+    spread = f"ranks {low} to {high} GB" if low != high else f"every rank {high} GB" + (
+        f", within {max(ranks) - min(ranks):,} bytes" if min(ranks) < max(ranks) else "")
+    return f"the busiest of {len(ranks):,} ranks of {words} (rank {busiest}; {spread})"
+
+
 def beside_refusal(field: str, reason: str) -> tuple[str, str]:
     """(field, message) for a field only the eager figure beside the deck's reads, given where these inputs
     have no such figure (reason: eager_unavailable's): the CLI's and the page's."""
@@ -168,6 +187,8 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
     result["fits"] = result["step"]["peak"] <= inputs.capacity
     result["trainable_params"] = result["step"]["trainable_params"]
     result["eager"] = eager_beside(inputs)
+    if "engine" in result["step"]:
+        result["engine_text"] = engine_text(result["step"])
     result["unread"] = page_unread(shape)  # the form hides these fields (calc.fields.page_unread)
     if inputs.hf_config:
         result["hf_config"] = inputs.hf_config  # the config in short form, for the address

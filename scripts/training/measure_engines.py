@@ -12,8 +12,8 @@ parallelize_module calls give (calc.engines.tensor): ColwiseParallel on q, k, v,
 o and down, on a one-dimensional device mesh, every rank on the same batch. Every rank measures with
 profile_step's harness: its allocator's events from an empty start, two warm-up steps (DDP rebuilds its buckets
 in the second) and the third measured. The prediction is the CLI's, from the config.json and the flags a user
-types (`--walk eager --dp N [--zero 1|2|3] --device cpu`, or `--tp N`): each rank's peak (`rank_peaks`) against
-that rank's.
+types (`--walk eager --dp N --engine ddp|fsdp2 [--zero 1|2|3] --device cpu`, or `--tp N`): each rank's peak
+(`rank_peaks`) against that rank's.
 
 gloo runs each collective on a worker thread of its own, and torch 2.13's profiler does not see a free made
 there. Some are found (profile_step: a block whose address is handed out again, a collective's own buffers
@@ -182,6 +182,7 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     run = ["--hf-config", config, "--seq", SEQ, "--micro-batch", MICRO_BATCH, "--walk", "eager", "--recipe",
            precision, "--attention", "sdpa", "--recompute", checkpointing, "--device", "cpu",
            "--tp" if engine == "tp" else "--dp", world]  # fmt: skip
+    run += [] if engine == "tp" else ["--engine", engine.split("-")[0]]  # ddp or fsdp2, as --zero picks
     run += ["--zero", ENGINES[engine]] if ENGINES[engine] else []
     run += LORA.get(engine, [])
     return [str(a) for a in run]

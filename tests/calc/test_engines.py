@@ -12,6 +12,7 @@ from calc import eager_step, finetune, optim_step
 from calc.cli import main
 from calc.counts import param_counts
 from calc.engines import ddp, fsdp, tensor
+from calc.fields import ENGINES
 from calc.optim_step import Param
 from calc.parallel import Parallel
 from calc.presets import PRESETS
@@ -142,6 +143,12 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "2", "--zero", "1", "--recipe", "autocast", "--loop", "trainer"], "--loop"),
         (["--preset", "decoder", "--dp", "2"], "--dp"),
         (["--dp", "1025", "--zero", "1", "--recipe", "autocast"], "--dp"),
+        (["--dp", "2", "--engine", "ddp", "--zero", "2", "--recipe", "autocast"], "--engine"),
+        (["--dp", "2", "--engine", "fsdp2", "--zero", "1", "--recipe", "autocast"], "--engine"),
+        (["--dp", "2", "--engine", "fsdp2", "--recipe", "autocast"], "--engine"),  # --zero 0 is DDP's
+        (["--engine", "ddp"], "--engine"),  # one process: no engine to name
+        (["--tp", "2", "--engine", "ddp", "--recipe", "autocast"], "--engine"),
+        (["--dp", "2", "--engine", "nccl"], "--engine"),
     ],
 )
 def test_eager_refuses_what_it_does_not_run_naming_the_field(flags, field, capsys):
@@ -165,6 +172,39 @@ def test_cli_json_gives_every_ranks_peak(capsys):
     got = json.loads(capsys.readouterr().out)
     assert len(got["rank_peaks"]) == 3 and got["peak"] == max(got["rank_peaks"])
     assert got["config"]["parallel"]["dp"] == 3 and got["config"]["parallel"]["zero"] == 1
+
+
+def _json(args: list[str], capsys) -> dict:
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(("engine", "stage"), [("ddp", 0), ("ddp", 1), ("fsdp2", 2), ("fsdp2", 3)])
+def test_engine_names_the_engine_its_zero_stage_runs_on(engine, stage, capsys):
+    """--engine ddp goes with --zero 0 and 1, --engine fsdp2 with --zero 2 and 3 (reshard_after_forward False and
+    True): the answer is the --zero stage's, whose "engine" it names; the engine without its stage is refused."""
+    base = ["--preset", "llama-3.2-1b", "--walk", "eager", "--device", "cpu", "--recipe", "autocast", "--seq", "256",
+            "--dp", "2"]  # fmt: skip
+    named = _json([*base, "--engine", engine, "--zero", str(stage)], capsys)
+    staged = _json([*base, "--zero", str(stage)], capsys)
+    assert named == staged and named["engine"] == engine and named["config"]["parallel"]["zero"] == stage
+    other = next(e for e in ENGINES if e != engine)
+    assert main([*base, "--engine", other, "--zero", str(stage)]) == 2
+    assert capsys.readouterr().err.startswith("error: --engine: ")
+
+
+def test_engine_is_the_eager_walks_and_each_step_says_its_engine(capsys):
+    """The deck walk counts ZeRO as its paper does: --engine is refused there, naming the field; a step says its
+    engine only where one runs it (the eager walk over several processes)."""
+    assert main(["--dp", "4", "--zero", "3", "--engine", "fsdp2"]) == 2
+    assert capsys.readouterr().err.startswith("error: --engine: applies to the eager walk")
+    assert "engine" not in _json(["--dp", "4", "--zero", "3"], capsys)
+    one = ["--preset", "llama-3.2-1b", "--walk", "eager", "--device", "cpu", "--recipe", "autocast", "--seq", "256"]
+    assert "engine" not in _json(one, capsys)
+    assert _json([*one, "--tp", "2"], capsys)["engine"] == "tensor-parallel"
+    assert main([*one, "--dp", "3", "--zero", "1"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("engine:"))
+    assert "DDP with ZeroRedundancyOptimizer" in line and "busiest of 3 ranks" in line
 
 
 def test_zero1_ranks_without_a_share_keep_no_adam_state():

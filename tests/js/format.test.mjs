@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  capacityText, flagsIn, quote, receivedText, recipeText, sizeText, tuningText, unitFor, withLabels,
+  capacityText, flagsIn, quote, receivedText, recipeText, sizeText, tuningText, unitFor, walkText, withLabels,
 } from "../../docs/javascripts/calculator/format.js";
 
 test("sizes read in the unit their magnitude suits, with separators, rounded half up", () => {
@@ -81,4 +81,11 @@ test("freezing says what is frozen: the embedding, and the first layers where th
   assert.equal(tune(0), "Fine-tuning: freezing the embedding only, AdamW. ");
   assert.equal(tune(1), "Fine-tuning: freezing the embedding and the first 1 layer, AdamW. ");
   assert.equal(tune(20), "Fine-tuning: freezing the embedding and the first 20 layers, AdamW. ");
+});
+
+test("the walk is said where it is not the deck's, and over several processes whose rank the peak is", () => {
+  assert.equal(walkText("deck", "the busiest of 4 ranks of DDP"), "");
+  assert.equal(walkText("eager"), ", as the eager walk allocates it,");
+  assert.equal(walkText("eager", "the busiest of 4 ranks of DDP (rank 0; every rank 1.0 GB)"),
+    ", as the eager walk allocates it on the busiest of 4 ranks of DDP (rank 0; every rank 1.0 GB),");
 });

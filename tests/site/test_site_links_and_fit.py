@@ -39,6 +39,26 @@ def test_a_gemma_2_link_keeps_every_field_as_the_cli_answers_it(open_page):
     assert recorder.errors == []
 
 
+def test_an_engine_link_says_whose_rank_the_peak_is_as_the_cli_does(open_page):
+    """`?walk=eager&dp=3&zero=3&engine=fsdp2...` (issue 31): the link keeps --engine (a field with no control
+    here), the peak is the CLI's busiest rank of FSDP2 with reshard_after_forward=True, and the summary names
+    that engine and the ranks' spread as the CLI's summary does."""
+    settings = {"preset": "llama-3.2-1b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
+                "dp": "3", "zero": "3", "engine": "fsdp2"}  # fmt: skip
+    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
+    settle(page)
+    assert page.evaluate(LINK_LINES) == []
+    assert {k: v[0] for k, v in query_of(page).items() if k in settings} == settings
+    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
+    cli = cli_json(flags)
+    assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"])
+    summary = page.text_content("[data-calc-summary]")
+    said = answer_for(settings)["engine_text"]
+    assert said.startswith("the busiest of 3 ranks of FSDP2's fully_shard with reshard_after_forward=True (rank ")
+    assert f", as the eager walk allocates it on {said}, the peak is " in summary
+    assert recorder.errors == []
+
+
 def test_a_mixture_of_experts_fit_list_says_it_is_not_computed_and_why(open_page):
     """Mixtral (M3): the fit list's status and its one cell give the CLI's --fit-card reason, never "0 ... fit";
     Trains LoRA then (minor 1): the planner's reason names the page's table, planner and fit list, no flag."""

@@ -57,7 +57,9 @@ export function recipeText(label, config, optimizerLabels = {}) {
   return optimizer === "adamw" ? label : label.replace(/\bAdamW?\b/, optimizerLabels[optimizer] ?? optimizer);
 }
 // Which walk gave the peak, said when it is not the deck's.
-export const walkText = (walk) => (!walk || walk === "deck" ? "" : `, as the ${walk} walk allocates it,`);
+// Over several processes (calc.web.engine_text) the peak is the busiest rank's, which the words say.
+export const walkText = (walk, engine) =>
+  (!walk || walk === "deck" ? "" : `, as the ${walk} walk allocates it${engine ? ` on ${engine}` : ""},`);
 
 // The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step). Training
 // every parameter is said by the recipe's words alone (recipeText names its optimizer).

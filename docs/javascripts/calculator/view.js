@@ -77,7 +77,7 @@ export function createView(root, config, answerOf, labelOf, isField) {
     const summary = root.querySelector("[data-calc-summary]");
     summary.replaceChildren(tuningText(step.config.finetune, config.optimizerLabels),
       `With ${recipeText(config.recipeLabels[step.config.recipe], step.config, config.optimizerLabels)} and ` +
-      `${recomputeText(step.config.recompute)}${walkText(step.config.walk)} the peak is `,
+      `${recomputeText(step.config.recompute)}${walkText(step.config.walk, answer.engine_text)} the peak is `,
       peakOut, " (", gib, "), reached at “", event, `”: it ${answer.fits ? "fits" : "does not fit"} on ${device}.`);
     const trainable = out("trainable");
     trainable.textContent = formatInt(answer.trainable_params);
