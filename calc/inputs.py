@@ -469,8 +469,8 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
     its ZeRO stage): DDP runs ZeRO 0 and 1 (ZeroRedundancyOptimizer beside it), FSDP2 ZeRO 2 and 3
     (reshard_after_forward False and True)."""
     if par.tp > 1 or par.pp > 1:
-        return "engine", ("names the engine over data-parallel processes: the eager walk runs tensor parallelism "
-                          "(--tp) alone, with no such engine; leave --engine unset")  # fmt: skip
+        return "engine", ("names the engine over data-parallel processes alone: leave it unset beside --tp or "
+                          "--pp")  # fmt: skip
     if par.dp == 1:
         return "engine", "names the engine over data-parallel processes: give --dp 2 or more"
     if str(par.zero) not in ENGINES[engine]:
