@@ -9,6 +9,7 @@ from typing import NamedTuple
 from . import eager, eager_step, finetune, loops, optim_step
 from .counts import param_counts
 from .engines import ddp, fsdp, tensor
+from .fields import ENGINES
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
 from .run import Run
@@ -153,7 +154,7 @@ def engine_name(par: Parallel) -> str:
     ZeroRedundancyOptimizer under ZeRO 1), fsdp2, or tensor-parallel; "" on one device."""
     if par.tp > 1:
         return "tensor-parallel"
-    return "" if par.dp == 1 else "fsdp2" if par.zero > 1 else "ddp"
+    return "" if par.dp == 1 else next(e for e, stages in ENGINES.items() if str(par.zero) in stages)
 
 
 def _dp_shares(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple | None]:
@@ -269,7 +270,7 @@ def step(
         "peak": w.top,
         "peak_event": expanded[w.at]["label"],
         "peak_index": w.at,
-        **({"engine": engine_name(par)} if walk == "eager" and engine_name(par) else {}),
+        **({"engine": engine} if walk == "eager" and (engine := engine_name(par)) else {}),
         **({"rank_peaks": list(w.ranks)} if w.ranks else {}),
         "events": expanded,
     }
