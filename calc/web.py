@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Generator
+from dataclasses import replace
 from functools import lru_cache
 
 from .api import eager_peak, run_step, sweep, table
@@ -160,6 +161,16 @@ def eager_band(shape, tune) -> str:
     return "moe" if shape.moe_layers and shape.family == "llama" else shape.family
 
 
+def deck_layout(inputs: Run):
+    """The layout the recipes' table, its bars and the sequence chart walk (the deck's accounting, calc.api.table
+    and sweep), with the attention the page's form shows: the deck walk's own (its flash), and under the eager
+    walk the eager walk's attention, so that ?walk=eager&attention=sdpa draws the CLI's --attention sdpa --table
+    (issue 33: it drew eager attention's scores whatever the field said)."""
+    if inputs.walk == "deck":
+        return inputs.par
+    return replace(inputs.par, flash=inputs.attention == "sdpa")
+
+
 PAGE_EAGER_LAYERS = 256  # the eager walk's event list (some 70 kB a layer in JSON) on the page: at most this deep
 
 
@@ -167,13 +178,12 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
     """Everything the page draws for one set of validated inputs. With fine-tuning inputs (finetune, optimizer,
     lora-rank, lora-targets, freeze-layers, paged-optimizer) `step` is the fine-tuning step, `trainable_params`
     its trainable parameters and the sweep gains a "finetune" row; `fit` lists what fits one card."""
-    shape, seq, b, par = inputs.shape, inputs.seq, inputs.micro_batch, inputs.par
+    shape, seq, b = inputs.shape, inputs.seq, inputs.micro_batch
     if inputs.walk == "eager" and shape.layers > PAGE_EAGER_LAYERS:
         raise InputError("layers", f"the page walks the eager step event by event for at most {PAGE_EAGER_LAYERS:,} "
                          "layers (the list would not fit the browser): clear the link's walk (“Clear the link's other "
                          "settings”) for the deck walk, or run the CLI's --walk eager")  # fmt: skip
-    accum = inputs.grad_accum
-    rows = table(shape, seq, b, par, accum)
+    rows = table(shape, seq, b, deck_layout(inputs), inputs.grad_accum)
     for row in rows:
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
     result = {
@@ -246,7 +256,7 @@ def plan_only(inputs: Run, want_plan: bool, want_fit: bool) -> Generator[None, N
 
 def sweep_for(inputs: Run) -> dict:
     """Peak against sequence length for the table's recipes (and a fine-tuning step), for the chart."""
-    shape, seq, b, par = inputs.shape, inputs.seq, inputs.micro_batch, inputs.par
+    shape, seq, b, par = inputs.shape, inputs.seq, inputs.micro_batch, deck_layout(inputs)
     seqs = seq_grid(seq)
     if shape.positions == "learned":
         seqs = [s for s in seqs if s <= shape.context]

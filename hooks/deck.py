@@ -62,6 +62,7 @@ MEASURED = {
     "lora": DATA / "lora.json",
     "qlora": DATA / "qlora.json",
     "families": DATA / "families.json",
+    "loops": DATA / "loops.json",
 }
 MOE_TYPES = ("mixtral", "qwen2_moe")  # the mixtures of experts among transformers.json's model types
 
@@ -103,46 +104,85 @@ def against_tensors(row: dict, predicted: str, ratio: str) -> float:
     return row[predicted] / row["measured_peak_tensors"] if "measured_peak_tensors" in row else row[ratio]
 
 
-def eager_bands() -> dict[str, dict]:
-    """For each kind of step the eager walk follows, the lowest and highest ratio of predicted to measured
-    peak over the steps measured, how many, on which model types, and the section of results that lists
-    them: {band: {"low", "high", "runs", "models", "section", "anchor", "setting"}}."""
-    out = {}
+def eager_bands() -> dict[str, list[dict]]:
+    """For each kind of step the eager walk follows (calc.web.eager_band), the measured steps that speak for
+    it, one band a table of results: the lowest and highest ratio of predicted to measured peak over its
+    steps, how many, on which model types, its section and the settings its steps ran (calc.web.eager_beside's
+    "setting"): {band: [{"low", "high", "runs", "models", "section", "anchor", "setting", "settings"}, ...]}.
+    The page quotes the first band whose settings hold the step's (issue 33: a Trainer step measured in §13.2
+    read as unmeasured, the bare loop's §10.8 being the only band it knew)."""
+    out: dict[str, list[dict]] = {}
+    for band, found in _bands():
+        out.setdefault(band, []).append(found)
+    return out
+
+
+def band_for(bands: dict[str, list[dict]], band: str, setting: str) -> dict | None:
+    """The band the page quotes for a step (view.js's eagerBand does the same): the first of its kind whose
+    steps ran its setting (a band without settings speaks for any), or None."""
+    return next((b for b in bands.get(band, []) if b["settings"] is None or setting in b["settings"]), None)
+
+
+def _bands():
+    """(band, band dict) for each table of measured steps, in the order the page prefers them."""
+    bands = {}
     if MEASURED["transformers"].exists():
         runs = json.loads(MEASURED["transformers"].read_text())["runs"]
         for family, classes in family_classes().items():
             rows = [r for r in runs if r["model_type"] in classes and r["measured_peak"]]
             if rows:
-                out[family] = _band([r["ratio"] for r in rows], classes, "10.8", commands=[r["command"] for r in rows])
+                commands = [r["command"] for r in rows]
+                bands[family] = _band([r["ratio"] for r in rows], classes, "10.8", commands=commands)
+                yield family, bands[family]
     if MEASURED["families"].exists():  # the families people train now (§13.1), where §10.8 has none of theirs
         runs = [r for r in json.loads(MEASURED["families"].read_text())["runs"] if "ratio" in r.get("eager", {})]
         by_family: dict[str, list[dict]] = {}
         for r in runs:
             by_family.setdefault(calc.families.MODEL_TYPES[r["model_type"]].family, []).append(r)
         for family, rows in by_family.items():
-            if family not in out:
+            if family not in bands:
                 ratios = [r["eager"]["peak"] / r["measured_peak"] for r in rows]
-                out[family] = _band(ratios, [r["model_type"] for r in rows], "13.1",
+                yield family, _band(ratios, [r["model_type"] for r in rows], "13.1",
                                     commands=[r["eager"]["command"] for r in rows])
     if MEASURED["decoder"].exists():
         runs = json.loads(MEASURED["decoder"].read_text())["runs"]
         ratios = [against_tensors(r, "predicted_peak_eager", "ratio_eager") for r in runs
                   if r.get("measured_peak") and r.get("ratio_eager")]
         if ratios:
-            out["decoder"] = _band(ratios, ["decoder"], "10.6")
+            yield "decoder", _band(ratios, ["decoder"], "10.6")
     if MEASURED["lora"].exists():
         runs = [r for r in json.loads(MEASURED["lora"].read_text())["runs"] if r["measured_peak"]]
         if runs:
             ratios = [against_tensors(r, "predicted_peak", "ratio") for r in runs]
-            out["lora"] = _band(ratios, [r["model_type"] for r in runs], "12.4",
+            yield "lora", _band(ratios, [r["model_type"] for r in runs], "12.4",
                                 "fine-tuned with peft's LoRA or with frozen layers", [r["command"] for r in runs])
     if MEASURED["qlora"].exists():
         runs = [r for r in json.loads(MEASURED["qlora"].read_text())["runs"] if r["measured_peak"]]
         if runs:
             ratios = [against_tensors(r, "eager_predicted_peak", "eager_ratio") for r in runs]
-            out["qlora"] = _band(ratios, [r["model_type"] for r in runs], "12.5",
+            yield "qlora", _band(ratios, [r["model_type"] for r in runs], "12.5",
                                  "with bitsandbytes' 4-bit layers and peft's LoRA", [r["eager_command"] for r in runs])
-    return out
+    if MEASURED["loops"].exists():  # Trainer's and TRL's loops (§13.2), one band a kind of step and a setting
+        yield from _loop_bands(json.loads(MEASURED["loops"].read_text())["runs"])
+
+
+def _loop_bands(runs: list[dict]):
+    """(band, band dict) for the loops' steps (§13.2): those of one kind of step (a LoRA step speaks for
+    "lora", a full one for its family's code) and one setting make one band, so that each quotes the steps
+    that ran what the page shows."""
+    classes = family_classes()
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if "peak" not in r["eager"]:
+            continue
+        command = r["eager"]["command"]
+        family = next(k for k, c in classes.items() if r["model_type"] in c)
+        kind = "lora" if "--finetune" in command.split() else family
+        groups.setdefault((kind, setting_of(command)), []).append(r)
+    for (kind, _), rows in groups.items():
+        ratios = [r["eager"]["peak"] / r["measured_peak"] for r in rows]
+        words = "run by Trainer or TRL's SFTTrainer" + (", fine-tuned with peft's LoRA" if kind == "lora" else "")
+        yield kind, _band(ratios, [r["model_type"] for r in rows], "13.2", words, [r["eager"]["command"] for r in rows])
 
 
 def recipes() -> dict[str, dict]:

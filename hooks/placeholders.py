@@ -234,7 +234,8 @@ def preset_groups() -> list[tuple[str, list[dict]]]:
 
 
 # a band's section -> its file (deck.MEASURED)
-BAND_FILES = {"10.8": "transformers", "10.6": "decoder", "12.4": "lora", "12.5": "qlora", "13.1": "families"}
+BAND_FILES = {"10.8": "transformers", "10.6": "decoder", "12.4": "lora", "12.5": "qlora", "13.1": "families",
+              "13.2": "loops"}
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 
 
@@ -248,14 +249,14 @@ def measured_on(section: str) -> str:
     return f"measured on {' and '.join(devices)}"
 
 
-def bands_with_devices(bands: dict[str, dict]) -> dict[str, dict]:
+def bands_with_devices(bands: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """deck.eager_bands() with the device its steps were measured on added to each band's setting, which
     the widget prints beside the band (issue 20: the figure is for a GPU, the band from CPU steps)."""
-    out = {}
-    for name, band in bands.items():
+    def with_device(band: dict) -> dict:
         setting = ", ".join(part for part in (band.get("setting"), measured_on(band["section"])) if part)
-        out[name] = {**band, "setting": setting}
-    return out
+        return {**band, "setting": setting}
+
+    return {name: [with_device(band) for band in kind] for name, kind in bands.items()}
 
 
 def widget_html(page_url: str) -> str:
@@ -297,7 +298,7 @@ def widget_html(page_url: str) -> str:
         format_gb=deck.calc.format_gb, format_size=deck.calc.units.format_size,
         worker_url=url("javascripts/calc-worker.mjs"), wheel_url=url(f"assets/wheels/{wheel.filename()}"),
         figure_url=lambda name: url(f"figures/{name}"), figure_alt=figures.ALT,
-        eager_bands=state["eagerBands"], results_url=state["resultsUrl"],
+        eager_bands=state["eagerBands"], band_for=deck.band_for, results_url=state["resultsUrl"],
     )
 
 

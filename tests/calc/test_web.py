@@ -250,7 +250,35 @@ def test_a_measured_band_speaks_for_the_setting_its_steps_ran():
         inputs.pop("walk")
         eager = json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))["eager"]
         assert eager["setting"] == deck.setting_of(command), command
-        assert eager["setting"] in deck.eager_bands()[eager["band"]]["settings"]
+        assert deck.band_for(deck.eager_bands(), eager["band"], eager["setting"]), command
+
+
+def test_every_loop_measured_speaks_for_the_step_the_page_shows_with_its_flags():
+    """Issue 33: a Trainer or SFTTrainer step of results §13.2 typed on the page (its config.json pasted, its
+    flags as fields) is quoted beside the eager figure with §13.2's band, not called unmeasured: the band hooks/
+    deck.py files it under is the one calc.web gives the step (its kind and its setting), and its figures
+    span that setting's rows."""
+    from hooks import deck
+
+    bands = deck.eager_bands()
+    runs = json.loads((ROOT / "docs" / "data" / "loops.json").read_text())["runs"]
+    seen = set()
+    for r in runs:
+        flags = r["eager"]["command"].split()[3:]
+        inputs = {f[2:]: v for f, v in zip(flags, [*flags[1:], ""], strict=True) if f.startswith("--")}
+        inputs.pop("walk")
+        m = r["model"]  # scripts/training/hf_models.py's Model: the file the command names, pasted on the page
+        assert m["model_type"] != "gpt2" and not m["extra"]
+        inputs["hf-config"] = json.dumps({
+            "model_type": m["model_type"], "num_hidden_layers": m["layers"], "hidden_size": m["hidden"],
+            "num_attention_heads": m["heads"], "num_key_value_heads": m["kv_heads"], "intermediate_size": m["ffn"],
+            "vocab_size": m["vocab"], "max_position_embeddings": 1024, "tie_word_embeddings": False})  # fmt: skip
+        eager = json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))["eager"]
+        band = deck.band_for(bands, eager["band"], eager["setting"])
+        assert band is not None and band["section"] == "13.2", r["eager"]["command"]
+        assert band["low"] <= r["eager"]["peak"] / r["measured_peak"] <= band["high"]
+        seen.add(eager["setting"].split()[2])
+    assert seen == {"trainer", "sft"}
 
 
 def test_the_fit_list_of_a_mixture_of_experts_is_refused_as_the_cli_refuses_it(capsys):

@@ -9,8 +9,10 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import test_site_calculator as calculator_tests
-from site_fixtures import CATEGORIES, answer_for, built_site, settled_url
+from site_fixtures import CATEGORIES, answer_for, built_site, rendered_table, settled_url
 from test_site_second_pass import PEAK, paste, settle
+
+import calc.cli
 
 base_url, browser, open_page = calculator_tests.base_url, calculator_tests.browser, calculator_tests.open_page
 change = calculator_tests.change
@@ -163,4 +165,52 @@ def test_a_refused_choice_is_an_entry_of_its_own_and_back_returns_to_the_last_ac
     settle(page)
     assert query_of(page) == {"preset": ["mixtral-8x7b"]} and page.evaluate(PEAK) == want
     assert page.locator('[data-error-for="finetune"]').is_hidden()
+    assert recorder.errors == []
+
+
+def test_the_eager_walks_table_bars_and_sweep_keep_the_attention_chosen(open_page, capsys):
+    """Issue 33's third major: under the eager walk the recipes' table, its bars and the sequence chart are the
+    deck's accounting with the attention the form shows, the CLI's --attention sdpa --table (they drew eager
+    attention's s x s scores whatever the field said); choosing eager attention brings the scores back."""
+    import json
+
+    def cli_table(attention: str) -> dict[str, int]:
+        assert calc.cli.main(["--attention", attention, "--table", "--json"]) == 0
+        return {row["id"]: row["peak"] for row in json.loads(capsys.readouterr().out)}
+
+    page, recorder = open_page("?attention=sdpa&walk=eager")
+    sdpa = answer_for({"attention": "sdpa"})  # the deck walk's answer with the same attention
+    bars = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('[data-chart=breakdown] g')]
+                              .filter(g => g.dataset.recipe).map(g => [g.dataset.recipe, Number(g.dataset.peak)]))""")
+    assert {rid: row["peak"] for rid, row in rendered_table(page).items()} == bars == cli_table("sdpa")
+    assert bars != cli_table("eager")
+    lines = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('[data-chart=sweep] polyline')]
+                               .filter(l => l.dataset.recipe).map(l => [l.dataset.recipe, Number(l.dataset.last)]))""")
+    assert lines == {rid: peaks[-1] for rid, peaks in sdpa["sweep"]["peaks"].items()}
+    calculator_tests.change(page, "attention", "eager")
+    assert {rid: row["peak"] for rid, row in rendered_table(page).items()} == cli_table("eager")
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize("query, loop", [
+    ("?preset=llama-3.2-1b&recipe=fp32-full&loop=trainer&device=cpu&attention=sdpa&walk=eager", "trainer"),
+    ("?preset=llama-3.2-1b&recipe=fp32-full&loop=trainer&device=cpu&attention=sdpa&walk=eager"
+     "&loss=torchtune-chunked", "trainer"),
+    ("?preset=llama-3.2-1b&recipe=autocast&loop=sft&finetune=lora&device=cpu&walk=eager", "sft"),
+])  # fmt: skip
+def test_a_loop_measured_in_the_results_is_quoted_with_its_band(open_page, base_url, query, loop):
+    """Issue 33's second major: a step run as Trainer (any loss) or as TRL's SFTTrainer with LoRA, settings
+    results §13.2 measured, is quoted with the band of those steps and linked to §13.2, where the page said no
+    measured step ran it (its bands knew only the bare loop)."""
+    from hooks import deck
+
+    page, recorder = open_page(query)
+    eager = page.evaluate("() => document.querySelector('[data-calc-eager]').textContent")
+    said = answer_for({k: v[0] for k, v in parse_qs(query[1:]).items()})["eager"]
+    assert said["setting"].split()[2] == loop
+    band = deck.band_for(deck.eager_bands(), said["band"], said["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert "No measured step" not in eager and band["section"] == "13.2"
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"])
+    assert shown["href"] == base_url + "results/#sec-13-2"
     assert recorder.errors == []

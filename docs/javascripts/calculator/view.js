@@ -113,16 +113,22 @@ export function createView(root, config, answerOf, labelOf, isField) {
     event.textContent = eager.peak_event;
     const [before, after] = eagerLead(cfg, eager);
     line.append(before, code, after, peak, ", reached at “", event, "”.");
-    const band = config.eagerBands[eager.band];
-    if (!band) return;
-    if (band.settings && !band.settings.includes(eager.setting)) {  // only steps measured so speak for it
+    // the first band of this kind of step whose steps ran its setting (hooks/deck.py's band_for)
+    const kind = config.eagerBands[eager.band] || [];
+    const band = kind.find((b) => b.settings === null || b.settings.includes(eager.setting));
+    if (!band) {
+      if (!kind.length) return;
       const none = document.createElement("span");
       none.dataset.out = "eager-unmeasured";
       none.textContent = " No measured step ran this recipe, optimizer and loop";
-      const where = document.createElement("a");
-      where.href = `${config.resultsUrl}#${band.anchor}`;
-      where.textContent = `results §${band.section}`;
-      line.append(none, " (measured ones: ", where, ").");
+      line.append(none, " (measured ones: ");
+      [...new Map(kind.map((b) => [b.section, b])).values()].forEach((b, i) => {
+        const where = document.createElement("a");
+        where.href = `${config.resultsUrl}#${b.anchor}`;
+        where.textContent = `results §${b.section}`;
+        line.append(...(i ? [", ", where] : [where]));
+      });
+      line.append(").");
       return;
     }
     const link = document.createElement("a");
