@@ -47,32 +47,27 @@ def eager_unavailable(inputs: Run) -> str | None:
     shape, tune = inputs.shape, inputs.tune
     problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
-    if not problem and (inputs.par.dp > 1 or inputs.par.tp > 1):  # issue 31: the figure beside is one device's
+    if not problem and inputs.walk == "deck" and (inputs.par.dp > 1 or inputs.par.tp > 1):  # one device's
         return ("the eager figure beside the deck's is one device's: the eager walk (walk=eager) walks each rank "
                 "of DDP, FSDP2 or tensor parallelism")
     return problem[1] if problem else None
 
 
-def eager_beside(inputs: Run) -> dict:
+def eager_beside(inputs: Run, step: dict | None = None) -> dict:
     """The step as PyTorch's eager autograd allocates it (calc.eager), for the page to show beside the
     deck's accounting: {"available": true, "peak", "peak_event", "display", "family", "band", "attention" (the
     one it ran, which may not be the deck walk's: each walk has its default), ...}, or {"available": false,
-    "reason"}."""
+    "reason"}. Under the eager walk it is `step` itself (run_step's answer, walked once): over several
+    processes the busiest rank's, whose band is its engine's (engine_band)."""
     shape, tune = inputs.shape, inputs.tune
     reason = eager_unavailable(inputs)
     if reason:
         return {"available": False, "reason": reason}
-    top, event = eager_peak(
-        shape,
-        inputs.seq,
-        inputs.micro_batch,
-        inputs.recipe,
-        inputs.recompute,
-        inputs.attention,
-        inputs.device,
-        tune,
-        None if inputs.loop == BARE else inputs.loop,
-    )
+    if inputs.walk == "eager" and step is not None:
+        top, event = step["peak"], step["peak_event"]
+    else:
+        top, event = eager_peak(shape, inputs.seq, inputs.micro_batch, inputs.recipe, inputs.recompute,
+                                inputs.attention, inputs.device, tune, None if inputs.loop == BARE else inputs.loop)
     loop, device = inputs.loop, inputs.device
     return {
         "available": True,
@@ -80,7 +75,7 @@ def eager_beside(inputs: Run) -> dict:
         "peak_event": event,
         "display": _display(top),
         "family": shape.family,
-        "band": eager_band(shape, tune),
+        "band": engine_band(step, tune) if step and "engine" in step else eager_band(shape, tune),
         "attention": inputs.attention,
         "how": eager_how(tune, loop, device),
         # what the measured steps a band quotes must have run for it to speak for this one (hooks/deck.py)
@@ -171,6 +166,16 @@ def deck_layout(inputs: Run):
     return replace(inputs.par, flash=inputs.attention == "sdpa")
 
 
+def engine_band(step: dict, tune) -> str:
+    """Which measured steps speak for an eager step over several processes (results §14): its engine as
+    scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, and
+    FSDP2's with peft's LoRA)."""
+    zero, name = step["config"]["parallel"]["zero"], step["engine"]
+    band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": "fsdp2-zero2" if zero == 2 else "fsdp2",
+            "tensor-parallel": "tp"}[name]  # fmt: skip
+    return band + ("-lora" if tune.mode == "lora" else "")
+
+
 PAGE_EAGER_LAYERS = 256  # the eager walk's event list (some 70 kB a layer in JSON) on the page: at most this deep
 
 
@@ -196,7 +201,7 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
     result["peak_display"] = _display(result["step"]["peak"])
     result["fits"] = result["step"]["peak"] <= inputs.capacity
     result["trainable_params"] = result["step"]["trainable_params"]
-    result["eager"] = eager_beside(inputs)
+    result["eager"] = eager_beside(inputs, result["step"])
     if "engine" in result["step"]:
         result["engine_text"] = engine_text(result["step"])
     result["unread"] = page_unread(shape)  # the form hides these fields (calc.fields.page_unread)

@@ -63,6 +63,7 @@ MEASURED = {
     "qlora": DATA / "qlora.json",
     "families": DATA / "families.json",
     "loops": DATA / "loops.json",
+    "engines": DATA / "engines.json",
 }
 MOE_TYPES = ("mixtral", "qwen2_moe")  # the mixtures of experts among transformers.json's model types
 
@@ -77,11 +78,11 @@ def family_classes() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _band(ratios: list[float], models, section: str, setting: str = "", commands=None) -> dict:
+def _band(ratios: list[float], models, section: str, setting: str = "", commands=None, runs: int = 0) -> dict:
     """A band; `commands`: the eager walk's commands of its steps, whose settings (setting_of) it speaks for
-    (None: any)."""
+    (None: any); `runs`: its steps, where a step gives more than one ratio (else one a ratio)."""
     settings = sorted({setting_of(c) for c in commands}) if commands is not None else None
-    return {"low": min(ratios), "high": max(ratios), "runs": len(ratios), "models": sorted(set(models)),
+    return {"low": min(ratios), "high": max(ratios), "runs": runs or len(ratios), "models": sorted(set(models)),
             "section": section, "anchor": "sec-" + section.replace(".", "-"), "setting": setting,
             "settings": settings}
 
@@ -164,6 +165,8 @@ def _bands():
                                  "with bitsandbytes' 4-bit layers and peft's LoRA", [r["eager_command"] for r in runs])
     if MEASURED["loops"].exists():  # Trainer's and TRL's loops (§13.2), one band a kind of step and a setting
         yield from _loop_bands(json.loads(MEASURED["loops"].read_text())["runs"])
+    if MEASURED["engines"].exists():  # DDP, FSDP2 and tensor parallelism, rank by rank (§14)
+        yield from _engine_bands(json.loads(MEASURED["engines"].read_text())["runs"])
 
 
 def _loop_bands(runs: list[dict]):
@@ -183,6 +186,22 @@ def _loop_bands(runs: list[dict]):
         ratios = [r["eager"]["peak"] / r["measured_peak"] for r in rows]
         words = "run by Trainer or TRL's SFTTrainer" + (", fine-tuned with peft's LoRA" if kind == "lora" else "")
         yield kind, _band(ratios, [r["model_type"] for r in rows], "13.2", words, [r["eager"]["command"] for r in rows])
+
+
+def _engine_bands(runs: list[dict]):
+    """(band, band dict) for the engines' steps (§14): those of one engine (calc.web.engine_band's names, which
+    are measure_engines.py's) and one setting make one band, its ratios every rank's predicted peak over that
+    rank's measured one, the worst ranks' (whose unseen frees results §14 explains) among them."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if "rank_peaks" in r["eager"]:
+            groups.setdefault((r["engine"], setting_of(r["eager"]["command"])), []).append(r)
+    for (engine, _), rows in groups.items():
+        ratios = [rank["predicted_peak"] / rank["measured_peak"] for r in rows for rank in r["ranks"]]
+        worlds = sorted({r["world"] for r in rows})
+        words = f"over {' or '.join(map(str, worlds))} gloo processes, each of their {len(ratios)} ranks"
+        yield engine, _band(ratios, [r["family"] for r in rows], "14", words, [r["eager"]["command"] for r in rows],
+                            len(rows))
 
 
 def recipes() -> dict[str, dict]:

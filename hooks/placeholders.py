@@ -235,7 +235,7 @@ def preset_groups() -> list[tuple[str, list[dict]]]:
 
 # a band's section -> its file (deck.MEASURED)
 BAND_FILES = {"10.8": "transformers", "10.6": "decoder", "12.4": "lora", "12.5": "qlora", "13.1": "families",
-              "13.2": "loops"}
+              "13.2": "loops", "14": "engines"}
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 
 
@@ -243,10 +243,18 @@ def measured_on(section: str) -> str:
     """Where the steps behind an error band ran, in words: "measured on a CPU only: no GPU run yet" until one
     exists."""
     runs = json.loads(deck.MEASURED[BAND_FILES[section]].read_text())["runs"]
-    devices = sorted({DEVICE_NAMES.get(r["device"], r["device"]) for r in runs if r.get("measured_peak")})
+    devices = sorted({DEVICE_NAMES.get(d, d) for d in map(_device, runs) if d})
     if devices == ["CPU"]:
         return "measured on a CPU only: no GPU run yet"
     return f"measured on {' and '.join(devices)}"
+
+
+def _device(run: dict) -> str | None:
+    """The device a measured row ran on (None: not measured): its own, or for the engines' rows (§14, which
+    measure every rank's step with gloo's processes on the CPU, measure_engines.py) the CPU."""
+    if run.get("ranks"):
+        return "cpu" if run["backend"] == "gloo" else run["backend"]
+    return run["device"] if run.get("measured_peak") else None
 
 
 def bands_with_devices(bands: dict[str, list[dict]]) -> dict[str, list[dict]]:

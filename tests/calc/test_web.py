@@ -357,3 +357,29 @@ def test_inputs_read_once_are_the_inputs_read_again():
         fresh.append(web.handle(json.dumps(a)))
     assert answers == fresh
     assert [json.loads(a)["ok"] for a in answers] == [True, True, False, False, True, True]
+
+
+def test_every_engine_measured_speaks_for_its_ranks_on_the_page():
+    """Issue 31 and 33: an eager step over several processes typed on the page (results §14's commands, their
+    config.json pasted) shows its busiest rank beside the deck's figures, as the step itself (no second walk),
+    with the band of the engine's measured ranks, where it said the figure is one device's and showed none."""
+    from hooks import deck
+
+    bands = deck.eager_bands()
+    runs = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())["runs"]
+    for r in runs:
+        flags = r["eager"]["command"].split()[3:]
+        inputs = {f[2:]: v for f, v in zip(flags, [*flags[1:], ""], strict=True) if f.startswith("--")}
+        inputs.update({"hf-config": json.dumps(r["model"])})  # the file the command names, pasted
+        got = json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))
+        eager = got["eager"]
+        assert eager["available"] and eager["band"] == r["engine"], r["eager"]["command"]
+        assert eager["peak"] == got["step"]["peak"] == max(r["eager"]["rank_peaks"])
+        band = deck.band_for(bands, eager["band"], eager["setting"])
+        assert band["section"] == "14" and band["models"] == sorted({x["family"] for x in runs
+                                                                     if x["engine"] == r["engine"]})  # fmt: skip
+        assert all(band["low"] <= rank["predicted_peak"] / rank["measured_peak"] <= band["high"]
+                   for rank in r["ranks"])  # fmt: skip
+    deck_walk = {k: v for k, v in inputs.items() if k not in ("engine", "device")} | {"walk": "deck"}
+    said = json.loads(web.handle(json.dumps({"inputs": deck_walk, "sweep": False})))
+    assert not said["eager"]["available"] and "one device's" in said["eager"]["reason"]  # the deck walk's layout

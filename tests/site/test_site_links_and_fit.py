@@ -56,6 +56,13 @@ def test_an_engine_link_says_whose_rank_the_peak_is_as_the_cli_does(open_page):
     said = answer_for(settings)["engine_text"]
     assert said.startswith("the busiest of 3 ranks of FSDP2's fully_shard with reshard_after_forward=True (rank ")
     assert f", as the eager walk allocates it on {said}, the peak is " in summary
+    from hooks import deck  # the line beside: that rank's figure and the band of FSDP2's measured ranks (§14)
+
+    eager = answer_for(settings)["eager"]
+    band = deck.band_for(deck.eager_bands(), "fsdp2", eager["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert shown["peak"] == cli["peak"] and shown["reason"] is None
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
     assert recorder.errors == []
 
 
