@@ -198,7 +198,9 @@ STEP = (
             outputs=("step", "plan", "fit-card"), chosen=PLANNERS,
             page=Page("Recomputation", "Training step", 5)),
     _choice("walk", WALKS, help="deck: the deck's walk (default); eager: what PyTorch eager autograd allocates "
-            "(one device)", default="deck", chosen=("fit-card",)),
+            "(one device, or each rank of --dp or --tp processes)", default="deck", chosen=("fit-card",),
+            page=Page("Walk", "Training step", 8, options=(
+                ("deck", "the deck's accounting"), ("eager", "what PyTorch allocates")))),
     _choice("attention", ATTENTIONS, help="transformers' attn_implementation, in every walk: sdpa, a fused "
             "kernel that keeps no s x s scores (the eager walk's default where the family's code runs it), or "
             "eager, which keeps them (the deck walk's default)",

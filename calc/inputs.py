@@ -360,6 +360,15 @@ def window_read(shape: Shape) -> bool:
     return any(probe(none) != probe(some) for probe in probes if probe)
 
 
+def lone_zero_problem(par) -> tuple[str, str] | None:
+    """(field, message) where a ZeRO stage is given over one data-parallel worker, or None: there is nothing to
+    shard it over (issue 33: the deck walk "gathered" from nobody and raised the peak)."""
+    if par.zero and par.dp == 1:
+        return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
+                        "or more, or ZeRO 0")  # fmt: skip
+    return None
+
+
 def attention_fields(given: Mapping[str, object], runs: tuple[str, ...] = ATTENTIONS) -> tuple[str, bool]:
     """(the eager walk's attention, whether the deck walk keeps no s x s scores) from --attention and --flash,
     which say one thing in every walk: sdpa (a fused kernel, as FlashAttention: no scores kept) or eager (the
@@ -370,8 +379,8 @@ def attention_fields(given: Mapping[str, object], runs: tuple[str, ...] = ATTENT
     attention = _choice("attention", given["attention"], ATTENTIONS) if "attention" in given else None
     flash = _bool("flash", given["flash"]) if "flash" in given else None
     if attention is not None and flash is not None and flash != (attention == "sdpa"):
-        raise InputError("flash", f"says the opposite of --attention {attention} (--flash is --attention sdpa, "
-                                  "--no-flash is --attention eager): give one")  # fmt: skip
+        raise InputError("flash", f"says the opposite of --attention {attention}: flash is the same as --attention "
+                                  "sdpa, no flash as --attention eager; give one of the two")  # fmt: skip
     if attention is None and flash is not None:
         attention = "sdpa" if flash else "eager"
     defaults = dict(FIELD["attention"].walk_default)

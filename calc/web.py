@@ -18,6 +18,7 @@ from .inputs import (
     canonical_numbers,
     eager_problem,
     eager_tuning_problem,
+    lone_zero_problem,
     parse_inputs,
     size_bound,
 )
@@ -186,8 +187,8 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
     shape, seq, b = inputs.shape, inputs.seq, inputs.micro_batch
     if inputs.walk == "eager" and shape.layers > PAGE_EAGER_LAYERS:
         raise InputError("layers", f"the page walks the eager step event by event for at most {PAGE_EAGER_LAYERS:,} "
-                         "layers (the list would not fit the browser): clear the link's walk (“Clear the link's other "
-                         "settings”) for the deck walk, or run the CLI's --walk eager")  # fmt: skip
+                         "layers (the list would not fit the browser): choose the deck's accounting under --walk, "
+                         "or run the CLI's --walk eager")  # fmt: skip
     rows = table(shape, seq, b, deck_layout(inputs), inputs.grad_accum)
     for row in rows:
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}
@@ -297,7 +298,7 @@ def accepted(raw: dict) -> Run:
 def _accepted(sent: str) -> Run:
     raw = json.loads(sent)
     inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
-    problem = beside_problem(inputs, raw)
+    problem = beside_problem(inputs, raw) or lone_zero_problem(inputs.par)  # the CLI's order (calc.cli.validated)
     if problem:
         raise InputError(*problem)
     return inputs

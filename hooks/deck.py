@@ -198,8 +198,9 @@ def _engine_bands(runs: list[dict]):
             groups.setdefault((r["engine"], setting_of(r["eager"]["command"])), []).append(r)
     for (engine, _), rows in groups.items():
         ratios = [rank["predicted_peak"] / rank["measured_peak"] for r in rows for rank in r["ranks"]]
-        worlds = sorted({r["world"] for r in rows})
-        words = f"over {' or '.join(map(str, worlds))} gloo processes, each of their {len(ratios)} ranks"
+        worlds = [str(w) for w in sorted({r["world"] for r in rows})]
+        over = worlds[0] if len(worlds) == 1 else f"{', '.join(worlds[:-1])} or {worlds[-1]}"
+        words = f"over {over} gloo processes, each of their {len(ratios)} ranks"
         yield engine, _band(ratios, [r["family"] for r in rows], "14", words, [r["eager"]["command"] for r in rows],
                             len(rows))
 

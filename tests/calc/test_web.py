@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 import calc
 from calc import web
 from calc.cli import main
@@ -222,9 +224,9 @@ def test_a_deep_eager_walk_is_refused_on_the_page_naming_the_layers():
     deep = str(web.PAGE_EAGER_LAYERS + 1)
     refused = json.loads(web.handle(json.dumps({"inputs": {"layers": deep, "walk": "eager"}, "sweep": False})))
     assert refused["ok"] is False and refused["field"] == "layers" and "--walk eager" in refused["message"]
-    # the walk has no field on the page: the message names what the page offers (link.js's clear button)
+    # the walk is a field on the page: the message names its choice (format.js puts the label for --walk)
     assert "use the deck walk here" not in refused["message"]
-    assert "clear the link's walk (“Clear the link's other settings”)" in refused["message"]
+    assert "choose the deck's accounting under --walk" in refused["message"]
     assert json.loads(web.handle(json.dumps({"inputs": {"layers": deep}, "sweep": False})))["ok"] is True
     at_most = {"layers": str(web.PAGE_EAGER_LAYERS), "hidden": "256", "heads": "4", "kv-heads": "4", "ffn": "512",
                "walk": "eager"}  # fmt: skip
@@ -383,3 +385,18 @@ def test_every_engine_measured_speaks_for_its_ranks_on_the_page():
     deck_walk = {k: v for k, v in inputs.items() if k not in ("engine", "device")} | {"walk": "deck"}
     said = json.loads(web.handle(json.dumps({"inputs": deck_walk, "sweep": False})))
     assert not said["eager"]["available"] and "one device's" in said["eager"]["reason"]  # the deck walk's layout
+
+
+@pytest.mark.parametrize("zero", ["1", "2", "3"])
+def test_a_zero_stage_over_one_worker_is_refused_naming_the_field_in_the_cli_and_the_page(zero, capsys):
+    """Issue 33's minor: ?zero=3 with one data-parallel worker was accepted and raised the peak by gathering
+    from nobody. The CLI and the page refuse it on ZeRO, each in one line; with --dp 2 both answer, and --plan,
+    which chooses the stage itself, still says so."""
+    assert main(["--zero", zero]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --zero: ZeRO {zero} shards the step's state over the --dp")
+    page = json.loads(web.handle(json.dumps({"inputs": {"zero": zero}, "sweep": False})))
+    assert (page["ok"], page["field"]) == (False, "zero") and page["message"] in err
+    assert main(["--zero", zero, "--dp", "2"]) == 0
+    assert json.loads(web.handle(json.dumps({"inputs": {"zero": zero, "dp": "2"}, "sweep": False})))["ok"] is True
+    assert main(["--zero", zero, "--plan"]) == 2 and "--plan chooses it itself" in capsys.readouterr().err

@@ -47,6 +47,10 @@ test("calc's flags become the form's labels; a field with no control is said as 
   // a flag that is no field of calc's (or no isField given) stays as it is
   assert.equal(withLabels("--planner and --walk", labelOf), "--planner and --walk");
   assert.equal(withLabels("--planner stays", labelOf, isField), "--planner stays");
+  // a command the reader would type in the CLI stays a command (issue 33: "or run the CLI's “walk” (no field...")
+  assert.equal(withLabels("choose it under --tp, or run the CLI's --tp 2 --walk eager; --tp is 1", labelOf, isField),
+    "choose it under “Tensor parallel”, or run the CLI's --tp 2 --walk eager; “Tensor parallel” is 1");
+  assert.equal(withLabels("or run the CLI's --walk eager", labelOf, isField), "or run the CLI's --walk eager");
 });
 
 test("a long value is quoted cut, with its length", () => {

@@ -87,7 +87,7 @@ def test_the_fit_list_on_a_links_eager_walk_is_not_computed(open_page):
     another peak than its row's: it says why it is empty, naming the walk, as the planner does; no Load button."""
     page, recorder = open_page("?preset=llama-3.1-8b&seq=2048&walk=eager")
     page.wait_for_function(FIT_LIVE, timeout=LIVE_TIMEOUT_MS)
-    said = "Not computed: walk: eager walks one step; “What fits on one card” uses the deck walk."
+    said = "Not computed: Walk: eager walks one step; “What fits on one card” uses the deck walk."
     assert page.text_content(FIT_STATUS) == said
     assert page.locator("[data-fit] button").count() == 0
     assert recorder.errors == []
@@ -135,21 +135,22 @@ def test_capacity_reads_as_the_other_number_fields_and_says_what_empty_means(ope
 
 
 def test_a_links_settings_with_no_field_here_can_be_cleared_from_the_keyboard(open_page):
-    """`?walk=eager&seq=1024` (minor 5): a line names walk "eager" with a button; Enter on it clears the walk from
-    the inputs and the address, the line saying so with the focus, and the page answers the deck walk; seq stays."""
-    page, recorder = open_page("?walk=eager&seq=1024")
+    """`?head-size=96&seq=1024` (minor 5): a line names head-size "96" with a button; Enter on it clears the
+    setting from the inputs and the address, the line saying so with the focus, and the page answers without
+    it; seq stays."""
+    page, recorder = open_page("?head-size=96&seq=1024")
     settle(page)
     line = page.locator("[data-link-extras]")
-    assert "walk “eager”" in line.text_content() and line.is_visible()
-    assert page.evaluate(PEAK) == cli_json(["--walk", "eager", "--seq", "1024"])["peak"]
+    assert "head-size “96”" in line.text_content() and line.is_visible()
+    assert page.evaluate(PEAK) == cli_json(["--head-size", "96", "--seq", "1024"])["peak"]
     page.evaluate(WATCH)
     line.locator("button").focus()
     page.keyboard.press("Enter")
     assert page.evaluate(AWAIT_DRAWN) == "live"
-    assert line.text_content().startswith("Cleared the link's walk “eager”")
+    assert line.text_content().startswith("Cleared the link's head-size “96”")
     assert page.evaluate("() => document.activeElement.dataset.linkExtras") == ""
     settle(page)
-    assert "walk" not in query_of(page) and query_of(page)["seq"] == ["1024"]
+    assert "head-size" not in query_of(page) and query_of(page)["seq"] == ["1024"]
     assert page.evaluate(PEAK) == cli_json(["--seq", "1024"])["peak"]
     assert recorder.errors == []
 
@@ -187,18 +188,15 @@ DEEP_LLAMA = json.dumps({**json.loads(LLAMA2), "num_hidden_layers": 300})
 
 def test_a_deep_config_on_a_links_eager_walk_says_what_the_page_offers(open_page):
     """`?walk=eager` and a pasted config of 300 layers (issue 20's last pass, minor 3): the refusal names the
-    page's button, not a walk control the page has none of; the button clears the walk, and the deck walk
-    answers for the config."""
+    page's Walk field, not a control the page lacks; the deck's accounting chosen there answers for the config."""
     page, recorder = open_page("?walk=eager")
     settle(page)
     paste(page, DEEP_LLAMA)
     error = page.locator('[data-error-for="hf-config"]')
     page.wait_for_function("() => document.querySelector('[data-error-for=\"hf-config\"]').textContent !== ''")
     said = error.text_content()
-    assert "“Clear the link's other settings”" in said and "use the deck walk here" not in said, said
-    page.evaluate(WATCH)
-    page.click("[data-link-extras] button")
-    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert "choose the deck's accounting under “Walk”" in said and "use the deck walk here" not in said, said
+    change(page, "walk", "deck")
     settle(page)
     assert error.text_content() == "" and page.evaluate(PEAK) == answer_for({"hf-config": DEEP_LLAMA})["step"]["peak"]
     assert recorder.errors == []
@@ -206,10 +204,9 @@ def test_a_deep_config_on_a_links_eager_walk_says_what_the_page_offers(open_page
 
 @pytest.mark.parametrize(
     ("query", "left"),
-    [("?preset=gpt2&walk=eager&sliding-window=4096", []),  # a setting with no field here, dropped
-     ("?walk=eager&layers=300", []),  # a line whose reason names the walk cleared
-     ("?walk=eager&lora-rank=4", ["lora-rank"])],  # a field's line, which still holds
-    ids=["dropped", "names-the-walk", "other-field"],
+    [("?preset=gpt2&head-size=32&sliding-window=4096", []),  # a setting with no field here, dropped
+     ("?head-size=96&lora-rank=4", ["lora-rank"])],  # a field's line, which still holds
+    ids=["dropped", "other-field"],
 )
 def test_clearing_the_links_other_settings_takes_their_notice_along(open_page, query, left):
     """"Clear the link's other settings" (issue 20's last pass, minor 4): the notice's lines about them go, and
@@ -221,7 +218,7 @@ def test_clearing_the_links_other_settings_takes_their_notice_along(open_page, q
     page.evaluate(WATCH)
     page.click("[data-link-extras] button")
     assert page.evaluate(AWAIT_DRAWN) == "live"
-    assert page.text_content("[data-link-extras]").startswith("Cleared the link's walk “eager”")
+    assert page.text_content("[data-link-extras]").startswith("Cleared the link's head-size “")
     assert notice.is_visible() == bool(left)
     lines = "() => [...document.querySelectorAll('[data-link-problem]')].map(li => li.dataset.linkProblem)"
     assert page.evaluate(lines) == left

@@ -214,3 +214,28 @@ def test_a_loop_measured_in_the_results_is_quoted_with_its_band(open_page, base_
     assert (shown["low"], shown["high"]) == (band["low"], band["high"])
     assert shown["href"] == base_url + "results/#sec-13-2"
     assert recorder.errors == []
+
+
+def test_the_walk_is_a_field_and_messages_naming_it_read_as_the_page_and_the_cli_say_them(open_page):
+    """Issue 33: the walk is chosen on the form ("Walk": the deck's accounting, or what PyTorch allocates), and
+    a message naming a flag reads as a field's label, or as the command itself where it says what to type in
+    the CLI: ?walk=eager&layers=300 no longer says "run the CLI's “walk” (no field here shows it...", and
+    ?flash=true&attention=eager no longer says "“flash” (...) is “Attention” sdpa, --no-flash is ..."."""
+    page, recorder = open_page("?walk=eager&layers=300")
+    settle(page)
+    assert page.input_value('[data-calc-form] [name="walk"]') == "eager"
+    said = page.text_content("[data-link-problem=layers]")  # the link's 300 layers dropped, and why
+    assert "choose the deck's accounting under “Walk”, or run the CLI's --walk eager" in said, said
+    assert "no field here" not in said
+    change(page, "walk", "deck")  # the deck's accounting, then the link's 300 layers typed: answered
+    change(page, "layers", "300")
+    assert page.text_content('[data-error-for="layers"]').strip() == ""
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == str(
+        answer_for({"layers": "300"})["step"]["peak"])
+    flash, _ = open_page("?flash=true&attention=eager", wait_live=False)
+    flash.wait_for_selector("[data-link-problem]")
+    text = flash.text_content("[data-calc-notice]")
+    assert ("says the opposite of “Attention” eager: flash is the same as “Attention” sdpa, no flash as "
+            "“Attention” eager; give one of the two") in text, text
+    assert "--" not in text and text.count("no field here") <= 1
+    assert recorder.errors == []

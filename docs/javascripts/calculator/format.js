@@ -80,10 +80,16 @@ export function tuningText(tune, optimizerLabels = {}) {
 // --no-tied “Head tied to embedding” off. A field with no control here (--head-size, --experts, --walk) is
 // said as the setting a link gives (`?head-size=96`, link.js), once: no field here is there to look for.
 // labelOf(name) is the form's label for a field, or null where the form has none; isField(name) whether calc
-// has such a field at all (a flag that is none, or with isField left out, stays as it is).
+// has such a field at all (a flag that is none, or with isField left out, stays as it is). A flag after "the
+// CLI's" (up to the next , ; : or bracket) is the command a reader would type there, and stays as it is ("or
+// run the CLI's --tp 2 --walk eager").
+const CLI_COMMAND = /the CLI's ([^,;:()]*)/g;
 export function withLabels(message, labelOf, isField = () => false) {
   const named = new Set();
-  return String(message).replace(/--([a-z][a-z0-9-]*)/g, (flag, name) => {
+  const text = String(message);
+  const commands = [...text.matchAll(CLI_COMMAND)].map((m) => [m.index, m.index + m[0].length]);
+  return text.replace(/--([a-z][a-z0-9-]*)/g, (flag, name, at) => {
+    if (commands.some(([start, end]) => start <= at && at < end)) return flag;
     const label = labelOf(name);
     if (label) return `“${label}”`;
     const off = name.startsWith("no-") && labelOf(name.slice(3));
