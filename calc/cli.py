@@ -8,7 +8,7 @@ import sys
 from .api import run_step, table
 from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
-from .inputs import BESIDE_FIELDS, InputError, lone_zero_problem, parse_inputs
+from .inputs import BESIDE_FIELDS, InputError, late_problem, parse_inputs
 from .json_text import dumps as json_text
 from .optimizers import OPTIMIZERS
 from .plan import fit_card, fit_problem, plan, plan_problem
@@ -107,6 +107,7 @@ def format_summary(result: dict) -> str:
             + (f" rank {t['rank']} on {','.join(t['targets'])}, {ADAPTER_WORDS[t['adapter_dtype']]}"
                if t["mode"] in ("lora", "qlora") else "")
             + (f", first {t['freeze_layers']} layers frozen" if t["mode"] == "freeze" else "")
+            + (", the embedding trains" if t["mode"] == "freeze" and not t["freeze_embedding"] else "")
             + f", {OPTIMIZERS[t['optimizer']].label}" + (" (paged: state off the device)" if t["paged"] else "")
             + f"; {result['trainable_params']:,} trainable parameters"
         )
@@ -262,7 +263,7 @@ def validated(args: argparse.Namespace) -> tuple[Run, dict | None]:
     problem = mode_problem(args, raw)
     problem = problem or ((args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))
     beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)
-    problem = problem or refused or lone_zero_problem(inputs.par)  # after the modes' own: --plan chooses --zero
+    problem = problem or refused or late_problem(inputs)  # after the modes' own: --plan chooses --zero
     if problem:
         raise InputError(*problem)
     problem = args.fit_card and fit_problem(inputs.shape, inputs.walk)

@@ -46,7 +46,9 @@ def trainable(tune: finetune.Tuning):
         return None
     if tune.adapters:
         return lambda layer, name: ".lora_" in name
-    return lambda layer, name: layer > tune.freeze_layers if layer else not name.startswith(("embedding", "positions"))
+    embedding = finetune.embedding_trains(tune)  # issue 34: --no-freeze-embedding
+    return lambda layer, name: layer > tune.freeze_layers if layer else embedding or not name.startswith(
+        ("embedding", "positions"))
 
 
 def replay(

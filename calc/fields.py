@@ -265,8 +265,12 @@ TUNE = (
     Field("freeze-layers", "N", "--finetune freeze: the first N blocks (default {default})", kind="count",
           largest=10_000, default=TUNED.freeze_layers, finetune=("freeze",), chosen=("fit-card",),
           page=Page("Frozen layers", "Fine-tuning", 6)),
+    _switch("freeze-embedding", help="--finetune freeze: the embedding (and a head tied to it) frozen with the "
+            "blocks (default); --no-freeze-embedding trains it, backward reaching it through the frozen blocks "
+            "(the eager walk)", default=TUNED.freeze_embedding, finetune=("freeze",), chosen=("fit-card",),
+            page=Page("Embedding frozen too", "Fine-tuning", 7)),
     _switch("paged-optimizer", help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged "
-            "optimizers): not counted", default=TUNED.paged, page=Page("Paged optimizer state", "Fine-tuning", 7)),
+            "optimizers): not counted", default=TUNED.paged, page=Page("Paged optimizer state", "Fine-tuning", 8)),
 )
 LOOP_WHY = "the deck walk has no loop around its step"
 LOOP = (

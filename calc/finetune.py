@@ -49,6 +49,7 @@ class Tuning:
     alpha: int = 16  # LoRA's alpha: the update is scaled by alpha / r, which changes no byte
     targets: tuple[str, ...] = ("q", "v")  # the linears of each block that get an adapter (TARGETS)
     freeze_layers: int = 0  # freeze: the first N blocks (and the embedding) are frozen
+    freeze_embedding: bool = True  # freeze: the embedding (and a head tied to it) frozen too; False: it trains
     paged: bool = False  # the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers)
     adapter_dtype: str = "fp32"  # lora / qlora: the adapters' dtype (ADAPTER_DTYPES); fp32 is peft's default
 
@@ -117,15 +118,22 @@ def numel(tensors) -> int:
     return sum(count * rows * (cols or 1) for count, rows, cols in tensors)
 
 
+def embedding_trains(tune: Tuning) -> bool:
+    """Whether the embedding (and a head tied to it) trains: in full training, and under freeze where
+    --no-freeze-embedding says so (issue 34: freezing the first blocks only, the embedding still trained)."""
+    return tune.mode == "full" or (tune.mode == "freeze" and not tune.freeze_embedding)
+
+
 def trainable_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
     """Every trainable tensor of the model. freeze trains the blocks above the first N, the final norm and an
-    untied head (the embedding, and a head tied to it, stay frozen); lora and qlora only the adapters."""
+    untied head (the embedding, and a head tied to it, stay frozen unless embedding_trains); lora and qlora
+    only the adapters."""
     outer = outer_tensors(shape)
     if tune.adapters:
         return [(shape.layers * c, r, k) for c, r, k in adapter_tensors(shape, tune)]
     layers = shape.layers - (tune.freeze_layers if tune.mode == "freeze" else 0)
     out = [(layers * c, r, k) for c, r, k in layer_tensors(shape)] + outer["final_norm"] + outer["head"]
-    return out + (outer["embedding"] if tune.mode == "full" else [])
+    return out + (outer["embedding"] if embedding_trains(tune) else [])
 
 
 @counts.per_shape
@@ -387,7 +395,9 @@ def segments(
     state resident; each block's forward keeps its activations; head and loss; backward from the top, down to
     the lowest block that trains or carries an adapter (autograd goes no lower: nothing below needs a
     gradient); the optimizer; zero_grad. Each phase is a builder of TunedStep; the events told alike by the
-    deck's walk are calc.phases'."""
+    deck's walk are calc.phases'. Its frozen blocks keep nothing: a trained embedding under them
+    (--no-freeze-embedding) is the eager walk's (calc.inputs refuses it here)."""
+    assert tune.freeze_embedding or tune.mode != "freeze", "the deck walk freezes the embedding with the blocks"
     step = TunedStep(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
     segs = [Segment(tuple(step.start())), *step.forward(), *step.head(), step.backward(), *step.embedding_backward()]
     segs.append(Segment(tuple(step.end(segs))))

@@ -360,12 +360,20 @@ def window_read(shape: Shape) -> bool:
     return any(probe(none) != probe(some) for probe in probes if probe)
 
 
-def lone_zero_problem(par) -> tuple[str, str] | None:
-    """(field, message) where a ZeRO stage is given over one data-parallel worker, or None: there is nothing to
-    shard it over (issue 33: the deck walk "gathered" from nobody and raised the peak)."""
+def late_problem(run) -> tuple[str, str] | None:
+    """(field, message) for a step neither walk answers as given, checked after the output modes' own refusals
+    (calc.cli.validated, calc.web.accepted: --plan and --fit-card choose these fields themselves), or None:
+    a ZeRO stage over one data-parallel worker, with nothing to shard it over (issue 33: the deck walk
+    "gathered" from nobody and raised the peak); a trained embedding under frozen blocks in the deck walk,
+    whose frozen blocks keep nothing (issue 34: the eager walk replays the backward through them)."""
+    par, tune = run.par, run.tune
     if par.zero and par.dp == 1:
         return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
                         "or more, or ZeRO 0")  # fmt: skip
+    if run.walk == "deck" and tune.mode == "freeze" and not tune.freeze_embedding:
+        return "freeze-embedding", ("trains the embedding below frozen blocks, which the eager walk replays (its "
+                                    "backward reaches the embedding through them; the deck's frozen blocks keep "
+                                    "nothing): --walk eager")  # fmt: skip
     return None
 
 
@@ -420,6 +428,7 @@ def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
         alpha=_number(given, "lora-alpha"),
         targets=_targets(given["lora-targets"], shape) if "lora-targets" in given else fields.TUNED.targets,
         freeze_layers=_number(given, "freeze-layers"),
+        freeze_embedding=_bool("freeze-embedding", given.get("freeze-embedding", FIELD["freeze-embedding"].default)),
         paged=_bool("paged-optimizer", given.get("paged-optimizer", FIELD["paged-optimizer"].default)),
         adapter_dtype=_picked(given, "adapter-dtype"),
     )

@@ -112,7 +112,7 @@ def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
     dense_end = shape.layers - shape.moe_layers  # the dense layers come first, the mixture-of-experts ones after
     dense, moe = max(0, dense_end - first), shape.layers - max(first, dense_end)
     layers = (_block(shape, False) * dense if dense else []) + (_block(shape, True) * moe if moe else [])
-    embedding = [] if tune.mode != "full" else [Param(t.rows, t.cols, True, t.name.startswith("embed"))
+    embedding = [] if not finetune.embedding_trains(tune) else [Param(t.rows, t.cols, True, t.name.startswith("embed"))
                                                 for t in outer["embedding"] + outer["positions"]]  # fmt: skip
     return embedding + layers + _stored(outer["final_norm"] + outer["head"])
 

@@ -18,7 +18,7 @@ from .inputs import (
     canonical_numbers,
     eager_problem,
     eager_tuning_problem,
-    lone_zero_problem,
+    late_problem,
     parse_inputs,
     size_bound,
 )
@@ -278,7 +278,7 @@ def sweep_for(inputs: Run) -> dict:
         },
     }
     tune = inputs.tune
-    if not tune.default:
+    if not tune.default and tune.freeze_embedding:  # a trained embedding under frozen blocks: the eager walk's only
         recipe, recompute = inputs.recipe, inputs.recompute
         p = RECIPES[recipe].activations
         out["peaks"]["finetune"] = [
@@ -298,7 +298,7 @@ def accepted(raw: dict) -> Run:
 def _accepted(sent: str) -> Run:
     raw = json.loads(sent)
     inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
-    problem = beside_problem(inputs, raw) or lone_zero_problem(inputs.par)  # the CLI's order (calc.cli.validated)
+    problem = beside_problem(inputs, raw) or late_problem(inputs)  # the CLI's order (calc.cli.validated)
     if problem:
         raise InputError(*problem)
     return inputs

@@ -234,7 +234,8 @@ def capacity_presets() -> list[dict]:
 def page_fields() -> dict:
     """The field names the page knows, all from calc: the one place the widget learns them (the JS has no list).
     {"all": every field a link may carry, "shape": {field: Shape attribute}, "run": [the step's fields],
-    "layout": [what a planner row sets], "fit": {field: a fit row's key}}."""
+    "layout": [what a planner row sets], "fit": {field: a fit row's key}, "switches": [the fields the CLI gives
+    as --name or --no-name]}."""
     fields = calc.inputs.FIELDS
     attrs = {f.name for f in dataclasses.fields(calc.Shape)}
     shape = {f: f.replace("-", "_") for f in fields if f.replace("-", "_") in attrs}
@@ -257,4 +258,5 @@ def page_fields() -> dict:
         "run": [f for f in fields if f not in shape and f not in ("preset", "hf-config")],
         "layout": list(row_fields(answer["plan"][0], asked_plan)),
         "fit": row_fields(answer["fit"][0], asked_fit),
+        "switches": [f.name for f in calc.fields.TABLE if f.kind == "bool"],  # --name / --no-name in the CLI
     }

@@ -469,8 +469,9 @@ def notes(data: dict) -> list[str]:
         out.append(
             f"{len(loss_peaks)} of the {len(rows)} measured steps peak in cross-entropy's backward "
             "(LogSoftmaxBackward0), holding the gradient of the fp32 log-probabilities and that of the logits, "
-            f"s x b x V fp32 values each ({r['measured_at_peak'].get('backward working', 0):,} bytes for "
-            f"`{r['name']}`, {r['recompute']}), beside the logits and log-probabilities; the others peak inside a "
+            f"s x b x V fp32 values each ({r['measured_at_peak'].get('backward working', 0):,} bytes the two, for "
+            f"`{r['name']}` with recomputation {r['recompute']}), beside the logits and log-probabilities; the "
+            "others peak inside a "
             "layer's backward, holding the gradients of its intermediate values and, with recomputation, the "
             "re-created ones. Every step also keeps the last block's output for the head's weight gradient "
             "(s x b x h values), which a per-layer count leaves out."

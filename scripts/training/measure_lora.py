@@ -57,18 +57,20 @@ class Tune:
     alpha: int = 16
     targets: tuple[str, ...] = ("q", "v")  # calc's names (MODULES gives peft's)
     freeze_layers: int = 0
+    embedding: bool = False  # freeze: the embedding trains (calc's --no-freeze-embedding), only the blocks frozen
     adapter_dtype: str = ""  # calc's --adapter-dtype where the run sets peft's autocast_adapter_dtype; "": not said
 
     def flags(self) -> list[str]:
         if self.mode == "freeze":
-            return ["--finetune", "freeze", "--freeze-layers", str(self.freeze_layers)]
+            trained = ["--no-freeze-embedding"] if self.embedding else []
+            return ["--finetune", "freeze", "--freeze-layers", str(self.freeze_layers), *trained]
         adapter = ["--adapter-dtype", self.adapter_dtype] if self.adapter_dtype else []
         return ["--finetune", self.mode, "--lora-rank", str(self.rank), "--lora-alpha", str(self.alpha),
                 "--lora-targets", ",".join(self.targets), *adapter]  # fmt: skip
 
     def label(self) -> str:
         if self.mode == "freeze":
-            return f"freeze {self.freeze_layers}"
+            return f"freeze {self.freeze_layers}" + (", embedding trained" if self.embedding else "")
         return f"lora r{self.rank} {','.join(self.targets)}"
 
 
@@ -81,6 +83,7 @@ RUNS = [  # (model, seq, micro-batch, tuning)
     (hf_models.Model("qwen2", 3, 128, 8, 2, 344, 1000), 64, 2, Tune("lora", 8, 16, ("q", "k", "v", "o"))),
 ]
 FAMILIES = measure_families.FAMILIES  # a tiny model of each family, its own features kept (sliding windows...)
+TIED = lambda name: replace(FAMILIES[name], extra=(*FAMILIES[name].extra, ("tie_word_embeddings", True)))  # noqa: E731
 GEMMA3 = replace(FAMILIES["gemma3_text"], layers=4)  # a sliding and a full layer twice (sliding_window_pattern 2)
 RUNS += [  # the families issue 18 adds, each from its config.json (`--hf-config`)
     (FAMILIES["qwen3"], 128, 2, Tune("lora", 8, 16, ALL)),
@@ -98,6 +101,11 @@ RUNS += [  # the families issue 18 adds, each from its config.json (`--hf-config
     (FAMILIES["ministral"], 128, 2, Tune("lora", 8, 16, ALL)),
     (FAMILIES["ministral3"], 128, 2, Tune("lora", 8, 16, ALL)),
     (FAMILIES["phi3"], 128, 2, Tune("freeze", freeze_layers=1)),  # frozen layers only: LoRA is refused (fused)
+]
+RUNS += [  # issue 34: the first blocks frozen, the embedding trained (backward reaches it through them)
+    (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2, Tune("freeze", freeze_layers=2, embedding=True)),
+    (TIED("gemma"), 128, 2, Tune("freeze", freeze_layers=1, embedding=True)),  # the tied head trains with it
+    (TIED("smollm3"), 128, 2, Tune("freeze", freeze_layers=1, embedding=True)),  # tied, its no-RoPE layers
 ]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
@@ -122,7 +130,8 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
         with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated is_gradient_checkpointing
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
             return get_peft_model(net, config)
-    net.model.embed_tokens.requires_grad_(False)
+    if not tune.embedding:  # frozen with a head tied to it (one Parameter)
+        net.model.embed_tokens.requires_grad_(False)
     for layer in net.model.layers[: tune.freeze_layers]:
         layer.requires_grad_(False)
     return net
@@ -208,6 +217,21 @@ def repredict() -> dict:
     return data
 
 
+def kept(old: list[dict], new: list[dict]) -> list[dict]:
+    """The rows of a file after measuring some of its runs again: every run in RUNS' order, its new rows where it
+    was measured, else its recorded ones."""
+    def as_json(model) -> object:  # a recorded model holds lists where a new one holds tuples
+        return json.loads(json.dumps(model))
+
+    def run_of(row: dict) -> int:
+        return next(i for i, (m, seq, b, tune) in enumerate(RUNS) if as_json(asdict(m)) == as_json(row["model"])
+                    and tune.label() == row["tune"] and (seq, b) == (row["seq"], row["micro_batch"]))
+
+    measured = {run_of(r) for r in new}
+    rows = [r for r in old if run_of(r) not in measured] + new
+    return sorted(rows, key=run_of)  # stable: each run's rows in the order they were measured
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="measure_lora.py", description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -241,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         env = f"{measure_transformers.environment(args.device)}, peft {peft.__version__}"
         out = RESULTS if args.device == "cpu" else RESULTS_CUDA
+        if args.only and out.exists():  # the other runs' rows kept as recorded, in RUNS' order
+            rows = kept(json.loads(out.read_text())["runs"], rows)
         out.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
     return 0
 

@@ -85,6 +85,10 @@ test("freezing says what is frozen: the embedding, and the first layers where th
   assert.equal(tune(0), "Fine-tuning: freezing the embedding only, AdamW. ");
   assert.equal(tune(1), "Fine-tuning: freezing the embedding and the first 1 layer, AdamW. ");
   assert.equal(tune(20), "Fine-tuning: freezing the embedding and the first 20 layers, AdamW. ");
+  // --no-freeze-embedding (issue 34): the blocks alone, the embedding training
+  const trained = tuningText({ mode: "freeze", freeze_layers: 2, freeze_embedding: false, optimizer: "adamw" },
+    { adamw: "AdamW" });
+  assert.equal(trained, "Fine-tuning: freezing the first 2 layers, the embedding training, AdamW. ");
 });
 
 test("the walk is said where it is not the deck's, and over several processes whose rank the peak is", () => {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { linkQuery, readLink } from "../../docs/javascripts/calculator/url.js";
+import { cliCommand, linkQuery, readLink } from "../../docs/javascripts/calculator/url.js";
 
 const KNOWN = ["preset", "heads", "kv-heads", "seq", "walk", "experts"];
 
@@ -22,4 +22,15 @@ test("the address keeps every value that is not a default, and round-trips", () 
   const query = linkQuery({ preset: "llama-7b", heads: "64", "kv-heads": "32", seq: "4096" }, { preset: "llama-7b", seq: "4096" });
   assert.equal(query, "heads=64&kv-heads=32");
   assert.deepEqual([...readLink(`?${query}`, KNOWN).values], [["heads", "64"], ["kv-heads", "32"]]);
+});
+
+test("the CLI's command gives the address's values as flags, switches as --name / --no-name, quoted for a shell", () => {
+  assert.equal(cliCommand(""), "python -m calc");
+  assert.equal(cliCommand("preset=gpt2&seq=512&tied=false&bias=true", ["tied", "bias"]),
+    "python -m calc --preset gpt2 --seq 512 --no-tied --bias");
+  assert.equal(cliCommand("finetune=lora&lora-targets=q%2Cv"), "python -m calc --finetune lora --lora-targets q,v");
+  assert.equal(cliCommand("hf-config=%7B%22a%22%3A1%7D&walk=eager"), "python -m calc --hf-config config.json --walk eager");
+  // a link's value may hold anything: it reaches the shell as one word, never as a command of its own
+  assert.equal(cliCommand("seq=1%3B%20rm%20-rf%20~"), "python -m calc --seq '1; rm -rf ~'");
+  assert.equal(cliCommand("seq=it's"), "python -m calc --seq 'it'\\''s'");
 });

@@ -184,3 +184,28 @@ def test_a_fine_tuning_step_ends_where_it_started(device, mode):
     s = calc.step(shape, 7, 1, "fp32-full", "full", walk="eager", device=device, tune=tune)
     start = [e for e in s["events"] if e["phase"] == "start"][-1]
     assert s["events"][-1]["totals"] == start["totals"]
+
+
+def test_a_trained_embedding_under_frozen_blocks_is_measured_and_refused_where_it_is_not_walked(capsys, tmp_path):
+    """Issue 34: freezing the first blocks but not the embedding (--no-freeze-embedding) trains it, and a head
+    tied to it, backward reaching it through the frozen blocks. Every such measured step (lora.json: Llama
+    untied, Gemma and SmolLM3 tied) is predicted by the eager walk within 0.01%, where the flags a user could
+    type before (the embedding frozen) gave at most 0.96 of it; the deck walk, whose frozen blocks keep nothing,
+    refuses it naming the field."""
+    from calc.cli import main
+
+    rows = [r for r in json.loads((ROOT / "docs" / "data" / "lora.json").read_text())["runs"]
+            if r["tune"].endswith("embedding trained")]  # fmt: skip
+    assert {r["model_type"] for r in rows} == {"llama", "gemma", "smollm3"} and len(rows) == 24
+    for r in rows:
+        assert 0.9999 <= r["predicted_peak"] / r["measured_peak"] <= 1.0001, r["command"]
+        assert "--no-freeze-embedding" in r["command"].split()
+        frozen = [a for a in recorded_args(r, tmp_path) if a != "--no-freeze-embedding"]
+        assert main([*frozen, "--json"]) == 0
+        before = json.loads(capsys.readouterr().out)
+        assert before["peak"] / r["measured_peak"] < 0.96 and before["trainable_params"] < r["measured_trainable"]
+    assert main(["--finetune", "freeze", "--freeze-layers", "2", "--no-freeze-embedding"]) == 2
+    assert capsys.readouterr().err.startswith("error: --freeze-embedding: trains the embedding below frozen blocks")
+    page = json.loads(calc.web.handle(json.dumps({"inputs": {"finetune": "freeze", "freeze-layers": "2",
+                                                              "freeze-embedding": "false"}, "sweep": False})))
+    assert (page["ok"], page["field"]) == (False, "freeze-embedding")  # the page's deck walk, inline

@@ -223,3 +223,47 @@ def test_clearing_the_links_other_settings_takes_their_notice_along(open_page, q
     lines = "() => [...document.querySelectorAll('[data-link-problem]')].map(li => li.dataset.linkProblem)"
     assert page.evaluate(lines) == left
     assert recorder.errors == []
+
+
+@pytest.mark.parametrize("query", [
+    "",
+    "?preset=gpt2&seq=512&tied=false",
+    "?seq=1,024&recipe=autocast&finetune=lora&lora-targets=q,v",
+    "?walk=eager&dp=2&zero=3&engine=fsdp2&recipe=autocast&device=cpu&preset=llama-3.2-1b&seq=512",
+    "?dp=8&zero=1&tp=2&recompute=selective",
+    f"?hf-config={url_quote(LLAMA2)}&seq=2048",
+])  # fmt: skip
+def test_the_same_in_the_cli_is_a_command_that_gives_the_peak_shown(open_page, tmp_path, query):
+    """Issue 33 ("the same in the CLI"): under the summary the page gives the command of the settings shown,
+    the address's values as flags; run as a user runs it (the config saved to config.json), the CLI answers the
+    peak the page shows."""
+    import shlex
+
+    page, recorder = open_page(query)
+    settle(page)
+    command = page.text_content('[data-out="cli"]')
+    words = shlex.split(command)
+    assert words[:3] == ["python", "-m", "calc"], command
+    (tmp_path / "config.json").write_text(LLAMA2)
+    args = [str(tmp_path / "config.json") if w == "config.json" else w for w in words[3:]]
+    assert ("--hf-config" in args) == ("hf-config" in query)
+    assert cli_json(args)["peak"] == page.evaluate(PEAK), command
+    assert recorder.errors == []
+
+
+def test_copy_link_puts_the_address_on_the_clipboard_or_says_where_it_is(open_page):
+    """"Copy link" (issue 33): with the clipboard allowed the address of the settings shown is copied and the
+    page says so; refused, the page says where the address is, and nothing breaks."""
+    page, recorder = open_page("?seq=2048", permissions=["clipboard-read", "clipboard-write"])
+    settle(page)
+    page.click("[data-copy-link]")
+    page.wait_for_selector("[data-copy-said]:has-text('Link copied.')")
+    assert page.evaluate("() => navigator.clipboard.readText()") == page.evaluate("() => location.href")
+    assert "seq=2048" in page.evaluate("() => navigator.clipboard.readText()")
+    page.evaluate("() => { navigator.clipboard.writeText = () => Promise.reject(new Error('denied')); }")
+    page.click("[data-copy-link]")  # the browser refuses the clipboard
+    page.wait_for_selector("[data-copy-said]:has-text('the browser refused the clipboard')")
+    page.evaluate("() => Object.defineProperty(navigator, 'clipboard', {value: undefined})")
+    page.click("[data-copy-link]")  # an insecure origin has none
+    page.wait_for_selector("[data-copy-said]:has-text('this page may not use the clipboard')")
+    assert recorder.errors == []

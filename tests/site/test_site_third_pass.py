@@ -239,3 +239,41 @@ def test_the_walk_is_a_field_and_messages_naming_it_read_as_the_page_and_the_cli
             "“Attention” eager; give one of the two") in text, text
     assert "--" not in text and text.count("no field here") <= 1
     assert recorder.errors == []
+
+
+@pytest.mark.parametrize("query", ["?optimizer=lion", "?finetune=lora"])
+def test_the_sequence_charts_own_line_names_the_readers_step_not_a_fine_tuning(open_page, query):
+    """Issue 33's minor: the sequence chart's extra line (the sweep's "finetune" row, the reader's own step)
+    read "your fine-tuning step" where only the optimizer changed; it names the reader's step either way."""
+    page, recorder = open_page(query)
+    settle(page)
+    page.wait_for_selector("[data-chart=sweep] polyline[data-recipe=finetune]")
+    legend = page.eval_on_selector_all("[data-chart=sweep] .calc-legend li", "lis => lis.map(li => li.textContent)")
+    assert legend[-1] == "your step (its training and optimizer)" and not any("fine-tuning" in t for t in legend)
+    assert recorder.errors == []
+
+
+def test_the_embedding_switch_trains_it_under_frozen_blocks_as_the_cli_does(open_page):
+    """Issue 34: Trains "freeze" shows "Embedding frozen too"; unchecked under the eager walk the step trains
+    the embedding through the frozen blocks, the CLI's --no-freeze-embedding peak; under the deck walk, whose
+    frozen blocks keep nothing, the switch is refused inline, the rest of the page answering."""
+    from conftest import cli_json
+
+    settings = {"preset": "llama-3.2-1b", "seq": "512", "recipe": "autocast", "device": "cpu", "walk": "eager",
+                "finetune": "freeze", "freeze-layers": "2"}  # fmt: skip
+    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
+    settle(page)
+    switch = page.locator('[data-calc-form] [name="freeze-embedding"]')
+    assert switch.is_visible() and switch.is_checked()
+    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
+    frozen = page.evaluate(PEAK)
+    assert frozen == cli_json(flags)["peak"]
+    change(page, "freeze-embedding", False)
+    trained = cli_json([*flags, "--no-freeze-embedding"])
+    assert page.evaluate(PEAK) == trained["peak"] > frozen
+    assert page.get_attribute('[data-out="trainable"]', "data-count") == str(trained["trainable_params"])
+    assert query_of(page)["freeze-embedding"] == ["false"]
+    page.select_option('[data-calc-form] [name="walk"]', "deck")  # refused: no redraw, the message inline
+    page.wait_for_function("() => document.querySelector('[data-error-for=\"freeze-embedding\"]').textContent.trim()")
+    assert "trains the embedding below frozen blocks" in page.text_content('[data-error-for="freeze-embedding"]')
+    assert recorder.errors == []

@@ -68,9 +68,11 @@ export function tuningText(tune, optimizerLabels = {}) {
   const paged = tune.paged ? " (paged)" : "";
   if (tune.mode === "full") return paged && `Every parameter trains, its optimizer state paged. `;
   const what = { lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;
-  // freeze: the embedding and the first N blocks (calc.finetune.Tuning), the embedding alone where N is 0
-  const frozen = (n) => (n === 0 ? " the embedding only" : ` the embedding and the first ${formatInt(n)} ` +
-    (n === 1 ? "layer" : "layers"));
+  // freeze: the embedding and the first N blocks (calc.finetune.Tuning), the embedding alone where N is 0; the
+  // blocks alone under --no-freeze-embedding (tune.freeze_embedding false: the embedding trains)
+  const blocks = (n) => `the first ${formatInt(n)} ${n === 1 ? "layer" : "layers"}`;
+  const frozen = (n) => (tune.freeze_embedding === false ? ` ${blocks(n)}, the embedding training`
+    : n === 0 ? " the embedding only" : ` the embedding and ${blocks(n)}`);
   const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}`
     : tune.mode === "freeze" ? frozen(tune.freeze_layers) : "";
   return `Fine-tuning: ${what}${detail}, ${optimizerLabels[tune.optimizer] ?? tune.optimizer}${paged}. `;

@@ -3,7 +3,7 @@
 import { addressWriter } from "./address.js";
 import { configProblem } from "./config-paste.js";
 import { flagsIn, quote } from "./format.js";
-import { linkQuery, readLink } from "./url.js";
+import { cliCommand, linkQuery, readLink } from "./url.js";
 import { HF_CONFIG, matchChoice, parseBool } from "./values.js";
 
 // Why a link's config.json was not taken, in the config box's own words (too long, nested too deep, not JSON,
@@ -214,7 +214,26 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
       : `${path}${query ? `?${query}` : ""}${location.hash || (query ? `#${root.id}` : "")}`;
     written = query ? `?${query}` : "";
     address.write(url, push);
+    if (answer.step) showCommand(cliCommand(query, config.fields.switches));  // the numbers on show
   }
+  // Each flag unbroken after its "--" (hooks/flags.py's calc-flag), the command's text as cliCommand gives it.
+  function showCommand(text) {
+    command.replaceChildren(...text.split(" ").flatMap((word, i) => {
+      const flag = word.startsWith("--") && Object.assign(document.createElement("span"),
+        { className: "calc-flag", textContent: word });
+      return i ? [" ", flag || word] : [flag || word];
+    }));
+  }
+  // The same answer in the CLI (the address's values as flags), and the address copied for the reader.
+  const command = root.querySelector('[data-out="cli"]');
+  const copied = root.querySelector("[data-copy-said]");
+  root.querySelector("[data-copy-link]").addEventListener("click", () => {
+    const said = (text) => { copied.textContent = text; };
+    const clipboard = navigator.clipboard;  // none on an insecure origin (plain http, some file:// pages)
+    if (!clipboard) return said("Copy it from the address bar: this page may not use the clipboard.");
+    clipboard.writeText(location.href).then(() => said("Link copied."),
+      () => said("Copy it from the address bar: the browser refused the clipboard."));
+  });
   // Back or Forward to another entry: what the link said before is forgotten, its notice with it (read again).
   // Whether the address is another than the form's (Back past a deliberate change; not a jump to a heading).
   const moved = () => location.search !== written;

@@ -28,3 +28,20 @@ export function linkQuery(given, defaults) {
   }
   return params.toString();
 }
+
+// The command that gives the same answer in the CLI, from the address's query (linkQuery's: the values that
+// differ from the defaults): `python -m calc` and a flag each, a switch (`switches`) as --name or --no-name, the
+// config.json as the file the reader saves it to (the CLI reads a file), a value quoted for a POSIX shell where
+// it holds anything but letters, digits and , . : + - _ / (a link's value may hold anything).
+const SHELL_SAFE = /^[A-Za-z0-9,.:+_/-]+$/;
+const shellQuote = (value) => (SHELL_SAFE.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`);
+export function cliCommand(query, switches = [], config = "config.json") {
+  const words = ["python", "-m", "calc"];
+  const on = new Set(switches);
+  for (const [name, value] of new URLSearchParams(query)) {
+    if (name === "hf-config") words.push("--hf-config", config);
+    else if (on.has(name)) words.push(value === "true" ? `--${name}` : `--no-${name}`);
+    else words.push(`--${name}`, shellQuote(value));
+  }
+  return words.join(" ");
+}

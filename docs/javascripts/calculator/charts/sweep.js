@@ -5,8 +5,9 @@ import { capacityLine, capacityOnScale, charWidth, chartFrame, svg, text, yAxis 
 // The four recipes, then the fine-tuning step (the sweep's "finetune" row) when there is one.
 const RECIPE_LINES = ["calc-line-1", "calc-line-2", "calc-line-3", "calc-line-4", "calc-line-5"];
 
-// The sweep's rows: the table's recipes by id, and "finetune", the reader's fine-tuning step.
-const sweepLabel = (id) => (id === "finetune" ? "your fine-tuning step" : id);
+// The sweep's rows: the table's recipes by id, and "finetune", the reader's own step: its fine-tuning, or only
+// its optimizer, another than AdamW (issue 33: it read "your fine-tuning step" where only the optimizer changed).
+const sweepLabel = (id) => (id === "finetune" ? "your step (its training and optimizer)" : id);
 
 export function drawSweep(container, answer) {
   const { seq: seqs, peaks } = answer.sweep;
