@@ -397,7 +397,9 @@ def segments(
     gradient); the optimizer; zero_grad. Each phase is a builder of TunedStep; the events told alike by the
     deck's walk are calc.phases'. Its frozen blocks keep nothing: a trained embedding under them
     (--no-freeze-embedding) is the eager walk's (calc.inputs refuses it here)."""
-    assert tune.freeze_embedding or tune.mode != "freeze", "the deck walk freezes the embedding with the blocks"
+    if tune.mode == "freeze" and not tune.freeze_embedding:
+        raise ValueError("the deck walk freezes the embedding with the blocks: --no-freeze-embedding is the eager "
+                         "walk's")
     step = TunedStep(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
     segs = [Segment(tuple(step.start())), *step.forward(), *step.head(), step.backward(), *step.embedding_backward()]
     segs.append(Segment(tuple(step.end(segs))))

@@ -371,9 +371,13 @@ def late_problem(run) -> tuple[str, str] | None:
         return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
                         "or more, or ZeRO 0")  # fmt: skip
     if run.walk == "deck" and tune.mode == "freeze" and not tune.freeze_embedding:
-        return "freeze-embedding", ("trains the embedding below frozen blocks, which the eager walk replays (its "
-                                    "backward reaches the embedding through them; the deck's frozen blocks keep "
-                                    "nothing): --walk eager")  # fmt: skip
+        eager = eager_problem(run.shape, run.recompute, par, run.grad_accum, run.attention) or eager_tuning_problem(
+            tune, run.shape) or engine_problem(run.shape, par, run.recipe, run.device, tune, run.loop)
+        where = (f", and the eager walk refuses --{eager[0]} here: no walk answers this step" if eager
+                 else ": --walk eager")  # a refusal names a walk that answers, or says none does (issue 34)
+        return "freeze-embedding", ("trains the embedding below frozen blocks, which only the eager walk replays "
+                                    "(its backward reaches the embedding through them; the deck's frozen blocks "
+                                    f"keep nothing){where}")  # fmt: skip
     return None
 
 

@@ -174,7 +174,7 @@ def engine_band(step: dict, tune) -> str:
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
     band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": "fsdp2-zero2" if zero == 2 else "fsdp2",
             "tensor-parallel": "tp"}[name]  # fmt: skip
-    return band + ("-lora" if tune.mode == "lora" else "")
+    return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 
 
 PAGE_EAGER_LAYERS = 256  # the eager walk's event list (some 70 kB a layer in JSON) on the page: at most this deep

@@ -400,3 +400,34 @@ def test_a_zero_stage_over_one_worker_is_refused_naming_the_field_in_the_cli_and
     assert main(["--zero", zero, "--dp", "2"]) == 0
     assert json.loads(web.handle(json.dumps({"inputs": {"zero": zero, "dp": "2"}, "sweep": False})))["ok"] is True
     assert main(["--zero", zero, "--plan"]) == 2 and "--plan chooses it itself" in capsys.readouterr().err
+
+
+def test_an_engine_step_of_a_fine_tuning_no_engine_run_measured_quotes_no_band(capsys):
+    """A review's find: freezing layers over DDP (answered by the eager walk) was quoted with §14's band of
+    full training; its band is its own (ddp-freeze), which no measured step speaks for, while FSDP2's LoRA
+    keeps the band of its measured ranks."""
+    from hooks import deck
+
+    bands = deck.eager_bands()
+    base = {"preset": "llama-3.2-1b", "seq": "512", "recipe": "autocast", "device": "cpu", "walk": "eager"}
+    asked = {**base, "dp": "2", "finetune": "freeze", "freeze-layers": "2"}
+    frozen = json.loads(web.handle(json.dumps({"inputs": asked, "sweep": False})))["eager"]
+    assert frozen["band"] == "ddp-freeze" and deck.band_for(bands, frozen["band"], frozen["setting"]) is None
+    lora = json.loads(web.handle(json.dumps({"inputs": {**base, "dp": "2", "zero": "3", "engine": "fsdp2",
+                                                        "finetune": "lora"}, "sweep": False})))["eager"]  # fmt: skip
+    assert lora["band"] == "fsdp2-lora" and deck.band_for(bands, lora["band"], lora["setting"])["section"] == "14"
+
+
+def test_a_trained_embedding_refused_by_both_walks_says_no_walk_answers_it(capsys):
+    """A refusal names a walk that answers the same flags, or says none does (issue 34): the deck walk sends
+    --no-freeze-embedding to the eager walk, except where the eager walk refuses the step too (a paged
+    optimizer), where it says so."""
+    flags = ["--finetune", "freeze", "--freeze-layers", "2", "--no-freeze-embedding"]
+    assert main(flags) == 2 and capsys.readouterr().err.rstrip().endswith(": --walk eager")
+    assert main([*flags, "--walk", "eager", "--device", "cpu"]) != 2
+    capsys.readouterr()
+    assert main([*flags, "--paged-optimizer"]) == 2
+    said = capsys.readouterr().err
+    assert "the eager walk refuses --paged-optimizer here: no walk answers this step" in said
+    assert main([*flags, "--paged-optimizer", "--walk", "eager"]) == 2
+    assert capsys.readouterr().err.startswith("error: --paged-optimizer:")

@@ -34,3 +34,9 @@ test("the CLI's command gives the address's values as flags, switches as --name 
   assert.equal(cliCommand("seq=1%3B%20rm%20-rf%20~"), "python -m calc --seq '1; rm -rf ~'");
   assert.equal(cliCommand("seq=it's"), "python -m calc --seq 'it'\\''s'");
 });
+
+test("a switch is said as calc reads its value: a link's ?flash=1 or ?qkv-bias=yes is on, 0 and no are off", () => {
+  const switches = ["flash", "qkv-bias", "dropout"];
+  assert.equal(cliCommand("flash=1&qkv-bias=yes&dropout=off", switches), "python -m calc --flash --qkv-bias --no-dropout");
+  assert.equal(cliCommand("flash=TRUE&qkv-bias=0", switches), "python -m calc --flash --no-qkv-bias");
+});

@@ -231,6 +231,7 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
     const said = (text) => { copied.textContent = text; };
     const clipboard = navigator.clipboard;  // none on an insecure origin (plain http, some file:// pages)
     if (!clipboard) return said("Copy it from the address bar: this page may not use the clipboard.");
+    address.flush();  // typing writes the address once the reader pauses: the settings shown, now
     clipboard.writeText(location.href).then(() => said("Link copied."),
       () => said("Copy it from the address bar: the browser refused the clipboard."));
   });

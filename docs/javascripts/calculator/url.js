@@ -1,5 +1,6 @@
 // The address: a link holds every value that differs from the defaults (pure; tests/js/url.test.mjs).
 import { quote } from "./format.js";
+import { parseBool } from "./values.js";
 
 // The fields a query string sets, by calc's field names (`known`, from the page's config): parameters that are
 // not fields (utm_source, fbclid...) are ignored; a field given twice keeps its first value and says so.
@@ -30,7 +31,8 @@ export function linkQuery(given, defaults) {
 }
 
 // The command that gives the same answer in the CLI, from the address's query (linkQuery's: the values that
-// differ from the defaults): `python -m calc` and a flag each, a switch (`switches`) as --name or --no-name, the
+// differ from the defaults): `python -m calc` and a flag each, a switch (`switches`) as --name or --no-name (its
+// value read as calc reads one: a link's ?flash=1 or ?qkv-bias=yes is on), the
 // config.json as the file the reader saves it to (the CLI reads a file), a value quoted for a POSIX shell where
 // it holds anything but letters, digits and , . : + - _ / (a link's value may hold anything).
 const SHELL_SAFE = /^[A-Za-z0-9,.:+_/-]+$/;
@@ -40,7 +42,7 @@ export function cliCommand(query, switches = [], config = "config.json") {
   const on = new Set(switches);
   for (const [name, value] of new URLSearchParams(query)) {
     if (name === "hf-config") words.push("--hf-config", config);
-    else if (on.has(name)) words.push(value === "true" ? `--${name}` : `--no-${name}`);
+    else if (on.has(name)) words.push(parseBool(value) ? `--${name}` : `--no-${name}`);  // calc's yes, 1, on...
     else words.push(`--${name}`, shellQuote(value));
   }
   return words.join(" ");
