@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { cliCommand, linkQuery, readLink } from "../../docs/javascripts/calculator/url.js";
+import { cliCommand, linkQuery, readLink, tableCsv } from "../../docs/javascripts/calculator/url.js";
 
 const KNOWN = ["preset", "heads", "kv-heads", "seq", "walk", "experts"];
 
@@ -39,4 +39,13 @@ test("a switch is said as calc reads its value: a link's ?flash=1 or ?qkv-bias=y
   const switches = ["flash", "qkv-bias", "dropout"];
   assert.equal(cliCommand("flash=1&qkv-bias=yes&dropout=off", switches), "python -m calc --flash --qkv-bias --no-dropout");
   assert.equal(cliCommand("flash=TRUE&qkv-bias=0", switches), "python -m calc --flash --no-qkv-bias");
+});
+
+test("the table's CSV holds calc's integer bytes, a row a recipe, a label with a comma quoted", () => {
+  const rows = [{ id: "mixed-none", label: "mixed-precision Adam, no recomputation", peak: 199539351552,
+    bytes: { weights: 13476831232, logits: 786432000 } }];
+  assert.equal(tableCsv(rows, ["weights", "logits"]),
+    "recipe,label,weights_bytes,logits_bytes,peak_bytes\r\n" +
+    'mixed-none,"mixed-precision Adam, no recomputation",13476831232,786432000,199539351552\r\n');
+  assert.equal(tableCsv([{ ...rows[0], label: 'say "hi"' }], []).split("\r\n")[1], 'mixed-none,"say ""hi""",199539351552');
 });

@@ -267,3 +267,27 @@ def test_copy_link_puts_the_address_on_the_clipboard_or_says_where_it_is(open_pa
     page.click("[data-copy-link]")  # an insecure origin has none
     page.wait_for_selector("[data-copy-said]:has-text('this page may not use the clipboard')")
     assert recorder.errors == []
+
+
+def test_the_step_and_the_table_export_as_the_cli_gives_them(open_page, tmp_path):
+    """Issue 33's exports: "Step as JSON" saves the CLI's --json object for the command the page shows, and
+    "Table as CSV" the recipes' table with calc's integer bytes, the CLI's --table --json rows."""
+    import csv
+    import shlex
+    from pathlib import Path
+
+    page, recorder = open_page("?preset=gpt2&seq=512&finetune=lora")
+    settle(page)
+    with page.expect_download() as got:
+        page.click('[data-export="step"]')
+    saved = json.loads(Path(got.value.path()).read_text())
+    assert got.value.suggested_filename == "gpt2-seq512-step.json"
+    assert saved == cli_json(shlex.split(page.text_content('[data-out="cli"]'))[3:])
+    with page.expect_download() as got:
+        page.click('[data-export="table"]')
+    rows = list(csv.DictReader(Path(got.value.path()).read_text().splitlines()))
+    table = cli_json(["--preset", "gpt2", "--seq", "512", "--table"])
+    assert [r["recipe"] for r in rows] == [t["id"] for t in table]
+    assert [int(r["peak_bytes"]) for r in rows] == [t["peak"] for t in table]
+    assert all(int(r[f"{c}_bytes"]) == t["bytes"][c] for r, t in zip(rows, table, strict=True) for c in t["bytes"])
+    assert recorder.errors == []

@@ -47,3 +47,13 @@ export function cliCommand(query, switches = [], config = "config.json") {
   }
   return words.join(" ");
 }
+
+// The recipes' table as CSV (RFC 4180: a field holding a comma, a quote or a line break is quoted, its quotes
+// doubled), one row a recipe, its bytes as integers (calc's, never rounded): recipe id, label, each category
+// in `categories`' order, peak.
+const csvField = (value) => (/[",\r\n]/.test(String(value)) ? `"${String(value).replaceAll('"', '""')}"` : String(value));
+export function tableCsv(rows, categories) {
+  const lines = [["recipe", "label", ...categories.map((c) => `${c}_bytes`), "peak_bytes"]];
+  for (const row of rows) lines.push([row.id, row.label, ...categories.map((c) => row.bytes[c]), row.peak]);
+  return lines.map((line) => line.map(csvField).join(",")).join("\r\n") + "\r\n";
+}

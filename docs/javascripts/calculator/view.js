@@ -6,6 +6,7 @@ import { drawSweep } from "./charts/sweep.js";
 import { drawWalk } from "./charts/walk.js";
 import { capacityText, formatInt, recipeText, recomputeText, tuningText, walkText, withLabels } from "./format.js";
 import { forgetWidths, frameWidth, widthsKnownFor, withWidths } from "./svg.js";
+import { tableCsv } from "./url.js";
 
 // The eager walk's line around its `--walk eager` flag: [before, after], for the step's config and the eager
 // figure (its attention and how it ran). With neither --attention nor --flash given the two walks keep their
@@ -27,6 +28,23 @@ export function createView(root, config, answerOf, labelOf, isField) {
   const categories = config.categories;
   const anim = createAnimation(root, () => answerOf().step, config.categoryLabels);
   const out = (name) => root.querySelector(`[data-out="${name}"]`);
+  // The numbers on show as files: the step as the CLI's --json prints it (the worker's answer is that object),
+  // the recipes' table as CSV, each named for the model and the sequence.
+  const save = (text, type, name) => {
+    const link = Object.assign(document.createElement("a"), { download: name,
+      href: URL.createObjectURL(new Blob([text], { type })) });
+    link.click();
+    setTimeout(() => URL.revokeObjectURL(link.href), 0);
+  };
+  for (const button of root.querySelectorAll("[data-export]")) {
+    button.addEventListener("click", () => {
+      const answer = answerOf();
+      const { shape, seq } = answer.step.config;
+      const stem = `${String(shape.name).replace(/[^A-Za-z0-9._-]+/g, "-")}-seq${seq}`;
+      if (button.dataset.export === "step") save(JSON.stringify(answer.step, null, 1), "application/json", `${stem}-step.json`);
+      else save(tableCsv(answer.table, categories), "text/csv", `${stem}-table.csv`);
+    });
+  }
   // The table's row that is the step on show: the recipe's row when its peak is the step's (it is not when the
   // step fine-tunes, uses another optimizer or another walk: the table is the deck walk's four AdamW recipes).
   const selectedId = (answer) => {
