@@ -62,6 +62,12 @@ class Tuning:
     def adapters(self) -> bool:
         return self.mode in ("lora", "qlora")
 
+    @property
+    def embedding_under_frozen(self) -> bool:
+        """freeze with --no-freeze-embedding: the embedding trains below frozen blocks, a backward only the
+        eager walk replays (the deck's frozen blocks keep nothing)."""
+        return self.mode == "freeze" and not self.freeze_embedding
+
 
 DEFAULT = Tuning()
 
@@ -121,7 +127,7 @@ def numel(tensors) -> int:
 def embedding_trains(tune: Tuning) -> bool:
     """Whether the embedding (and a head tied to it) trains: in full training, and under freeze where
     --no-freeze-embedding says so (issue 34: freezing the first blocks only, the embedding still trained)."""
-    return tune.mode == "full" or (tune.mode == "freeze" and not tune.freeze_embedding)
+    return tune.mode == "full" or tune.embedding_under_frozen
 
 
 def trainable_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
@@ -397,7 +403,7 @@ def segments(
     gradient); the optimizer; zero_grad. Each phase is a builder of TunedStep; the events told alike by the
     deck's walk are calc.phases'. Its frozen blocks keep nothing: a trained embedding under them
     (--no-freeze-embedding) is the eager walk's (calc.inputs refuses it here)."""
-    if tune.mode == "freeze" and not tune.freeze_embedding:
+    if tune.embedding_under_frozen:
         raise ValueError("the deck walk freezes the embedding with the blocks: --no-freeze-embedding is the eager "
                          "walk's")
     step = TunedStep(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)

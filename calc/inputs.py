@@ -370,7 +370,7 @@ def late_problem(run) -> tuple[str, str] | None:
     if par.zero and par.dp == 1:
         return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
                         "or more, or ZeRO 0")  # fmt: skip
-    if run.walk == "deck" and tune.mode == "freeze" and not tune.freeze_embedding:
+    if run.walk == "deck" and tune.embedding_under_frozen:
         eager = eager_problem(run.shape, run.recompute, par, run.grad_accum, run.attention) or eager_tuning_problem(
             tune, run.shape) or engine_problem(run.shape, par, run.recipe, run.device, tune, run.loop)
         where = (f", and the eager walk refuses --{eager[0]} here: no walk answers this step" if eager

@@ -278,7 +278,7 @@ def sweep_for(inputs: Run) -> dict:
         },
     }
     tune = inputs.tune
-    if not tune.default and tune.freeze_embedding:  # a trained embedding under frozen blocks: the eager walk's only
+    if not tune.default and not tune.embedding_under_frozen:  # the deck's accounting of it; none for that step
         recipe, recompute = inputs.recipe, inputs.recompute
         p = RECIPES[recipe].activations
         out["peaks"]["finetune"] = [
