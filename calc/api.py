@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from . import eager, eager_step, finetune, loops, optim_step
 from .counts import param_counts
-from .engines import ddp, fsdp, tensor
+from .engines import ddp, fsdp, pipeline, tensor
 from .fields import ENGINES
 from .parallel import SINGLE, Parallel, device_params
 from .recipes import RECIPES, TABLE_ROWS
@@ -57,7 +57,8 @@ def sizes(
 def walks(par: Parallel, grad_accum: int | None = None) -> list[tuple[int, int, bool]]:
     """The (stage, micro-batches in flight, accumulating) walks whose largest peak is the device's.
 
-    The first pipeline stage holds the most micro-batches in flight (1F1B), the last the logits;
+    The first pipeline stage holds the most micro-batches in flight (1F1B; under GPipe every stage holds all
+    of them), the last the logits;
     stages in between hold no more than the first. A stage that runs more micro-batches than it
     holds at once starts some of them with the step's gradients already resident. `grad_accum` is
     the micro-batches per step of one data-parallel worker (default: pp, just enough to fill the
@@ -65,7 +66,7 @@ def walks(par: Parallel, grad_accum: int | None = None) -> list[tuple[int, int, 
     m = par.pp if grad_accum is None else grad_accum
     out = []
     for stage in sorted({0, par.pp - 1}):
-        in_flight = min(par.pp - stage, m)
+        in_flight = m if par.pp_schedule == "gpipe" else min(par.pp - stage, m)  # GPipe: every forward first
         out += [(stage, in_flight, False)] + ([(stage, in_flight, True)] if m > in_flight else [])
     return out
 
@@ -115,6 +116,8 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     and `ranks` has every rank's peak (up to RANKS_LISTED ranks)."""
     bare = None if loop == loops.BARE else loop
     args = (shape, seq, micro_batch, recipe, recompute, activation_bytes, attention, device, tune, bare)
+    if par.pp > 1:
+        return _pipeline_walk(args, par, loop)
     shares, walks = _dp_shares(shape, tune, par), {}  # walks: share -> (segments, (peak, at)), once a share
     for share in shares:
         if share not in walks:
@@ -132,6 +135,23 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     if 1 < par.tp <= RANKS_LISTED:  # the ranks of tensor parallelism hold alike (calc.engines.tensor)
         rank_peaks = (top,) * par.tp
     return Walked(0, 1, loop.grad_accum > 1, segs, top, at, full_sizes, per_layer, rank_peaks)
+
+
+def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
+    """The eager walk of every stage of a pipeline (calc.engines.pipeline), its micro-batches the loop's
+    (--grad-accum, default pp): the stage that peaks highest, and every stage's peak (`ranks`)."""
+    m = loop.grad_accum
+    walks = []
+    for s in range(par.pp):
+        segs = eager.segments(*args[:-1], loops.BARE, engine=pipeline.PipelineStage(par.pp, s, par.pp_schedule, m))
+        walks.append((segs, peak(segs)))
+    stage = max(range(par.pp), key=lambda s: walks[s][1][0])
+    segs, (top, at) = walks[stage]
+    in_flight = m if par.pp_schedule == "gpipe" else min(m, par.pp - stage)
+    per_layer = next(sum(e.bytes for e in s.events if e.category == "activations") for s in segs
+                     if s.reps and s.events[0].phase == "forward")  # fmt: skip
+    return Walked(stage, in_flight, m > in_flight, segs, top, at, category_peaks(segs), per_layer,
+                  tuple(w[1][0] for w in walks))
 
 
 RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
@@ -154,6 +174,8 @@ def engine_name(par: Parallel) -> str:
     ZeroRedundancyOptimizer under ZeRO 1), fsdp2, or tensor-parallel; "" on one device."""
     if par.tp > 1:
         return "tensor-parallel"
+    if par.pp > 1:
+        return "pipeline"
     return "" if par.dp == 1 else next(e for e, stages in ENGINES.items() if str(par.zero) in stages)
 
 
@@ -200,11 +222,15 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     """The walk step reports: the eager one, the fine-tuning one or the deck's, each where it applies."""
     sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
     if walk == "eager":
-        if replace(par, dp=1, zero=0, flash=False, tp=1) != SINGLE or (par.tp > 1 and par.dp > 1):
-            raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2) or tensor parallelism alone: "
-                             "use the deck walk")  # fmt: skip
+        alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SINGLE.pp_schedule) == SINGLE
+        if not alone or sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1:
+            raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
+                             "pipeline alone: use the deck walk")  # fmt: skip
         if RECIPES[recipe].computes and (par.dp == 1 or par.zero < 2):
             raise ValueError(f"{recipe} is FSDP2's bf16 policy: the eager walk runs it over dp > 1, ZeRO 2 or 3")
+        if par.pp > 1 and (shape.family not in pipeline.FAMILIES or shape.experts or shape.tied):
+            raise ValueError(f"the eager walk's pipeline is measured on {' and '.join(pipeline.FAMILIES)}'s dense, "
+                             "untied layers only: use the deck walk")  # fmt: skip
         if par.tp > 1 and (shape.family not in tensor.FAMILIES or shape.experts):
             raise ValueError(f"the eager walk's tensor parallelism is measured on {' and '.join(tensor.FAMILIES)}'s "
                              "dense layers only: use the deck walk")  # fmt: skip
@@ -246,8 +272,8 @@ def step(
     if activation_bytes is None:
         activation_bytes = RECIPES[recipe].activations
     sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
-    if walk == "eager":
-        loop = replace(loop, grad_accum=grad_accum or 1)  # issue 19: the loop's fields (calc.loops)
+    if walk == "eager":  # issue 19: the loop's fields (calc.loops); a pipeline's micro-batches (default: pp)
+        loop = replace(loop, grad_accum=grad_accum or par.pp)
     w = walked(*sized, par, walk, grad_accum, attention, device, tune, loop)
     expanded = events(w.segs)
     counts = param_counts(shape)

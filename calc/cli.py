@@ -99,7 +99,8 @@ def format_summary(result: dict) -> str:
             f"pipeline stage {result['stage']}: {result['device_params']:,} parameters"
         )
     if "engine" in result:
-        lines.append(f"  engine: {engine_text(result)}; the figures below are that rank's")
+        unit = "stage" if result["engine"] == "pipeline" else "rank"
+        lines.append(f"  engine: {engine_text(result)}; the figures below are that {unit}'s")
     if "finetune" in cfg:
         t = cfg["finetune"]
         lines.append(

@@ -10,13 +10,15 @@ value, and saves the CPU generator's state.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache, partial
 
 from . import counts, finetune, inventory, loops, losses, optim_step, phases, trl_head
 from .counts import param_counts
-from .engines import ddp, fsdp, tensor
+from .engines import ddp, fsdp, pipeline, tensor
 from .families import FAMILIES
 from .optimizers import OPTIMIZERS
+from .parallel import stage_layers
 from .parts.ops import Ops, Step
 from .recipes import RECIPES
 from .replay import Node, Replay, T
@@ -64,13 +66,18 @@ def replay(
     loss_kind: str = "transformers",
     layers: list[int] | None = None,
     tp: int = 1,
+    stage: tuple[bool, bool] | None = None,
 ):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
     micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
     `layers`: the layers replayed, in order, as numbered in the model (None: every one). The forward's parts
     are Forward's builders, in the order the model's forward runs them; then loss.backward() (_backward). `tp`:
-    one rank of tensor parallelism over that many processes (calc.engines.tensor), `shape` being its own."""
+    one rank of tensor parallelism over that many processes (calc.engines.tensor), `shape` being its own.
+    `stage`: (first, last), one micro-batch through one pipeline stage (Forward.stage_step), `shape` being the
+    stage's layers."""
     fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate, tp)
+    if stage is not None:
+        return fw.stage_step(recompute, attention, layers, *stage), fw.st
     x, leaf = fw.embeddings(recompute)
     x, cos, sin = fw.positions(x)
     mask, window = fw.masks(attention)
@@ -209,6 +216,36 @@ class Forward:
         rp.drop(*self.held, *(t for t in (cos, sin, mask) if t is not None), why="the base model's forward returns")
         return final
 
+    def stage_step(self, recompute: str, attention: str, layers: list[int] | None, first: bool, last: bool) -> Replay:
+        """One micro-batch through one pipeline stage (calc.engines.pipeline): the stage module's forward over its
+        layers, as the model's own forward runs them (the embedding on the first stage, the final norm, head and
+        loss on the last), then its backward: from the loss on the last stage, elsewhere from the output gradient
+        received into the stage's buffer. A stage after the first takes its input from its receive buffer, a
+        leaf requiring grad, whose gradient stays in `rp.grads` for the schedule to send (`rp.sent`). The
+        buffers outlive the step (they are the engine's), so nothing here frees them. Under autocast the stage
+        module's forward is the autocast region, as the model's forward is in a one-device loop."""
+        ops, rp, st, h = self.ops, self.rp, self.st, self.shape.hidden
+        if first:
+            x, leaf = self.embeddings(recompute)
+        else:  # PipelineStage's receive buffer: the stage module's input, kept by the stage from step to step
+            x, leaf = rp.keep(T(st.tokens * h * self.unit, "received activations", unit=self.unit)), None
+            ids = ops.new(self.seq, 8, "position ids", "the stage's forward: torch.arange(s), int64")
+            ids.requires_grad = False
+            self.held.append(ids)
+            self.ids = ids
+        received = x
+        x, cos, sin = self.positions(x)
+        mask, window = self.masks(attention)
+        x = self.decoder(x, cos, sin, mask, window, recompute, layers)
+        if last:  # loss_fn(output, target) as the forward ends; the logits stay in output_chunks (returned)
+            loss = self.causal_lm_loss(self.base_returns(x, cos, sin, mask), keep=True)
+            rp.grads[id(loss)] = T(0, "1")
+        else:  # the output stays in fwd_cache until its backward; its gradient arrives in the stage's buffer
+            rp.drop(*self.held, *(t for t in (cos, sin, mask) if t is not None), why="the stage's forward returns")
+            ops.end_autocast()
+            rp.grads[id(x)] = rp.keep(T(x.nbytes, "received gradient of the stage's output", unit=x.unit))
+        return _run_backward(rp, leaf, None if first else received)
+
     def head_name(self) -> str:
         return "embedding" if self.shape.tied else "lm_head"
 
@@ -223,10 +260,11 @@ class Forward:
         ops.end_autocast()
         return loss
 
-    def causal_lm_loss(self, final: T) -> T:
+    def causal_lm_loss(self, final: T, keep: bool = False) -> T:
         """The head's logits, then transformers' ForCausalLMLoss: logits.float(), labels padded and shifted (a
         copy), cross_entropy = log_softmax + nll_loss. The model's outputs still hold the final hidden states
-        (last_hidden_state) until the forward returns; the loop drops the logits once it has taken .loss."""
+        (last_hidden_state) until the forward returns; the loop drops the logits once it has taken .loss.
+        `keep`: the logits outlive the step (a pipeline's last stage returns them)."""
         ops, rp, shape, family, n = self.ops, self.rp, self.shape, self.family, self.st.tokens
         h, v = shape.hidden, shape.vocab
         head_bias = shape.bias and shape.head_bias and not shape.tied
@@ -245,7 +283,8 @@ class Forward:
             rp.drop(logits32)
         rp.drop(final, why="the model's forward returns")
         ops.end_autocast()
-        rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
+        if not keep:
+            rp.drop(logits, why="the model's output is dropped once the loop has taken .loss")
         return loss
 
 
@@ -259,7 +298,16 @@ def _embedded(ops: Ops, embed, x: T) -> T:
 def _backward(rp: Replay, loss: T, leaf: T | None) -> Replay:
     """loss.backward(): every node's backward, then what the graph keeps until the step returns."""
     rp.grads[id(loss)] = T(0, "1")
+    return _run_backward(rp, leaf)
+
+
+def _run_backward(rp: Replay, leaf: T | None, received: T | None = None) -> Replay:
+    """The backward from the gradients given in rp.grads; then what the graph keeps until the step returns
+    (enable_input_require_grads' `leaf` and its .grad) and, for a pipeline stage, its `received` input's
+    gradient, which the schedule sends (rp.sent); the rest go."""
     rp.backward()
+    if received is not None:
+        rp.sent = rp.grads.pop(id(received), None)
     if leaf is not None:
         rp.after = [leaf, rp.grads.pop(id(leaf))]
     for g in rp.grads.values():
@@ -314,19 +362,21 @@ def segments(
     device: str,
     tune: finetune.Tuning = finetune.DEFAULT,
     loop: loops.Loop = loops.BARE,
-    engine: ddp.DataParallel | fsdp.FullyShard | tensor.TensorParallel | None = None,
+    engine: ddp.DataParallel | fsdp.FullyShard | tensor.TensorParallel | pipeline.PipelineStage | None = None,
 ):
     """The step as walk segments: the state, the replayed forward and backward (a layer's events once,
     repeated over the layers where they are the same), AdamW's step and zero_grad. `engine`: the step of one
     rank of DDP (calc.engines.ddp), its buckets and, under ZeRO-1, its share of the optimizer; or of FSDP2
     (calc.engines.fsdp), its shards, its groups gathered and reduced around the layers, its rows of AdamW; or of
     tensor parallelism (calc.engines.tensor): the model of one rank's share of the heads and the MLP, its
-    linears' inputs and outputs all-reduced.
+    linears' inputs and outputs all-reduced; or one stage of a pipeline (calc.engines.pipeline: _stage_segments).
 
     A few layers of each run are replayed (layer_spans: the layers of a run of one kind, or the periods of a run
     whose kinds repeat, but the first and the last, run the same ops on the same sizes), and their events are
     stretched to the real depth (checked: where a run's middle periods' events differ, the whole model is
     replayed)."""
+    if isinstance(engine, pipeline.PipelineStage):
+        return _stage_segments(shape, (seq, micro_batch, recipe, recompute, attention, device, tune), loop, engine)
     sharded = isinstance(engine, fsdp.FullyShard)
     computes = RECIPES[recipe].computes  # FSDP2's bf16 policy: the model runs in bf16 over fp32 shards
     args = (seq, micro_batch, computes or recipe, recompute, attention, device, tune)
@@ -357,6 +407,37 @@ def segments(
     end += _graph_goes(rp)
     segs.append(Segment(tuple(end)))
     return segs
+
+
+def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline.PipelineStage) -> list[Segment]:
+    """One pipeline stage's step (calc.engines.pipeline): its parameters and AdamW's state, the engine's buffers,
+    each micro-batch's forward and backward through its layers in the schedule's order, AdamW's step."""
+    recipe, device, tune = args[2], args[5], args[6]
+    sub = replace(shape, layers=len(stage_layers(shape, stage.pp, stage.stage)))  # the stage's layers
+    rp, st, replayed = _replayed(sub, args, stage=(stage.first, stage.last))
+    later = _replayed(sub, args, accumulate=True, stage=(stage.first, stage.last))[2]
+    forward = [s for s in replayed if s.events[0].phase == "forward"]
+    backward = ([s for s in replayed if s.events[0].phase != "forward"],
+                [s for s in later if s.events[0].phase != "forward"])  # fmt: skip
+    params = optim_step.stage_params(sub, tune, stage.first, stage.last)
+    start = resident_state(sum(p.numel for p in params), recipe)
+    if stage.first or stage.last:  # the step's input ids (first) or labels (last), every micro-batch's
+        start.append(Event("start", f"token ids (int64) of the step's {stage.micro_batches} micro-batches",
+                           "activations", 8 * st.tokens * stage.micro_batches, "s x b x 8 bytes a micro-batch"))
+    r = RECIPES[recipe]
+    unit = 4 if r.autocast else st.act  # the layers' outputs: the weights' dtype
+    start += stage.buffers(rp.blocks(st.tokens * shape.hidden * unit),
+                           rp.blocks(st.tokens * shape.vocab * (2 if r.autocast else st.act)))
+    start += _optimizer_start(params, recipe, device, tune, loop, len(params), rp.block)
+    after = [Event("backward", f"free {t.label}", t.category, rp.blocks(-t.nbytes), "the stage's backward returns: "
+                   "the micro-batch's graph goes") for t in rp.after]  # fmt: skip
+    act, logits = st.tokens * shape.hidden * unit, st.tokens * shape.vocab * (2 if r.autocast else st.act)
+    sent = rp.blocks(rp.sent.nbytes) if rp.sent else 0
+    segs = [Segment(tuple(start)), *stage.step(forward, backward, 0 if stage.last else rp.blocks(act), sent, after,
+                                               rp.blocks(logits))]  # fmt: skip
+    end = _optimizer_end(params, recipe, device, tune, loop, rp.block)
+    end.append(phases.zero_grad(phases.gradients_held(backward[0])))
+    return [*segs, Segment(tuple(end))]
 
 
 def _resident(shape: Shape, recipe: str, tune: finetune.Tuning) -> tuple[list[Event], int]:

@@ -9,7 +9,8 @@ from dataclasses import replace
 from . import families, fields, finetune, loops
 from .activations import layer_bytes
 from .counts import param_counts
-from .engines import tensor
+from .engines import pipeline, tensor
+from .engines.pipeline import SCHEDULES
 from .families import listing
 from .fields import ATTENTIONS, CARDS, DEVICES, ENGINES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
@@ -298,7 +299,8 @@ def _parse_parallel(given: Mapping[str, object], shape: Shape, flash: bool) -> P
         raise InputError("zero", f"must be a ZeRO stage 0, 1, 2 or 3, got {quote(zero)}")
     flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
     flags["flash"] = flash
-    par = Parallel(**degrees, zero=int(str(zero).strip()), **flags)
+    schedule = _choice("pp-schedule", given["pp-schedule"], SCHEDULES) if "pp-schedule" in given else SCHEDULES[0]
+    par = Parallel(**degrees, zero=int(str(zero).strip()), **flags, pp_schedule=schedule)
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
@@ -364,12 +366,15 @@ def late_problem(run) -> tuple[str, str] | None:
     """(field, message) for a step neither walk answers as given, checked after the output modes' own refusals
     (calc.cli.validated, calc.web.accepted: --plan and --fit-card choose these fields themselves), or None:
     a ZeRO stage over one data-parallel worker, with nothing to shard it over (issue 33: the deck walk
-    "gathered" from nobody and raised the peak); a trained embedding under frozen blocks in the deck walk,
-    whose frozen blocks keep nothing (issue 34: the eager walk replays the backward through them)."""
+    "gathered" from nobody and raised the peak); a pipeline's schedule with one stage, which schedules nothing;
+    a trained embedding under frozen blocks in the deck walk, whose frozen blocks keep nothing (issue 34: the
+    eager walk replays the backward through them)."""
     par, tune = run.par, run.tune
     if par.zero and par.dp == 1:
         return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
                         "or more, or ZeRO 0")  # fmt: skip
+    if par.pp_schedule != SCHEDULES[0] and par.pp == 1:
+        return "pp-schedule", f"schedules a pipeline's stages, and there is one: give --pp 2 or more, or {SCHEDULES[0]}"
     if run.walk == "deck" and tune.embedding_under_frozen:
         eager = eager_problem(run.shape, run.recompute, par, run.grad_accum, run.attention) or eager_tuning_problem(
             tune, run.shape) or engine_problem(run.shape, par, run.recipe, run.device, tune, run.loop)
@@ -508,9 +513,16 @@ def eager_problem(
     shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = ""
 ) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
-    if replace(par, dp=1, zero=0, flash=False, tp=1) != Parallel():  # the deck's flash is the eager walk's sdpa
-        return "walk", ("the eager walk runs data parallelism (--dp) or tensor parallelism (--tp): leave --pp, --ep "
-                        "and --sequence-parallel unset, or use the deck walk")  # fmt: skip
+    if replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SCHEDULES[0]) != Parallel():  # the deck's
+        # flash is the eager walk's sdpa
+        return "walk", ("the eager walk runs data parallelism (--dp), tensor parallelism (--tp) or a pipeline (--pp): "
+                        "leave --ep and --sequence-parallel unset, or use the deck walk")  # fmt: skip
+    if par.pp > 1 and (par.dp > 1 or par.tp > 1 or par.zero):
+        return "pp", ("the eager walk runs a pipeline alone (DDP, FSDP2 or tensor parallelism beside its stages is not "
+                      "modelled yet): --dp 1, --tp 1 and --zero 0, or the deck walk")  # fmt: skip
+    if par.pp > 1 and par.pp_schedule == "1f1b" and grad_accum is not None and grad_accum < par.pp:
+        return "grad-accum", (f"torch's Schedule1F1B needs at least as many micro-batches as stages: --grad-accum "
+                              f"{par.pp} or more (its default), or --pp-schedule gpipe")  # fmt: skip
     if par.tp > 1 and (par.dp > 1 or par.zero):
         return "tp", ("the eager walk runs data or tensor parallelism, not both at once (DDP, ZeRO or FSDP2 beside "
                       "tensor parallelism is not modelled yet): --dp 1 and --zero 0, or the deck walk")  # fmt: skip
@@ -550,6 +562,8 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
                           "walk runs it with --dp 2 or more and --zero 2 or 3")  # fmt: skip
     if par.tp > 1:
         return tensor_problem(shape, par, recipe, device, tune, loop)
+    if par.pp > 1:
+        return pipeline_problem(shape, par, recipe, device, tune, loop)
     if par.dp == 1 or not par.zero:
         return None
     if par.zero == 1:
@@ -589,6 +603,26 @@ def tensor_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
     if recipe not in TP_RECIPES:
         return "recipe", f"{tp} is measured on fp32 parameters: fp32-full or autocast"
     return _measured_step(tp, device, tune, loop)
+
+
+PP_STAGES = 128  # the eager walk replays each stage of a pipeline: a bound on its time
+
+
+def pipeline_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: finetune.Tuning,
+                     loop: loops.Loop) -> tuple[str, str] | None:  # fmt: skip
+    """(field, message) where the eager walk's pipeline (torch.distributed.pipelining's stages over consecutive
+    layers, calc.engines.pipeline) is not the step asked for, or None. Its micro-batches are --grad-accum's."""
+    pp = f"the eager walk's --pp {par.pp} (torch's PipelineStage under {pipeline.SCHEDULE_NAMES[par.pp_schedule]})"
+    if par.pp > PP_STAGES:
+        return "pp", f"{pp} walks each stage: at most {PP_STAGES} stages"
+    if shape.family not in pipeline.FAMILIES or shape.experts:
+        return "walk", f"{pp} is measured on Llama's and Qwen3's dense layers only: use the deck walk"
+    if shape.tied:
+        return "tied", (f"{pp} is measured on untied heads (a tied head's last stage holds a copy of the embedding "
+                        "that no process ties to it): use the deck walk")  # fmt: skip
+    if recipe not in TP_RECIPES:
+        return "recipe", f"{pp} is measured on fp32 parameters: fp32-full or autocast"
+    return _measured_step(pp, device, tune, replace(loop, grad_accum=1))
 
 
 def _measured_step(engine: str, device: str, tune: finetune.Tuning, loop: loops.Loop) -> tuple[str, str] | None:

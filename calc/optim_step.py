@@ -117,6 +117,15 @@ def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
     return embedding + layers + _stored(outer["final_norm"] + outer["head"])
 
 
+def stage_params(shape: Shape, tune: finetune.Tuning, first: bool, last: bool) -> list[Param]:
+    """The trainable tensors of one pipeline stage whose layers are `shape`'s: the blocks, the embedding on the
+    first stage, the final norm and the head on the last (calc.engines.pipeline)."""
+    outer, params = inventory.outer_tensors(shape), trainable(shape, tune)
+    front = len(outer["embedding"] + outer["positions"]) if finetune.embedding_trains(tune) and not first else 0
+    back = 0 if last else len(_stored(outer["final_norm"] + outer["head"]))
+    return params[front : len(params) - back]
+
+
 def groups(params: list[Param], loop: str) -> list[list[Param]]:
     """The optimizer's parameter groups: one (model.parameters()) in a bare loop; Trainer's two
     (trainer.py:1272-1284), the decay group (every weight in model order) then the norms and biases."""

@@ -22,6 +22,8 @@ class Parallel:
     flash: bool = False  # FlashAttention (Dao et al. 2022): the s x s scores are never stored
     ep: int = 1  # expert parallelism: the routed experts split over ep of the dp workers, each holding E/ep
     # (Lepikhin et al. 2021, GShard; DeepSpeed-MoE); ZeRO shards the experts over the other dp/ep
+    pp_schedule: str = "1f1b"  # the pipeline's schedule: 1F1B (Narayanan et al. 2021), a stage holding at most
+    # pp - stage micro-batches at once, or GPipe (Huang et al. 2019), every micro-batch's forward before any backward
 
     @property
     def devices(self) -> int:

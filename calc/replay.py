@@ -71,6 +71,7 @@ class Replay:
         self.grads: dict[int, T] = {}  # id(tensor) -> its pending gradient
         self.param_grads: dict[tuple[int, str], int] = {}  # (layer, parameter) -> bytes of its .grad
         self.after: list[T] = []  # what the training step holds until it returns (after zero_grad)
+        self.sent: T | None = None  # a pipeline stage's input gradient, which the schedule sends and frees
         # issue 19, gradient accumulation: a later micro-batch adds each parameter gradient into the resident
         # .grad (AccumulateGrad: variable.grad += new_grad) and frees it once its node has run
         self.accumulating = False

@@ -9,6 +9,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .api import eager_peak, run_step, sweep, table
+from .engines.pipeline import SCHEDULE_NAMES
 from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
@@ -48,9 +49,9 @@ def eager_unavailable(inputs: Run) -> str | None:
     shape, tune = inputs.shape, inputs.tune
     problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
-    if not problem and inputs.walk == "deck" and (inputs.par.dp > 1 or inputs.par.tp > 1):  # one device's
+    if not problem and inputs.walk == "deck" and inputs.par.devices > 1:  # one device's
         return ("the eager figure beside the deck's is one device's: the eager walk (walk=eager) walks each rank "
-                "of DDP, FSDP2 or tensor parallelism")
+                "of DDP, FSDP2 or tensor parallelism, and each stage of a pipeline")
     return problem[1] if problem else None
 
 
@@ -85,23 +86,26 @@ def eager_beside(inputs: Run, step: dict | None = None) -> dict:
     }
 
 
-ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel": "tensor parallelism's layers plan"}
+ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel": "tensor parallelism's layers plan",
+                "pipeline": "torch's pipelining"}
 
 
 def engine_text(step: dict) -> str:
     """The engine of an eager step over several processes (step's "engine") and its ranks' peaks, in words (the
-    CLI's summary and the page's): its peak is the busiest rank's."""
+    CLI's summary and the page's): its peak is the busiest rank's (a pipeline's ranks are its stages)."""
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
     words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if zero == 1 else "",
-                                  "fsdp2": f" with reshard_after_forward={zero == 3}"}.get(name, "")  # fmt: skip
-    ranks = step.get("rank_peaks", [])
+                                  "fsdp2": f" with reshard_after_forward={zero == 3}",
+                                  "pipeline": f" under {SCHEDULE_NAMES[step['config']['parallel']['pp_schedule']]}"
+                                  }.get(name, "")  # fmt: skip
+    ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" else "rank"  # a pipeline's ranks
     if not ranks:
-        return f"the busiest rank of {words}"
+        return f"the busiest {rank} of {words}"
     busiest = ranks.index(max(ranks))
     low, high = format_gb(min(ranks)), format_gb(max(ranks))
-    spread = f"ranks {low} to {high} GB" if low != high else f"every rank {high} GB" + (
+    spread = f"{rank}s {low} to {high} GB" if low != high else f"every {rank} {high} GB" + (
         f", within {max(ranks) - min(ranks):,} bytes" if min(ranks) < max(ranks) else "")
-    return f"the busiest of {len(ranks):,} ranks of {words} (rank {busiest}; {spread})"
+    return f"the busiest of {len(ranks):,} {rank}s of {words} ({rank} {busiest}; {spread})"
 
 
 def beside_refusal(field: str, reason: str) -> tuple[str, str]:
@@ -173,7 +177,7 @@ def engine_band(step: dict, tune) -> str:
     FSDP2's with peft's LoRA)."""
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
     band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": "fsdp2-zero2" if zero == 2 else "fsdp2",
-            "tensor-parallel": "tp"}[name]  # fmt: skip
+            "tensor-parallel": "tp", "pipeline": f"pp-{step['config']['parallel']['pp_schedule']}"}[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 
 
@@ -184,11 +188,17 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
     """Everything the page draws for one set of validated inputs. With fine-tuning inputs (finetune, optimizer,
     lora-rank, lora-targets, freeze-layers, paged-optimizer) `step` is the fine-tuning step, `trainable_params`
     its trainable parameters and the sweep gains a "finetune" row; `fit` lists what fits one card."""
-    shape, seq, b = inputs.shape, inputs.seq, inputs.micro_batch
+    shape, seq, b, par = inputs.shape, inputs.seq, inputs.micro_batch, inputs.par
     if inputs.walk == "eager" and shape.layers > PAGE_EAGER_LAYERS:
         raise InputError("layers", f"the page walks the eager step event by event for at most {PAGE_EAGER_LAYERS:,} "
                          "layers (the list would not fit the browser): choose the deck's accounting under --walk, "
                          "or run the CLI's --walk eager")  # fmt: skip
+    passes = (inputs.grad_accum or par.pp) * -(-shape.layers // par.pp)  # a pipeline stage's layers, each micro-batch
+    if inputs.walk == "eager" and par.pp > 1 and passes > PAGE_EAGER_LAYERS:
+        raise InputError("grad-accum", f"the page walks a pipeline stage's step event by event for at most "
+                         f"{PAGE_EAGER_LAYERS:,} layers, counted once a micro-batch (here {passes:,}): fewer "
+                         "micro-batches or more stages, the deck's accounting under --walk, or the CLI's --walk "
+                         "eager")  # fmt: skip
     rows = table(shape, seq, b, deck_layout(inputs), inputs.grad_accum)
     for row in rows:
         row["display"] = {part: _display(v) for part, v in {**row["bytes"], "peak": row["peak"]}.items()}

@@ -153,6 +153,7 @@ def parallel_cases() -> Iterator[Case]:
         ("--tp", "4", "--pp", "4", "--flash"),
         ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "1", "--grad-accum", "8"),
         ("--pp", "8", "--recompute", "full"),
+        ("--pp", "4", "--pp-schedule", "gpipe", "--grad-accum", "8"),
     )
     for preset in ("llama-7b", "llama-2-70b", "gpt-3-175b", "mixtral-8x7b", "gpt2"):
         for layout in layouts:
@@ -162,6 +163,10 @@ def parallel_cases() -> Iterator[Case]:
     for argv in (("--preset", "mixtral-8x7b", "--dp", "8", "--ep", "8"),
                  ("--preset", "mixtral-8x7b", "--dp", "8", "--ep", "4", "--zero", "3", "--tp", "2")):
         yield "cli " + " ".join(argv) + " --json", lambda a=argv: cli(*a, "--json"), True
+    for schedule in ("1f1b", "gpipe"):  # the eager walk's pipeline, every stage (calc.engines.pipeline)
+        argv = ("--preset", "qwen3-8b", "--walk", "eager", "--pp", "4", "--pp-schedule", schedule, "--grad-accum",
+                "8", "--recipe", "autocast", "--device", "cpu")  # fmt: skip
+        yield "cli " + " ".join(argv), lambda a=argv: cli(*a), False
 
 
 def custom_cases() -> Iterator[Case]:

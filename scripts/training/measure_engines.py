@@ -51,6 +51,10 @@ import measure_lora  # noqa: E402
 import measure_transformers  # noqa: E402
 import profile_step  # noqa: E402
 import torch  # noqa: E402
+from transformers.loss.loss_utils import ForCausalLMLoss  # noqa: E402
+
+from calc.hf import shape_from_config  # noqa: E402
+from calc.parallel import stage_layers  # noqa: E402
 
 RESULTS = ROOT / "docs" / "data" / "engines.json"
 SEQ, MICRO_BATCH = 128, 2
@@ -63,10 +67,14 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
                                         *measure_families.HEAD, ("tie_word_embeddings", True))),
           "qwen3_moe": measure_families.FAMILIES["qwen3_moe"],
           "llama-mha": hf_models.Model("llama", 2, 64, 4, 4, 256, 128, (*measure_families.TOKENS,
-                                       *measure_families.HEAD))}  # fmt: skip
+                                       *measure_families.HEAD)),
+          "llama-4": hf_models.Model("llama", 4, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
+                                     *measure_families.HEAD)),
+          "qwen3-4": hf_models.Model("qwen3", 4, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
+                                     *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
 ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0,
-           "fsdp2-lora": 3, "fsdp2-zero2-lora": 2}  # the ZeRO stage each runs
+           "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0}  # the ZeRO stage each runs
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
 TP_PLAN = {
     **dict.fromkeys(
@@ -79,13 +87,22 @@ WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2":
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
 TP = {"tp": (2,)}  # 2 key/value heads
 FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
+PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4)}  # 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1)
 MEASURED = {
     "llama": {**WORLDS, **TP, **FSDP2_LORA},
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
     "llama-mha": {"tp": (2, 4)},
+    "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4)},
+    "qwen3-4": PIPELINES,
 }
+
+
+def micro_batches(engine: str, world: int) -> int:
+    """A pipeline's micro-batches a step (n_microbatches, the CLI's --grad-accum): twice its stages, so that
+    1F1B reaches its steady state on every stage but the first; 1 for the other engines."""
+    return 2 * world if engine.startswith("pp-") else 1
 MIXED = "fsdp-bf16"  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over the fp32 model
 GRID = [(name, engine, world, precision, checkpointing)
         for name in FAMILIES for engine, worlds in MEASURED[name].items() for world in worlds
@@ -104,6 +121,18 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
     model = MODELS[name]
 
     def make():
+        if engine.startswith("pp-"):  # one stage of the model's layers (calc.parallel.stage_layers)
+            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+            net = hf_models.build(model, "sdpa", checkpointing)
+            layers = stage_layers(shape_from_config(model.config()), world, rank)
+            module = Stage(net, layers.start - 1, layers.stop - 1, rank == 0, rank == world - 1,
+                           precision == "autocast")
+            del net  # the stage keeps its own modules; the rest of the model goes
+            schedule = {"pp-1f1b": Schedule1F1B, "pp-gpipe": ScheduleGPipe}[engine]
+            pipe = schedule(PipelineStage(module, rank, world, torch.device("cpu")), micro_batches(engine, world),
+                            loss_fn=lambda logits, labels: ForCausalLMLoss(logits, labels, vocab_size=model.vocab))
+            return pipe, torch.optim.AdamW(module.parameters(), lr=1e-3)
         if engine == "tp":  # one parallelize_module call a decoder layer, torch's defaults
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -138,13 +167,63 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
         return net, hf_models.make_optimizer(net)
 
     def step(state, x):  # under FSDP2's bf16 policy the model computes in bf16 without autocast
+        if engine.startswith("pp-"):
+            pipeline_step(*state, x, rank, world)
+            return
         hf_models.train_step(*state, x, "fp32-full" if precision == MIXED else precision)
 
-    seed = 0 if engine == "tp" else rank  # tensor parallelism: every rank on the same batch
-    batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH, 100 * i + seed) for i in range(3)]
+    seed = 0 if engine == "tp" or engine.startswith("pp-") else rank  # tp, pp: every rank on the same batch
+    m = micro_batches(engine, world)
+    batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH * m, 100 * i + seed) for i in range(3)]
+    if engine.startswith("pp-") and 0 < rank < world - 1:  # a stage in between is given no batch
+        batches = [torch.empty(0, dtype=torch.long) for _ in batches]
     got = profile_step.on_cpu(profile_step.two_steps(make, step, batches))[0]
     out.put((rank, got))
     torch.distributed.destroy_process_group()
+
+
+class Stage(torch.nn.Module):
+    """One pipeline stage of a transformers causal LM: LlamaModel.forward (Qwen3Model's) over the decoder layers
+    lo to hi (0-based, hi excluded), with the embedding on the first stage and the final norm and head on the
+    last (torchtitan's way of cutting a model: what a stage lacks is None). The position ids and rotary tables
+    are made on every stage, as the model's forward makes them; under sdpa the causal mask is is_causal."""
+
+    def __init__(self, net, lo: int, hi: int, first: bool, last: bool, autocast: bool):
+        super().__init__()
+        self.autocast = autocast
+        inner = net.model
+        self.embed = inner.embed_tokens if first else None
+        self.layers = torch.nn.ModuleList(inner.layers[lo:hi])
+        self.rotary = inner.rotary_emb
+        self.norm, self.head = (inner.norm, net.lm_head) if last else (None, None)
+
+    def forward(self, x):
+        if not self.autocast:
+            return self.run(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the stage's forward is the autocast region
+            return self.run(x)
+
+    def run(self, x):
+        h = self.embed(x) if self.embed is not None else x
+        positions = torch.arange(h.shape[1]).unsqueeze(0)
+        rotary = self.rotary(h, positions)
+        for layer in self.layers:
+            h = layer(h, attention_mask=None, position_ids=positions, position_embeddings=rotary)
+        return self.head(self.norm(h)) if self.head is not None else h
+
+
+def pipeline_step(pipe, optimizer, x, rank: int, world: int) -> None:
+    """One step of a pipeline stage: the schedule's step (the first stage given the input ids, the last the
+    labels; the merged logits it returns are dropped), then AdamW's. Under autocast the stage's forward is the
+    autocast region (Stage)."""
+    if rank == 0:
+        pipe.step(x)
+    elif rank == world - 1:
+        pipe.step(target=x)
+    else:
+        pipe.step()
+    optimizer.step()
+    optimizer.zero_grad()
 
 
 RUNS = 3  # each case is run this many times; each rank's lowest peak is kept (measured)
@@ -180,8 +259,11 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     m = MODELS[name]
     config = calc_cli.config_file(f"engine-{name}", m.config())
     run = ["--hf-config", config, "--seq", SEQ, "--micro-batch", MICRO_BATCH, "--walk", "eager", "--recipe",
-           precision, "--attention", "sdpa", "--recompute", checkpointing, "--device", "cpu",
-           "--tp" if engine == "tp" else "--dp", world]  # fmt: skip
+           precision, "--attention", "sdpa", "--recompute", checkpointing, "--device", "cpu"]  # fmt: skip
+    if engine.startswith("pp-"):
+        pipe = ["--pp", world, "--pp-schedule", engine[3:], "--grad-accum", micro_batches(engine, world)]
+        return [str(a) for a in [*run, *pipe]]
+    run += ["--tp" if engine == "tp" else "--dp", world]
     run += [] if engine == "tp" else ["--engine", engine.split("-")[0]]  # ddp or fsdp2, as --zero picks
     run += ["--zero", ENGINES[engine]] if ENGINES[engine] else []
     run += LORA.get(engine, [])
@@ -203,9 +285,10 @@ def predicted(row: dict) -> None:
 def measure(name: str, engine: str, world: int, precision: str, checkpointing: str) -> dict:
     t0 = time.perf_counter()
     ranks = measured((name, engine, precision, checkpointing), world)
+    pipe = {"micro_batches": micro_batches(engine, world)} if engine.startswith("pp-") else {}
     row = {"family": name, "model": MODELS[name].config(), "engine": engine, "world": world, "seq": SEQ,
-           "micro_batch": MICRO_BATCH, "precision": precision, "attention": "sdpa", "checkpointing": checkpointing,
-           "backend": "gloo", "ranks": ranks}  # fmt: skip
+           "micro_batch": MICRO_BATCH, **pipe, "precision": precision, "attention": "sdpa",
+           "checkpointing": checkpointing, "backend": "gloo", "ranks": ranks}  # fmt: skip
     predicted(row)
     return {**row, "seconds": round(time.perf_counter() - t0, 2)}
 

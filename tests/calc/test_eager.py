@@ -188,14 +188,16 @@ def test_deck_is_the_default_and_unchanged():
 
 
 def test_eager_refuses_parallelism_and_unknown_walks():
-    """The eager walk runs data or tensor parallelism alone, and the course's Decoder on one device; other walk
-    names are refused."""
+    """The eager walk runs data or tensor parallelism or a pipeline alone, and the course's Decoder on one device;
+    other walk names are refused."""
     with pytest.raises(ValueError, match="Decoder on one device"):
         calc.step(DECODER, 8, 16, par=calc.Parallel(dp=2), walk="eager")
     with pytest.raises(ValueError, match="llama and qwen3's dense layers only"):  # the layers plan's families
         calc.step(DECODER, 8, 16, par=calc.Parallel(tp=2), walk="eager")
-    for par in (calc.Parallel(pp=2), calc.Parallel(dp=2, tp=2)):
-        with pytest.raises(ValueError, match=r"data parallelism \(DDP, ZeRO 1, FSDP2\) or tensor parallelism alone"):
+    with pytest.raises(ValueError, match="pipeline is measured on llama and qwen3's dense, untied layers only"):
+        calc.step(DECODER, 8, 16, par=calc.Parallel(pp=2), walk="eager")
+    for par in (calc.Parallel(pp=2, dp=2), calc.Parallel(dp=2, tp=2)):
+        with pytest.raises(ValueError, match=r"\(DDP, ZeRO 1, FSDP2\), tensor parallelism or a pipeline alone"):
             calc.step(DECODER, 8, 16, par=par, walk="eager")
     with pytest.raises(ValueError, match="unknown walk"):
         calc.step(DECODER, 8, 16, walk="lazy")
@@ -205,7 +207,7 @@ def test_walk_input_is_validated():
     """The "walk" field: deck by default, eager on request, anything else an InputError naming it."""
     assert calc.parse_inputs({}).walk == "deck"
     assert calc.parse_inputs({"walk": " Eager "}).walk == "eager"
-    for raw in ({"walk": "lazy"}, {"walk": "eager", "pp": 2}):
+    for raw in ({"walk": "lazy"}, {"walk": "eager", "tp": 2, "sequence-parallel": True}):
         with pytest.raises(calc.InputError) as err:
             calc.parse_inputs(raw)
         assert err.value.field == "walk"

@@ -109,7 +109,7 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--zero", "1"], "--zero"),  # over one process ZeRO would shard nothing: not accepted and ignored
         (["--dp", "2", "--tp", "2"], "--tp"),  # FSDP2 x TP: not modelled
         (["--tp", "2", "--zero", "1"], "--tp"),  # names --tp, not a --dp that --tp then refuses
-        (["--tp", "2", "--pp", "2"], "--walk"),
+        (["--tp", "2", "--pp", "2"], "--pp"),
         (["--tp", "2", "--sequence-parallel"], "--walk"),
         (["--tp", "2", "--recipe", "bf16"], "--recipe"),
         (["--tp", "2", "--recipe", "autocast", "--device", "cuda"], "--device"),

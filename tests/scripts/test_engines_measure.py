@@ -19,8 +19,9 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, and tensor
     parallelism at 2, on Llama and Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor
     parallelism at 2 and 4 on a Llama with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
-    (stage 2) on Llama and Qwen3; fp32 and autocast, and FSDP2's bf16 policy where FSDP2 trains every
-    parameter, checkpointing off and on; no refusal."""
+    (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
+    Qwen3, and at 3 (uneven) of the Llama, twice as many micro-batches as stages; fp32 and autocast, and FSDP2's
+    bf16 policy where FSDP2 trains every parameter, checkpointing off and on; no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
     worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2},
@@ -31,10 +32,14 @@ def test_every_engine_and_layout_is_recorded_and_answered():
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
                                                                       for w in (2, 3)}  # fmt: skip
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {("tp", 2), ("tp", 4)}
+    pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)}
+    assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines
+    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | {("pp-1f1b", 3), ("pp-gpipe", 3)}
+    assert all(r["micro_batches"] == 2 * r["world"] for r in runs if r["engine"].startswith("pp-"))
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 14 + 2 * 4 + 2) * 2 * 2 + len(bf16) * 2 == 192
+    assert len(runs) == len(cases) == (2 * 14 + 2 * 4 + 2 + 4 + 6) * 2 * 2 + len(bf16) * 2 == 232
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
@@ -45,7 +50,8 @@ def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen
     (make_results.unseen_gathered); or by exactly what it started above its lowest peer with
     (make_results.unseen_start); or its tensors' own peak is exact and the rest a matmul's workspace
     (make_results.workspace_held); or, under tensor parallelism, by exactly one all-reduce output
-    (make_results.unseen_reduced). No more than one rank-step in 20 needs one of these."""
+    (make_results.unseen_reduced). No more than one rank-step in 20 needs one of these. A pipeline's stage under
+    autocast may read up to 0.5% below its prediction (make_results.cast_order), never above it."""
     import make_results
 
     explained = 0
@@ -62,6 +68,8 @@ def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen
                 assert min(abs(rise - p) for p in peers) <= 0.01 * rise, (row["eager"]["command"], i)
             elif why is make_results.workspace_held:
                 assert abs(r["measured_peak_tensors"] / r["predicted_peak"] - 1) < 0.001, (row["eager"]["command"], i)
+            elif make_results.cast_order(row, i):
+                assert 1 < r["ratio"] <= 1.005, (row["eager"]["command"], i, r["ratio"])
             else:
                 assert abs(r["ratio"] - 1) <= 0.01, (row["eager"]["command"], i, r["ratio"])
     assert explained <= sum(len(row["ranks"]) for row in ENGINES["runs"]) / 20
@@ -81,13 +89,14 @@ def test_recorded_cli_answers_are_todays():
 @pytest.mark.torch
 @pytest.mark.parametrize(
     ("engine", "precision"),
-    [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "fsdp2-lora")),
-     ("fsdp2", "fsdp-bf16")],
+    [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "fsdp2-lora", "pp-1f1b")),
+     ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
 )  # fmt: skip
 def test_a_sample_measures_as_recorded(engine, precision):
-    """One case of each engine (FSDP2's bf16 policy and LoRA under FSDP2 among them), 2 processes, measured
-    again: every rank's peak within 1% of the CLI's (a rank reading high by a block freed unseen excepted, as in
-    the record), and within 0.1% of its recorded peak."""
+    """One case of each engine (FSDP2's bf16 policy, LoRA under FSDP2 and both pipelines among them), 2 processes,
+    measured again: every rank's peak within 1% of the CLI's (a rank reading high by a block freed unseen
+    excepted, as in the record, and a pipeline's stage under autocast within 0.5% above it), and within 0.1% of
+    its recorded peak."""
     import make_results
     import measure_engines
 
@@ -103,4 +112,5 @@ def test_a_sample_measures_as_recorded(engine, precision):
             # the peak, not the rise from the start: a block of the step before, freed unseen and handed out
             # again before the peak, raises a start and not the peak
             assert b["measured_peak"] == pytest.approx(a["measured_peak"], rel=0.001), i
-        assert unseen(new, i) or abs(b["ratio"] - 1) <= 0.01, (i, b["ratio"])
+        cast = make_results.cast_order(new, i) and b["ratio"] <= 1.005  # a pipeline stage under autocast
+        assert unseen(new, i) or abs(b["ratio"] - 1) <= 0.01 or cast, (i, b["ratio"])

@@ -66,6 +66,34 @@ def test_an_engine_link_says_whose_rank_the_peak_is_as_the_cli_does(open_page):
     assert recorder.errors == []
 
 
+def test_a_pipeline_link_gives_every_stage_as_the_cli_does_and_the_form_keeps_its_schedule(open_page):
+    """`?walk=eager&pp=4&pp-schedule=gpipe...` (issue 31): the form shows the schedule chosen, the peak is the CLI's
+    busiest stage of torch's pipelining under ScheduleGPipe, the summary names the engine and its stages' spread,
+    and the line beside quotes the band of the GPipe steps measured (results §14); choosing 1F1B on the form
+    gives the CLI's 1F1B peak."""
+    settings = {"preset": "qwen3-8b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
+                "pp": "4", "grad-accum": "8", "pp-schedule": "gpipe"}  # fmt: skip
+    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
+    settle(page)
+    assert page.evaluate(LINK_LINES) == []
+    assert page.input_value('select[name="pp-schedule"]') == "gpipe"
+    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
+    cli = cli_json(flags)
+    assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"]) and len(cli["rank_peaks"]) == 4
+    said = answer_for(settings)["engine_text"]
+    assert said.startswith("the busiest of 4 stages of torch's pipelining under ScheduleGPipe (stage 3; ")
+    assert f", as the eager walk allocates it on {said}, the peak is " in page.text_content("[data-calc-summary]")
+    from hooks import deck
+
+    band = deck.band_for(deck.eager_bands(), "pp-gpipe", answer_for(settings)["eager"]["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
+    page.select_option('select[name="pp-schedule"]', "1f1b")
+    settle(page)
+    assert page.evaluate(PEAK) == cli_json([*flags[:-2], "--pp-schedule", "1f1b"])["peak"] < cli["peak"]
+    assert recorder.errors == []
+
+
 def test_a_mixture_of_experts_fit_list_says_it_is_not_computed_and_why(open_page):
     """Mixtral (M3): the fit list's status and its one cell give the CLI's --fit-card reason, never "0 ... fit";
     Trains LoRA then (minor 1): the planner's reason names the page's table, planner and fit list, no flag."""

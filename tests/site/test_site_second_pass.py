@@ -141,8 +141,9 @@ def test_the_decoder_reads_its_bytes(open_page):
 
 
 def test_messages_name_the_forms_labels_and_a_configs_own_value_is_refused_under_its_box(open_page):
-    """Item 7: a fine-tuning beside a pipeline names “Pipeline stages”, not --pp; a config.json too large to
-    count is refused under the config box, not under Layers (which shows the previous model's value)."""
+    """Item 7: a fine-tuning beside a pipeline names “Pipeline stages”, not --pp, and the eager figure's reason
+    names “Sequence parallel”, not --sequence-parallel; a config.json too large to count is refused under the
+    config box, not under Layers (which shows the previous model's value)."""
     page, recorder = open_page()
     change(page, "pp", "2")
     page.select_option('[name="finetune"]', "lora")  # refused: no redraw comes
@@ -152,9 +153,12 @@ def test_messages_name_the_forms_labels_and_a_configs_own_value_is_refused_under
     huge = json.loads(LLAMA2) | {"num_hidden_layers": 9000, "hidden_size": 65536, "intermediate_size": 1 << 20,
                                   "num_attention_heads": 64, "num_key_value_heads": 64}
     change(page, "finetune", "full")
-    reason = page.text_content('[data-out="eager-reason"]')  # calc's reason for no eager walk, in the form's words
-    assert "“Pipeline stages”" in reason and "--pp" not in reason
     change(page, "pp", "1")
+    page.check('[name="sequence-parallel"]')  # the eager walk replays no sequence parallelism
+    page.wait_for_function("() => document.querySelector('[data-out=\"eager-reason\"]').textContent.trim()")
+    reason = page.text_content('[data-out="eager-reason"]')  # calc's reason for no eager walk, in the form's words
+    assert "“Sequence parallel”" in reason and "--sequence-parallel" not in reason
+    page.uncheck('[name="sequence-parallel"]')
     paste(page, json.dumps(huge))
     error = page.locator('[data-error-for="hf-config"]')
     error.wait_for(state="visible")

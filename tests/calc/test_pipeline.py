@@ -1,0 +1,122 @@
+"""Pipeline parallelism as torch.distributed.pipelining runs it (calc.engines.pipeline): the schedules' order, what
+each stage keeps and lets go, the eager walk of every stage, and the flags that ask for it."""
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import calc
+from calc import eager_step
+from calc.cli import main
+from calc.engines.pipeline import PipelineStage
+from calc.parallel import Parallel, stage_layers
+from calc.walk import peak
+
+UNTIED = "qwen3-8b"  # an untied head: the stages the eager walk replays
+
+
+@given(pp=st.integers(2, 8), extra=st.integers(0, 12), data=st.data())
+def test_each_schedule_runs_every_micro_batch_once_forward_before_backward(pp, extra, data):
+    """Every micro-batch's forward and backward run once each, its forward first, the backwards in micro-batch
+    order; GPipe runs every forward before any backward; 1F1B never holds more than pp - stage micro-batches
+    between their forward and backward, and holds that many once it has run them (warmup_chunks)."""
+    m = pp + extra
+    stage = data.draw(st.integers(0, pp - 1))
+    for schedule in ("gpipe", "1f1b"):
+        order = PipelineStage(pp, stage, schedule, m).order()
+        assert sorted(order) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
+        assert [i for k, i in order if k == "B"] == list(range(m))
+        assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(m))
+        in_flight, most = 0, 0
+        for kind, _ in order:
+            in_flight += 1 if kind == "F" else -1
+            most = max(most, in_flight)
+        assert most == (m if schedule == "gpipe" else min(m, pp - stage))
+
+
+def test_1f1b_lets_go_of_its_last_warmup_send_when_its_steady_loop_ends():
+    """1F1B's send_work holds the output of micro-batch pp - stage - 2 until its steady loop breaks (after
+    backward m - warm); every other output goes at its own backward, each input gradient at the next backward;
+    GPipe keeps every send until its backward loop ends."""
+    stage = PipelineStage(4, 0, "1f1b", 8)  # warm 4: micro-batch 2's output waits for backward 4
+    assert stage.lets_go("output") == [0, 1, 4, 3, 4, 5, 6, 7]
+    assert stage.lets_go("input gradient sent") == [1, 2, 3, 4, 5, 6, 7, 7]
+    assert PipelineStage(4, 3, "1f1b", 8).lets_go("output") == list(range(8))  # warm 1: no send held
+    assert PipelineStage(2, 0, "gpipe", 4).lets_go("output") == [3] * 4
+
+
+def _stage(preset: str, pp: int, stage: int, schedule: str, m: int, recipe: str = "fp32-full", recompute="none"):
+    return eager_step.segments(calc.PRESETS[preset], 512, 1, recipe, recompute, "sdpa", "cpu",
+                               engine=PipelineStage(pp, stage, schedule, m))  # fmt: skip
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("recipe", ["fp32-full", "autocast"])
+def test_a_stage_ends_its_step_holding_what_it_started_with(schedule, recompute, recipe):
+    """After the optimizer's step and zero_grad a stage holds what it started with: its parameters and AdamW's
+    state, its receive buffers and, on the last stage, the logits it returns (nothing else outlives the step)."""
+    for s in range(4):
+        segs = _stage(UNTIED, 4, s, schedule, 8, recipe, recompute)
+        start = sum(e.bytes for e in segs[0].events)
+        assert sum(seg.repeats * e.bytes for seg in segs for e in seg.events) == start, s
+
+
+def test_stages_hold_the_models_parameters_between_them():
+    """The stages' parameters add up to the model's: each its layers, the first the embedding, the last the
+    final norm and the head (calc.parallel.stage_layers' split, earlier stages taking the remainder)."""
+    shape = calc.PRESETS[UNTIED]
+    per_stage = []
+    for s in range(5):
+        first = _stage(UNTIED, 5, s, "1f1b", 5)[0].events[0]  # the weights resident, fp32
+        per_stage.append(first.bytes // 4)
+        assert len(stage_layers(shape, 5, s)) in (shape.layers // 5, shape.layers // 5 + 1)
+    assert sum(per_stage) == calc.param_counts(shape)["total"]
+
+
+def test_gpipe_holds_every_micro_batch_1f1b_only_its_stages_share():
+    """With more micro-batches than stages, GPipe's first stage peaks higher than 1F1B's: it keeps every
+    micro-batch's activations, where 1F1B keeps pp of them."""
+    gpipe, one = (peak(_stage(UNTIED, 2, 0, s, 8))[0] for s in ("gpipe", "1f1b"))
+    assert gpipe > one
+    deck = {s: calc.step(calc.PRESETS["llama-7b"], 4096, 1, par=Parallel(pp=4, pp_schedule=s), grad_accum=8)
+            for s in ("gpipe", "1f1b")}  # fmt: skip
+    assert deck["gpipe"]["in_flight"] == 8 and deck["1f1b"]["in_flight"] == 4
+    assert deck["gpipe"]["peak"] > deck["1f1b"]["peak"]
+
+
+def test_cli_gives_every_stages_peak(capsys):
+    """--walk eager --pp N --json names the engine and gives every stage's peak, the busiest's as the peak."""
+    args = ["--preset", UNTIED, "--seq", "512", "--walk", "eager", "--recipe", "autocast", "--device", "cpu",
+            "--pp", "4", "--pp-schedule", "gpipe", "--grad-accum", "6", "--json"]  # fmt: skip
+    assert main(args) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["engine"] == "pipeline" and len(step["rank_peaks"]) == 4
+    assert step["peak"] == max(step["rank_peaks"]) == step["rank_peaks"][step["stage"]]
+    assert step["config"]["parallel"]["pp_schedule"] == "gpipe" and step["config"]["grad_accum"] == 6
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--pp-schedule", "gpipe"], "--pp-schedule"),  # one stage: nothing to schedule
+        (["--pp", "4", "--grad-accum", "2"], "--grad-accum"),  # Schedule1F1B needs m >= pp
+        (["--pp", "2", "--preset", "llama-3.2-1b"], "--tied"),  # a tied head's last stage
+        (["--pp", "2", "--preset", "qwen3-30b-a3b"], "--walk"),  # experts
+        (["--pp", "2", "--recipe", "mixed"], "--recipe"),
+        (["--pp", "2", "--dp", "2"], "--pp"),
+        (["--pp", "2", "--device", "cuda"], "--device"),
+        (["--pp", "2", "--finetune", "lora"], "--finetune"),
+        (["--pp", "2", "--pp-schedule", "zb"], "--pp-schedule"),
+    ],
+)
+def test_eager_pipeline_refusals_name_the_field(flags, field, capsys):
+    """What the eager walk's pipeline does not run exits 2 with one line naming the field."""
+    base = {"--preset": UNTIED, "--recipe": "fp32-full", "--device": "cpu"}
+    given = dict(zip(flags[::2], flags[1::2], strict=True))
+    args = ["--walk", "eager", *[a for k, v in {**base, **given}.items() for a in (k, v)]]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}:"), err
