@@ -277,3 +277,39 @@ def test_the_embedding_switch_trains_it_under_frozen_blocks_as_the_cli_does(open
     page.wait_for_function("() => document.querySelector('[data-error-for=\"freeze-embedding\"]').textContent.trim()")
     assert "trains the embedding below frozen blocks" in page.text_content('[data-error-for="freeze-embedding"]')
     assert recorder.errors == []
+
+
+def test_the_arrow_keys_through_a_list_make_one_history_entry(open_page):
+    """Issue 33's minor: the arrow keys through the preset list chose at every step, one history entry a preset
+    passed. The first step is the entry and the later ones are typing, written into it: the address ends on the
+    preset the keys stopped at, and one Back returns to the preset before the run."""
+    page, recorder = open_page()
+    entries = page.evaluate("history.length")
+    page.focus('[data-calc-form] [name="preset"]')
+    for _ in range(3):
+        page.keyboard.press("ArrowDown")
+    settle(page)
+    chosen = page.input_value('[data-calc-form] [name="preset"]')
+    assert chosen != "llama-7b" and query_of(page)["preset"] == [chosen]
+    assert page.evaluate("history.length") == entries + 1
+    assert page.evaluate(PEAK) == answer_for({"preset": chosen})["step"]["peak"]
+    page.go_back()
+    page.wait_for_function("() => document.querySelector('[name=preset]').value === 'llama-7b'")
+    settle(page)
+    assert urlparse(settled_url(page)).query == ""
+    assert recorder.errors == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_table_wider_than_its_box_says_it_scrolls(open_page, width):
+    """Issue 33's minor: at 390 px the planner's and the fit list's tables were cut at Recomputation with no sign
+    of the rest. Narrow, each says in words that it scrolls sideways and its box draws a shadow on the side that
+    scrolls; wide, where the table fits, the words are not shown."""
+    page, recorder = open_page(viewport={"width": width, "height": 900})
+    for box in ("[data-planner]", "[data-fit]"):
+        hint = page.locator(f"{box} .calc-scroll-hint")
+        scroll = page.locator(f"{box} .calc-plan-scroll")
+        wider = scroll.evaluate("e => e.scrollWidth > e.clientWidth")
+        assert hint.is_visible() == (width == 390) == wider, box
+        assert "radial-gradient" in scroll.evaluate("e => getComputedStyle(e).backgroundImage")
+    assert recorder.errors == []

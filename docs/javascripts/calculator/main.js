@@ -129,8 +129,12 @@ function mount(root) {
     if (!name || name === "event") return;
     planner.cancel();  // a plan waits until the reader pauses
     msg.notes.delete(name);
-    // A choice from a list (a preset, Trains, the recipe...) or a config is a history entry; typing is not.
-    if (event.target.tagName === "SELECT" || name === HF_CONFIG) choose();
+    // A choice from a list (a preset, Trains, the recipe...) or a config is a history entry; typing is not. The
+    // arrow keys through a list choose at every step: the first step of such a run is the entry, the later
+    // ones are typing, written into it once the reader pauses (issue 33: one entry, not one a preset passed).
+    const keyed = event.target === lastKey.target && performance.now() - lastKey.at < KEY_MS;
+    if (name === HF_CONFIG || (event.target.tagName === "SELECT" && !(keyed && keyRun === event.target))) choose();
+    keyRun = keyed ? event.target : null;
     if (name === "preset") {
       seqKept = f.state.seqTyped;
       f.choosePreset(event.target.value);  // "your config.json" again: its shape comes with the answer
@@ -161,6 +165,13 @@ function mount(root) {
       f.field(name).dispatchEvent(new Event("input", { bubbles: true }));
     }
   });
+  // The last key pressed in a list, and the list whose choices the keys are running through.
+  const KEY_MS = 500;
+  let lastKey = { target: null, at: -Infinity }, keyRun = null;
+  f.form.addEventListener("keydown", (event) => {
+    if (event.target.tagName === "SELECT") lastKey = { target: event.target, at: performance.now() };
+  });
+  f.form.addEventListener("focusout", () => { keyRun = null; });
   f.form.addEventListener("input", onInput);
   f.form.addEventListener("submit", (event) => event.preventDefault());
   for (const button of root.querySelectorAll("[data-capacity-preset]")) {
