@@ -57,8 +57,7 @@ def sizes(
 def walks(par: Parallel, grad_accum: int | None = None) -> list[tuple[int, int, bool]]:
     """The (stage, micro-batches in flight, accumulating) walks whose largest peak is the device's.
 
-    The first pipeline stage holds the most micro-batches in flight (1F1B; under GPipe every stage holds all
-    of them), the last the logits;
+    The first pipeline stage holds the most micro-batches in flight (1F1B), the last the logits;
     stages in between hold no more than the first. A stage that runs more micro-batches than it
     holds at once starts some of them with the step's gradients already resident. `grad_accum` is
     the micro-batches per step of one data-parallel worker (default: pp, just enough to fill the
@@ -66,7 +65,7 @@ def walks(par: Parallel, grad_accum: int | None = None) -> list[tuple[int, int, 
     m = par.pp if grad_accum is None else grad_accum
     out = []
     for stage in sorted({0, par.pp - 1}):
-        in_flight = m if par.pp_schedule == "gpipe" else min(par.pp - stage, m)  # GPipe: every forward first
+        in_flight = min(par.pp - stage, m)
         out += [(stage, in_flight, False)] + ([(stage, in_flight, True)] if m > in_flight else [])
     return out
 
@@ -140,18 +139,18 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
 def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
     """The eager walk of every stage of a pipeline (calc.engines.pipeline), its micro-batches the loop's
     (--grad-accum, default pp): the stage that peaks highest, and every stage's peak (`ranks`)."""
-    m = loop.grad_accum
-    walks = []
+    m, peaks, busiest = loop.grad_accum, [], None  # busiest: (stage, segments, (peak, at)), the first highest
     for s in range(par.pp):
         segs = eager.segments(*args[:-1], loops.BARE, engine=pipeline.PipelineStage(par.pp, s, par.pp_schedule, m))
-        walks.append((segs, peak(segs)))
-    stage = max(range(par.pp), key=lambda s: walks[s][1][0])
-    segs, (top, at) = walks[stage]
+        top = peak(segs)
+        peaks.append(top[0])
+        if busiest is None or top[0] > busiest[2][0]:
+            busiest = (s, segs, top)
+    stage, segs, (top, at) = busiest
     in_flight = m if par.pp_schedule == "gpipe" else min(m, par.pp - stage)
     per_layer = next(sum(e.bytes for e in s.events if e.category == "activations") for s in segs
                      if s.reps and s.events[0].phase == "forward")  # fmt: skip
-    return Walked(stage, in_flight, m > in_flight, segs, top, at, category_peaks(segs), per_layer,
-                  tuple(w[1][0] for w in walks))
+    return Walked(stage, in_flight, m > in_flight, segs, top, at, category_peaks(segs), per_layer, tuple(peaks))
 
 
 RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
@@ -235,6 +234,9 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
             raise ValueError(f"the eager walk's tensor parallelism is measured on {' and '.join(tensor.FAMILIES)}'s "
                              "dense layers only: use the deck walk")  # fmt: skip
         return eager_walk(*sized, attention, device, tune, loop, par)
+    if walk == "deck" and par.pp_schedule != SINGLE.pp_schedule:
+        raise ValueError(f"the deck walk's pipeline is the papers' {SINGLE.pp_schedule}: the eager walk replays "
+                         f"{par.pp_schedule}")  # fmt: skip
     if walk == "deck" and not tune.default:
         if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
             raise ValueError("fine-tuning is walked on one device (or plain data parallelism, no ZeRO)")

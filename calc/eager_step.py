@@ -437,7 +437,16 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
                                                rp.blocks(logits))]  # fmt: skip
     end = _optimizer_end(params, recipe, device, tune, loop, rp.block)
     end.append(phases.zero_grad(phases.gradients_held(backward[0])))
-    return [*segs, Segment(tuple(end))]
+    below = stage_layers(shape, stage.pp, stage.stage).start - 1  # the stage's layers by the model's numbers
+    return [_shifted(seg, below) for seg in segs] + [Segment(tuple(end))]
+
+
+def _shifted(seg: Segment, below: int) -> Segment:
+    """A segment of a stage's replay (its layers numbered from 1) with its layers numbered as in the model."""
+    if not below or seg.reps is None:
+        return seg
+    r = seg.reps.layers
+    return seg._replace(reps=Reps(range(r.start + below, r.stop + below, r.step), seg.reps.micro_batches))
 
 
 def _resident(shape: Shape, recipe: str, tune: finetune.Tuning) -> tuple[list[Event], int]:

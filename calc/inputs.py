@@ -366,7 +366,8 @@ def late_problem(run) -> tuple[str, str] | None:
     """(field, message) for a step neither walk answers as given, checked after the output modes' own refusals
     (calc.cli.validated, calc.web.accepted: --plan and --fit-card choose these fields themselves), or None:
     a ZeRO stage over one data-parallel worker, with nothing to shard it over (issue 33: the deck walk
-    "gathered" from nobody and raised the peak); a pipeline's schedule with one stage, which schedules nothing;
+    "gathered" from nobody and raised the peak); a pipeline's schedule with one stage, which schedules nothing,
+    or other than 1F1B in the deck walk, whose accounting is the papers' 1F1B;
     a trained embedding under frozen blocks in the deck walk, whose frozen blocks keep nothing (issue 34: the
     eager walk replays the backward through them)."""
     par, tune = run.par, run.tune
@@ -375,6 +376,9 @@ def late_problem(run) -> tuple[str, str] | None:
                         "or more, or ZeRO 0")  # fmt: skip
     if par.pp_schedule != SCHEDULES[0] and par.pp == 1:
         return "pp-schedule", f"schedules a pipeline's stages, and there is one: give --pp 2 or more, or {SCHEDULES[0]}"
+    if par.pp_schedule != SCHEDULES[0] and run.walk == "deck":
+        return "pp-schedule", (f"the deck walk's pipeline is the papers' 1F1B (Narayanan et al. 2021): --walk eager "
+                               f"replays torch's {pipeline.SCHEDULE_NAMES[par.pp_schedule]}, or {SCHEDULES[0]}")
     if run.walk == "deck" and tune.embedding_under_frozen:
         eager = eager_problem(run.shape, run.recompute, par, run.grad_accum, run.attention) or eager_tuning_problem(
             tune, run.shape) or engine_problem(run.shape, par, run.recipe, run.device, tune, run.loop)
@@ -606,6 +610,7 @@ def tensor_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
 
 
 PP_STAGES = 128  # the eager walk replays each stage of a pipeline: a bound on its time
+PP_PASSES = 4096  # and each micro-batch through it: a bound on its time (some 2 ms a layer passed)
 
 
 def pipeline_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: finetune.Tuning,
@@ -615,6 +620,11 @@ def pipeline_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune
     pp = f"the eager walk's --pp {par.pp} (torch's PipelineStage under {pipeline.SCHEDULE_NAMES[par.pp_schedule]})"
     if par.pp > PP_STAGES:
         return "pp", f"{pp} walks each stage: at most {PP_STAGES} stages"
+    passes = max(loop.grad_accum, par.pp) * -(-shape.layers // par.pp)  # the first stage's, once a micro-batch
+    if passes > PP_PASSES:
+        return "grad-accum", (f"{pp} walks each stage micro-batch by micro-batch: at most {PP_PASSES:,} layers a "
+                              f"stage, counted once a micro-batch (here {passes:,}): fewer micro-batches or more "
+                              "stages, or the deck walk")  # fmt: skip
     if shape.family not in pipeline.FAMILIES or shape.experts:
         return "walk", f"{pp} is measured on Llama's and Qwen3's dense layers only: use the deck walk"
     if shape.tied:

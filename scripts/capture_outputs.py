@@ -153,7 +153,7 @@ def parallel_cases() -> Iterator[Case]:
         ("--tp", "4", "--pp", "4", "--flash"),
         ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "1", "--grad-accum", "8"),
         ("--pp", "8", "--recompute", "full"),
-        ("--pp", "4", "--pp-schedule", "gpipe", "--grad-accum", "8"),
+        ("--pp", "4", "--pp-schedule", "1f1b", "--grad-accum", "8"),
     )
     for preset in ("llama-7b", "llama-2-70b", "gpt-3-175b", "mixtral-8x7b", "gpt2"):
         for layout in layouts:

@@ -979,13 +979,13 @@ parameter's gradient and the later ones adding into it; each output and input gr
 go of its send (GPipe once its backward loop ends; 1F1B the last output it sent in its warm-up once its steady
 phase ends); and, on the last stage, every micro-batch's logits kept until the next step begins, with one more copy
 of them all as the step returns them merged (`calc/engines/pipeline.py`). Worst rank, predicted / measured:
-{worst}. {pp_over}. The deck walk's `--dp N --zero K` and `--tp N` give {deck_low} to {deck_high} of the
-busiest rank. It counts no bucket; under ZeRO 1 it saves the sharded moments that DDP's buckets spend again (ZeRO-1
-as torch runs it peaks where one device does); under ZeRO 2 and 3 it counts one gathered layer and no root, no
-prefetch and no flat buffers; under `--tp` it splits the head and the logits by the vocabulary (Megatron's
-vocabulary-parallel head), where this plan keeps them whole on every rank; under `--pp` it counts the papers'
-micro-batches in flight, and none of the receive buffers, the kept logits or their merged copy. Its one-device
-accounting is not eager autograd's either.
+{worst}. {pp_over}. The deck walk's `--dp N --zero K`, `--tp N` and `--pp N` (1F1B only: it refuses `--pp-schedule
+gpipe`) give {deck_low} to {deck_high} of the busiest rank. It counts no bucket; under ZeRO 1 it saves the sharded
+moments that DDP's buckets spend again (ZeRO-1 as torch runs it peaks where one device does); under ZeRO 2 and 3 it
+counts one gathered layer and no root, no prefetch and no flat buffers; under `--tp` it splits the head and the
+logits by the vocabulary (Megatron's vocabulary-parallel head), where this plan keeps them whole on every rank;
+under `--pp` it counts the papers' micro-batches in flight, and none of the receive buffers, the kept logits or
+their merged copy. Its one-device accounting is not eager autograd's either.
 
 {high} of the {rank_steps} rank-steps read high by exactly DDP's buckets (the DDP ranks below 0.95 in the table):
 each of them starts the measured step that many bytes above its peers, and rises from its start as they do. They are

@@ -78,13 +78,24 @@ def test_stages_hold_the_models_parameters_between_them():
 
 def test_gpipe_holds_every_micro_batch_1f1b_only_its_stages_share():
     """With more micro-batches than stages, GPipe's first stage peaks higher than 1F1B's: it keeps every
-    micro-batch's activations, where 1F1B keeps pp of them."""
+    micro-batch's activations, where 1F1B keeps pp of them. The deck's accounting is the papers' 1F1B and
+    refuses GPipe."""
     gpipe, one = (peak(_stage(UNTIED, 2, 0, s, 8))[0] for s in ("gpipe", "1f1b"))
     assert gpipe > one
-    deck = {s: calc.step(calc.PRESETS["llama-7b"], 4096, 1, par=Parallel(pp=4, pp_schedule=s), grad_accum=8)
-            for s in ("gpipe", "1f1b")}  # fmt: skip
-    assert deck["gpipe"]["in_flight"] == 8 and deck["1f1b"]["in_flight"] == 4
-    assert deck["gpipe"]["peak"] > deck["1f1b"]["peak"]
+    walked = {s: calc.step(calc.PRESETS[UNTIED], 512, 1, "autocast", par=Parallel(pp=4, pp_schedule=s), walk="eager",
+                           grad_accum=8, device="cpu") for s in ("gpipe", "1f1b")}  # fmt: skip
+    assert walked["gpipe"]["in_flight"] == 8 and walked["1f1b"]["in_flight"] == 4 - walked["1f1b"]["stage"]
+    assert walked["gpipe"]["peak"] > walked["1f1b"]["peak"]
+    with pytest.raises(ValueError, match="the papers' 1f1b"):
+        calc.step(calc.PRESETS["llama-7b"], 4096, 1, par=Parallel(pp=4, pp_schedule="gpipe"), grad_accum=8)
+
+
+def test_a_stage_numbers_its_layers_as_the_model_does():
+    """A stage after the first names its layers by the model's numbers (stage 1 of 4 of a 36-layer model holds
+    layers 10 to 18), in its events as in its repetitions."""
+    segs = _stage(UNTIED, 4, 1, "1f1b", 4)
+    layers = {layer for s in segs if s.reps for layer in s.reps.layers}
+    assert layers == set(stage_layers(calc.PRESETS[UNTIED], 4, 1)) == set(range(10, 19))
 
 
 def test_cli_gives_every_stages_peak(capsys):
@@ -102,6 +113,8 @@ def test_cli_gives_every_stages_peak(capsys):
     ("flags", "field"),
     [
         (["--pp-schedule", "gpipe"], "--pp-schedule"),  # one stage: nothing to schedule
+        (["--walk", "deck", "--pp", "2", "--pp-schedule", "gpipe", "--device", "cuda"], "--pp-schedule"),
+        (["--pp", "32", "--pp-schedule", "gpipe", "--grad-accum", "4096"], "--grad-accum"),  # a bound on its time
         (["--pp", "4", "--grad-accum", "2"], "--grad-accum"),  # Schedule1F1B needs m >= pp
         (["--pp", "2", "--preset", "llama-3.2-1b"], "--tied"),  # a tied head's last stage
         (["--pp", "2", "--preset", "qwen3-30b-a3b"], "--walk"),  # experts
@@ -114,9 +127,21 @@ def test_cli_gives_every_stages_peak(capsys):
 )
 def test_eager_pipeline_refusals_name_the_field(flags, field, capsys):
     """What the eager walk's pipeline does not run exits 2 with one line naming the field."""
-    base = {"--preset": UNTIED, "--recipe": "fp32-full", "--device": "cpu"}
+    base = {"--walk": "eager", "--preset": UNTIED, "--recipe": "fp32-full", "--device": "cpu"}
     given = dict(zip(flags[::2], flags[1::2], strict=True))
-    args = ["--walk", "eager", *[a for k, v in {**base, **given}.items() for a in (k, v)]]
+    if given.get("--walk") == "deck":
+        del base["--device"], given["--device"]
+    args = [a for k, v in {**base, **given}.items() for a in (k, v)]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}:"), err
+
+
+def test_the_planners_pipelines_are_1f1b_and_its_load_says_so():
+    """The planner's rows are 1F1B's (the deck's accounting), each saying so, so that the page's Load sets the
+    Pipeline schedule it assumed and its question leaves the reader's schedule out (hooks.deck: the layout)."""
+    from hooks import deck
+
+    rows = calc.plan(calc.PRESETS["llama-2-70b"], 4096, 1024, 80 * 10**9)
+    assert rows and {r["pp_schedule"] for r in rows} == {"1f1b"}
+    assert "pp-schedule" in deck.page_fields()["layout"]

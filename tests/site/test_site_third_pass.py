@@ -313,3 +313,29 @@ def test_a_table_wider_than_its_box_says_it_scrolls(open_page, width):
         assert hint.is_visible() == (width == 390) == wider, box
         assert "radial-gradient" in scroll.evaluate("e => getComputedStyle(e).backgroundImage")
     assert recorder.errors == []
+
+
+def test_a_pause_ends_a_keyboard_run_and_a_loop_preset_run_is_one_entry(open_page):
+    """A keyboard run through a list ends when the reader pauses (a second run after a pause is an entry of its
+    own: Back returns to where the first stopped), and the arrow keys through "Run as" make one entry, not one
+    for each field a preset sets at each step."""
+    page, recorder = open_page()
+    entries = page.evaluate("history.length")
+    page.focus('[data-calc-form] [name="preset"]')
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    settle(page)
+    first = page.input_value('[data-calc-form] [name="preset"]')
+    page.wait_for_timeout(1500)  # a reader's pause, past the run's second
+    page.keyboard.press("ArrowDown")
+    settle(page)
+    assert page.evaluate("history.length") == entries + 2
+    page.focus("[data-loop-preset]")
+    for _ in range(2):
+        page.keyboard.press("ArrowDown")
+    settle(page)
+    assert page.evaluate("history.length") == entries + 3
+    page.go_back()
+    page.go_back()
+    page.wait_for_function(f"() => document.querySelector('[name=preset]').value === '{first}'")
+    assert recorder.errors == []

@@ -132,9 +132,7 @@ function mount(root) {
     // A choice from a list (a preset, Trains, the recipe...) or a config is a history entry; typing is not. The
     // arrow keys through a list choose at every step: the first step of such a run is the entry, the later
     // ones are typing, written into it once the reader pauses (issue 33: one entry, not one a preset passed).
-    const keyed = event.target === lastKey.target && performance.now() - lastKey.at < KEY_MS;
-    if (name === HF_CONFIG || (event.target.tagName === "SELECT" && !(keyed && keyRun === event.target))) choose();
-    keyRun = keyed ? event.target : null;
+    if (name === HF_CONFIG || (event.target.tagName === "SELECT" && !presetting && entryOf(event.target))) choose();
     if (name === "preset") {
       seqKept = f.state.seqTyped;
       f.choosePreset(event.target.value);  // "your config.json" again: its shape comes with the answer
@@ -159,19 +157,33 @@ function mount(root) {
   const loopPreset = root.querySelector("[data-loop-preset]");
   loopPreset?.addEventListener("input", (event) => {
     event.stopPropagation();
-    choose();
-    for (const [name, value] of Object.entries(config.loopPresets[loopPreset.value] || {})) {
-      f.setField(name, value);
-      f.field(name).dispatchEvent(new Event("input", { bubbles: true }));
+    if (entryOf(loopPreset)) choose();
+    presetting = true;  // the fields it sets are its choice, not one each
+    try {
+      for (const [name, value] of Object.entries(config.loopPresets[loopPreset.value] || {})) {
+        f.setField(name, value);
+        f.field(name).dispatchEvent(new Event("input", { bubbles: true }));
+      }
+    } finally {
+      presetting = false;
     }
   });
-  // The last key pressed in a list, and the list whose choices the keys are running through.
-  const KEY_MS = 500;
-  let lastKey = { target: null, at: -Infinity }, keyRun = null;
-  f.form.addEventListener("keydown", (event) => {
+  // The last key pressed in a list, and the keyboard run of choices through one: a choice the keys make within
+  // RUN_MS of the run's last one, in the same list, is a later step of it (typing); a pause, another list, the
+  // focus leaving or a choice made otherwise starts afresh, a history entry of its own.
+  const KEY_MS = 500, RUN_MS = 1000;
+  let lastKey = { target: null, at: -Infinity }, keyRun = { target: null, at: -Infinity }, presetting = false;
+  function entryOf(list) {
+    const now = performance.now();
+    const keyed = list === lastKey.target && now - lastKey.at < KEY_MS;
+    const later = keyed && keyRun.target === list && now - keyRun.at < RUN_MS;
+    keyRun = keyed ? { target: list, at: now } : { target: null, at: -Infinity };
+    return !later;
+  }
+  root.addEventListener("keydown", (event) => {
     if (event.target.tagName === "SELECT") lastKey = { target: event.target, at: performance.now() };
   });
-  f.form.addEventListener("focusout", () => { keyRun = null; });
+  root.addEventListener("focusout", () => { keyRun = { target: null, at: -Infinity }; });
   f.form.addEventListener("input", onInput);
   f.form.addEventListener("submit", (event) => event.preventDefault());
   for (const button of root.querySelectorAll("[data-capacity-preset]")) {
