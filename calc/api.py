@@ -147,7 +147,7 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
         if busiest is None or top[0] > busiest[2][0]:
             busiest = (s, segs, top)
     stage, segs, (top, at) = busiest
-    in_flight = m if par.pp_schedule == "gpipe" else min(m, par.pp - stage)
+    in_flight = pipeline.PipelineStage(par.pp, stage, par.pp_schedule, m).in_flight
     per_layer = next(sum(e.bytes for e in s.events if e.category == "activations") for s in segs
                      if s.reps and s.events[0].phase == "forward")  # fmt: skip
     return Walked(stage, in_flight, m > in_flight, segs, top, at, category_peaks(segs), per_layer, tuple(peaks))

@@ -413,7 +413,8 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
     """One pipeline stage's step (calc.engines.pipeline): its parameters and AdamW's state, the engine's buffers,
     each micro-batch's forward and backward through its layers in the schedule's order, AdamW's step."""
     recipe, device, tune = args[2], args[5], args[6]
-    sub = replace(shape, layers=len(stage_layers(shape, stage.pp, stage.stage)))  # the stage's layers
+    layers = stage_layers(shape, stage.pp, stage.stage)
+    sub = replace(shape, layers=len(layers))  # the stage's layers, numbered from 1 in its replay
     rp, st, replayed = _replayed(sub, args, stage=(stage.first, stage.last))
     later = _replayed(sub, args, accumulate=True, stage=(stage.first, stage.last))[2]
     forward = [s for s in replayed if s.events[0].phase == "forward"]
@@ -424,21 +425,18 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
     if stage.first or stage.last:  # the step's input ids (first) or labels (last), every micro-batch's
         start.append(Event("start", f"token ids (int64) of the step's {stage.micro_batches} micro-batches",
                            "activations", 8 * st.tokens * stage.micro_batches, "s x b x 8 bytes a micro-batch"))
-    r = RECIPES[recipe]
-    unit = 4 if r.autocast else st.act  # the layers' outputs: the weights' dtype
-    start += stage.buffers(rp.blocks(st.tokens * shape.hidden * unit),
-                           rp.blocks(st.tokens * shape.vocab * (2 if r.autocast else st.act)))
+    autocast = RECIPES[recipe].autocast  # the layers' outputs in the weights' dtype, the head's in 16 bits
+    act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act))
+    logits = rp.blocks(st.tokens * shape.vocab * (2 if autocast else st.act))
+    start += stage.buffers(act, logits)
     start += _optimizer_start(params, recipe, device, tune, loop, len(params), rp.block)
     after = [Event("backward", f"free {t.label}", t.category, rp.blocks(-t.nbytes), "the stage's backward returns: "
                    "the micro-batch's graph goes") for t in rp.after]  # fmt: skip
-    act, logits = st.tokens * shape.hidden * unit, st.tokens * shape.vocab * (2 if r.autocast else st.act)
     sent = rp.blocks(rp.sent.nbytes) if rp.sent else 0
-    segs = [Segment(tuple(start)), *stage.step(forward, backward, 0 if stage.last else rp.blocks(act), sent, after,
-                                               rp.blocks(logits))]  # fmt: skip
+    segs = [Segment(tuple(start)), *stage.step(forward, backward, 0 if stage.last else act, sent, after, logits)]
     end = _optimizer_end(params, recipe, device, tune, loop, rp.block)
     end.append(phases.zero_grad(phases.gradients_held(backward[0])))
-    below = stage_layers(shape, stage.pp, stage.stage).start - 1  # the stage's layers by the model's numbers
-    return [_shifted(seg, below) for seg in segs] + [Segment(tuple(end))]
+    return [_shifted(seg, layers.start - 1) for seg in segs] + [Segment(tuple(end))]  # the model's numbers
 
 
 def _shifted(seg: Segment, below: int) -> Segment:

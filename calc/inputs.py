@@ -620,7 +620,7 @@ def pipeline_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune
     pp = f"the eager walk's --pp {par.pp} (torch's PipelineStage under {pipeline.SCHEDULE_NAMES[par.pp_schedule]})"
     if par.pp > PP_STAGES:
         return "pp", f"{pp} walks each stage: at most {PP_STAGES} stages"
-    passes = max(loop.grad_accum, par.pp) * -(-shape.layers // par.pp)  # the first stage's, once a micro-batch
+    passes = pipeline.layer_passes(shape.layers, par.pp, max(loop.grad_accum, par.pp))
     if passes > PP_PASSES:
         return "grad-accum", (f"{pp} walks each stage micro-batch by micro-batch: at most {PP_PASSES:,} layers a "
                               f"stage, counted once a micro-batch (here {passes:,}): fewer micro-batches or more "

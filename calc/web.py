@@ -9,7 +9,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .api import eager_peak, run_step, sweep, table
-from .engines.pipeline import SCHEDULE_NAMES
+from .engines.pipeline import SCHEDULE_NAMES, layer_passes
 from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
@@ -193,7 +193,7 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
         raise InputError("layers", f"the page walks the eager step event by event for at most {PAGE_EAGER_LAYERS:,} "
                          "layers (the list would not fit the browser): choose the deck's accounting under --walk, "
                          "or run the CLI's --walk eager")  # fmt: skip
-    passes = (inputs.grad_accum or par.pp) * -(-shape.layers // par.pp)  # a pipeline stage's layers, each micro-batch
+    passes = layer_passes(shape.layers, par.pp, inputs.grad_accum or par.pp)
     if inputs.walk == "eager" and par.pp > 1 and passes > PAGE_EAGER_LAYERS:
         raise InputError("grad-accum", f"the page walks a pipeline stage's step event by event for at most "
                          f"{PAGE_EAGER_LAYERS:,} layers, counted once a micro-batch (here {passes:,}): fewer "

@@ -61,13 +61,19 @@ class PipelineStage:
     def last(self) -> bool:
         return self.stage == self.pp - 1
 
+    @property
+    def in_flight(self) -> int:
+        """The most micro-batches the stage holds between their forward and backward: every one under GPipe,
+        pp - stage under 1F1B (its warmup_chunks)."""
+        return self.micro_batches if self.schedule == "gpipe" else min(self.micro_batches, self.pp - self.stage)
+
     def order(self) -> list[tuple[str, int]]:
         """The stage's forwards ("F") and backwards ("B") of each micro-batch (0 first), as the schedule runs
         them (ScheduleGPipe._step_microbatches, Schedule1F1B._step_microbatches)."""
         m = self.micro_batches
         if self.schedule == "gpipe":
             return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-        warm = min(m, self.pp - self.stage)
+        warm = self.in_flight
         out = [("F", i) for i in range(warm)]
         for i in range(m - warm):
             out += [("B", i), ("F", warm + i)]
@@ -134,10 +140,17 @@ class PipelineStage:
             return [m - 1] * m
         if what != "output":
             return [min(i + 1, m - 1) for i in range(m)]
-        warm, out = min(m, self.pp - self.stage), list(range(m))
+        warm, out = self.in_flight, list(range(m))
         if warm >= 2:
             out[warm - 2] = max(warm - 2, m - warm)
         return out
+
+
+def layer_passes(layers: int, pp: int, micro_batches: int) -> int:
+    """The layers the busiest-to-walk stage (the first: calc.parallel.stage_layers gives it any remainder) runs
+    in a step, counted once a micro-batch: what the eager walk's time grows with."""
+    return micro_batches * -(-layers // pp)
+
 
 def _labelled(segs: list[Segment], i: int) -> list[Segment]:
     """The segments of micro-batch i (0 first), their events labelled with it."""
