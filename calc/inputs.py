@@ -682,6 +682,12 @@ def check_shape(shape: Shape) -> None:
         )
     if shape.dense_layers > shape.layers:
         raise InputError("dense-layers", f"{shape.dense_layers} dense layers are more than the {shape.layers} layers")
+    at = shape.dense_at
+    if at and (len(at) != shape.dense_layers or at[-1] > shape.layers):
+        field = "dense-layers" if len(at) != shape.dense_layers else "layers"
+        where = ", ".join(map(str, at[:6])) + (", ..." if len(at) > 6 else "")
+        raise InputError(field, f"the config places its {len(at)} dense layers among the experts' (layers {where}), "
+                         f"which --{field} would move: change the config instead")  # fmt: skip
 
 
 def family_problem(shape: Shape) -> tuple[str, str] | None:

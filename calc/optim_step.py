@@ -95,9 +95,8 @@ def _as_stored(shape: Shape) -> tuple[list[Param], list[list[Param]], list[Param
     """(embedding and positions, each block's tensors, final norm and head), each tensor as stored."""
     outer = inventory.outer_tensors(shape)
     embed = [Param(t.rows, t.cols, True, t.name.startswith("embed")) for t in outer["embedding"] + outer["positions"]]
-    dense = shape.layers - shape.moe_layers
     # calc.inventory lists a block's matrices as (in, out); nn.Linear stores (out, in), GPT-2's Conv1D (in, out)
-    layers = [_block(shape, i > dense, shape.family != "gpt2") for i in range(1, shape.layers + 1)]
+    layers = [_block(shape, shape.moe_layer(i), shape.family != "gpt2") for i in range(1, shape.layers + 1)]
     return embed, layers, _stored(outer["final_norm"] + outer["head"])
 
 
@@ -109,9 +108,7 @@ def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
         block = [Param(rows, cols) for _, rows, cols in finetune.adapter_tensors(shape, tune)]
         return block * shape.layers
     first = tune.freeze_layers if tune.mode == "freeze" else 0
-    dense_end = shape.layers - shape.moe_layers  # the dense layers come first, the mixture-of-experts ones after
-    dense, moe = max(0, dense_end - first), shape.layers - max(first, dense_end)
-    layers = (_block(shape, False) * dense if dense else []) + (_block(shape, True) * moe if moe else [])
+    layers = [p for i in range(first + 1, shape.layers + 1) for p in _block(shape, shape.moe_layer(i))]
     embedding = [] if not finetune.embedding_trains(tune) else [Param(t.rows, t.cols, True, t.name.startswith("embed"))
                                                 for t in outer["embedding"] + outer["positions"]]  # fmt: skip
     return embedding + layers + _stored(outer["final_norm"] + outer["head"])

@@ -68,17 +68,16 @@ def device_params(shape: Shape, par: Parallel = SINGLE, stage: int = 0, tp_rank:
 
 
 def stage_kinds(shape: Shape, pp: int, stage: int) -> list[tuple[range, bool]]:
-    """The stage's layers in runs of one kind, bottom up: (layer numbers, mixture of experts?). The dense
-    layers of a mixture of experts are taken to be its first ones (DeepSeek's first_k_dense_replace)."""
-    layers = stage_layers(shape, pp, stage)
-    if not shape.moe_layers:
-        return [(layers, False)]
-    first_moe = shape.dense_layers + 1
-    runs = [
-        (range(layers.start, min(layers.stop, first_moe)), False),
-        (range(max(layers.start, first_moe), layers.stop), True),
-    ]
-    return [(r, moe) for r, moe in runs if len(r)]
+    """The stage's layers in runs of one kind, bottom up: (layer numbers, mixture of experts?), the kinds as
+    Shape.moe_layer says (DeepSeek's dense first layers, Llama 4's interleaved ones)."""
+    layers, runs = stage_layers(shape, pp, stage), []
+    for i in layers:
+        moe = shape.moe_layer(i)
+        if runs and runs[-1][1] == moe:
+            runs[-1] = (range(runs[-1][0].start, i + 1), moe)
+        else:
+            runs.append((range(i, i + 1), moe))
+    return runs
 
 
 @lru_cache(maxsize=256)  # a chart's sweep asks the same question hundreds of times

@@ -49,7 +49,9 @@ class Shape:
     expert_ffn: int = 0  # one routed expert's inner width; 0: ffn
     shared_expert_ffn: int = 0  # the always-on shared expert's inner width (Qwen2-MoE); 0: none
     shared_expert_gate: bool = False  # a sigmoid gate, h -> 1, scaling the shared expert (Qwen2-MoE)
-    dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (taken as the first ones)
+    dense_layers: int = 0  # of the layers, how many keep a dense FFN of width `ffn` (the first ones, or dense_at)
+    dense_at: tuple[int, ...] = ()  # the dense layers (1 = the first) where they lie among the experts' rather
+    # than first (Llama 4's interleave_moe_layer_step, Qwen-MoE's decoder_sparse_step and mlp_only_layers)
     capacity_factor: float = 0.0  # each expert takes at most factor x k x tokens / E tokens, padded to that
     # many (Fedus et al. 2022, Switch Transformer); 0: dropless, each expert takes what it is routed
     no_rope_layers: tuple[int, ...] = ()  # the layers (1 = the first) whose attention has no rotary positions
@@ -118,6 +120,15 @@ class Shape:
         """Layers whose FFN is a mixture of experts."""
         return max(0, self.layers - self.dense_layers) if self.experts else 0
 
+    def moe_layer(self, layer: int) -> bool:
+        """Whether layer `layer` (1 = the first) is a mixture of experts: the one source of that fact, which
+        configs spell three ways (DeepSeek's first_k_dense_replace, Llama 4's moe_layers or
+        interleave_moe_layer_step, Qwen-MoE's decoder_sparse_step and mlp_only_layers): not one of dense_at
+        where given, else after the first dense_layers."""
+        if not self.experts:
+            return False
+        return layer not in self.dense_at if self.dense_at else layer > self.dense_layers
+
     def slides(self, layer: int) -> bool:
         """Whether layer `layer` (1 = the first) attends through the sliding window rather than to the whole
         sequence: the one source of that fact, which configs spell two ways. layer_types' letter where given
@@ -137,8 +148,9 @@ class Shape:
     def as_dict(self) -> dict:
         """The fields as an answer's config gives them: those few models have (the per-layer lists, a partial
         rotary width, soft-caps, layer types) only where the model has them."""
-        rare = ("no_rope_layers", "global_layers", "attn_softcap", "logit_softcap", "layer_types", "q_rank", "kv_rank",
-                "rope_dim", "v_head_size", "rope_interleave", "expert_groups", "group_topk", "topk_norm")
+        rare = ("no_rope_layers", "global_layers", "dense_at", "attn_softcap", "logit_softcap", "layer_types",
+                "q_rank", "kv_rank", "rope_dim", "v_head_size", "rope_interleave", "expert_groups", "group_topk",
+                "topk_norm")
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in rare or getattr(self, f.name)}
 
     def replace(self, **changes) -> Shape:

@@ -205,9 +205,9 @@ per-expert loop (`experts_implementation="eager"`, not the default, not modelled
 Not modelled: the CPU's bf16 matrix multiplications take scratch buffers from the allocator (oneDNN; tens to
 hundreds of KB here, next to each `addmm`/`mm` under autocast), which set the few ratios below 0.98; and scalar
 tensors of a few bytes. A fused QKV projection as in Megatron-LM, Phi-3 or GPT-NeoX would keep the whole QKV output
-alive through its views; Gemma scales its embeddings and adds norms; a mixture of experts with dense layers among
-the sparse ones, an expert capacity, experts that are not bias-free SwiGLU, or fine-tuned: `--walk eager` refuses
-those shapes rather than guess.
+alive through its views; Gemma scales its embeddings and adds norms; a mixture of experts in Llama's code
+(Mixtral's, Qwen2-MoE's) with dense layers among the sparse ones, an expert capacity, experts that are not bias-free
+SwiGLU, or fine-tuned: `--walk eager` refuses those shapes rather than guess.
 """
 
 
@@ -838,7 +838,10 @@ def families_section() -> list[str]:
     eager_refused = sum(all("ratio" not in r.get("eager", {}) for r in rows) for rows in per.values())
     deck_refused = sum(all("ratio" not in r.get("deck", {}) for r in rows) for rows in per.values())
     m, vocabs = runs[0]["model"], sorted({r["model"]["vocab"] for r in runs})
-    shape = (f"{m['layers']} layers, width {m['hidden']}, {m['heads']} heads, sequence {runs[0]['seq']}; "
+    deep = {name: rows[0]["model"]["layers"] for name, rows in per.items() if rows[0]["model"]["layers"] != m["layers"]}
+    deeper = "".join(f", {k} for {calc.families.listing([f'`{n}`' for n in deep if deep[n] == k])}"
+                     for k in sorted(set(deep.values())))  # fmt: skip
+    shape = (f"width {m['hidden']}, {m['heads']} heads, {m['layers']} layers{deeper}; sequence {runs[0]['seq']}; "
              f"vocabulary {' and '.join(f'{v:,}' for v in vocabs)}, the larger one's logits taking the peak")
     refused = f" (the others refused, naming what they lack; `--hf-config` reads {len(calc.hf.READERS)} model types)" \
         if eager_refused or deck_refused else ""

@@ -64,8 +64,9 @@ def _moe_lacks(shape: Shape, fam: Family) -> str | None:
         return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's, Qwen2-MoE's and Qwen3-MoE's)"
     if fam.moe_lacks:
         return fam.moe_lacks(shape)
-    if shape.dense_layers:
-        return "dense layers among the experts' (mlp_only_layers, decoder_sparse_step)"
+    if shape.dense_layers and not fam.dense_among_experts:
+        among = listing([m for f in FAMILIES.values() if f.dense_among_experts for m in f.models])
+        return f"dense layers among a mixture of experts in {shape.family}'s code (it replays {among}'s)"
     if not shape.gated_ffn or (shape.bias and not fam.expert_bias):
         return "experts that are not bias-free SwiGLU (Mixtral's and Qwen2-MoE's are)"
     if shape.capacity_factor:

@@ -140,6 +140,13 @@ def get(cfg: Mapping, key: str, default: object = ...) -> object:
     return value
 
 
+def dense_layers(sparse: list[bool]) -> dict:
+    """Shape's dense_layers of a mixture of experts whose layers, first to last, are `sparse` (True: the layer's
+    FFN is the sparse block), and dense_at where those dense layers are not the first ones (Shape.moe_layer)."""
+    dense = [i + 1 for i, moe in enumerate(sparse) if not moe]
+    return {"dense_layers": len(dense), "dense_at": () if dense == list(range(1, len(dense) + 1)) else tuple(dense)}
+
+
 def whole(cfg: Mapping, key: str, default: object = ..., smallest: int = 1) -> int:
     value = raw = get(cfg, key, default)
     largest = MAX_SIZE.get(key, 1 << 24)

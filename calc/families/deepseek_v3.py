@@ -403,7 +403,7 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
     mid = add(ops, x, o, f"{name}: residual after attention")
     rp.drop(o)
     normed = ops.rms_norm(mid, f"{name} post_attention_layernorm")
-    if rp.layer > sh.dense_layers:
+    if sh.moe_layer(rp.layer):
         down = moe(ops, normed, name)
     else:
         down = mlp_block(ops, normed, sh.ffn, f"{name} ", f"{name}: ", False, True)

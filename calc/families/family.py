@@ -13,7 +13,7 @@ from .config import Aliased
 # replayed); a run whose kinds repeat with a period (sliding and full layers alternating) likewise, a period for
 # a layer. Two layers are of the same kind when the family's code runs the same ops on the same sizes in
 # both: `Family.layer_kind(shape, index)` says so, index counted from 1 as `Replay.layer` counts it. The
-# default, `dense_or_moe`, separates only the dense layers that come first from the mixture-of-experts ones;
+# default, `dense_or_moe`, separates the dense layers from the mixture-of-experts ones (Shape.moe_layer);
 # the walk adds whether the layer is frozen (calc.finetune's freeze_layers). A family whose layer reads its
 # index (`ops.rp.layer`: sliding-window layers among global ones, layers without rotary positions, a dense
 # first layer) must return a key that differs wherever the layer's ops or sizes do, e.g.
@@ -23,10 +23,10 @@ from .config import Aliased
 
 
 def dense_or_moe(shape, index: int) -> Hashable:
-    """The default kind of layer `index` (from 1): a mixture of experts after the first `dense_layers`, or
-    a dense layer (every layer of a model without experts); and whether it has rotary positions
-    (Shape.rotary) and slides (Shape.slides)."""
-    kind = "moe" if shape.experts and index > shape.dense_layers else "dense"
+    """The default kind of layer `index` (from 1): a mixture of experts (Shape.moe_layer) or a dense layer
+    (every layer of a model without experts); and whether it has rotary positions (Shape.rotary) and slides
+    (Shape.slides)."""
+    kind = "moe" if shape.moe_layer(index) else "dense"
     return kind, shape.rotary(index), shape.slides(index)
 
 
@@ -78,6 +78,8 @@ class Family:
     moe_lacks: Callable | None = None  # (shape) -> what of its own mixture of experts the eager walk does not
     # replay, or None; unset: Mixtral's and Qwen2-MoE's checks (calc.families._moe_lacks)
     expert_bias: bool = False  # its experts have biases (GPT-OSS's), which the eager walk replays
+    dense_among_experts: bool = False  # the eager walk replays its dense layers among its experts' (Llama 4's
+    # interleave_moe_layer_step, Qwen3-MoE's decoder_sparse_step and mlp_only_layers: Shape.moe_layer)
     rotary_width: Callable | None = None  # (shape) -> values a position of its rotary cos and sin tables; None:
     # head_dim (LlamaRotaryEmbedding's cat of the frequencies with themselves)
     window_layer: Callable | None = None  # (shape, layer from 1) -> whether that layer is given the sliding-window

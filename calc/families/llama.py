@@ -61,11 +61,12 @@ def feed_forward(ops: Ops, normed: T, layer: str) -> T:
 
 def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, states: Callable = qkv,
                   residual: Callable = add, ffn: Callable = feed_forward, moe: Callable = moe_tail,
-                  attention: Callable = attend) -> T:  # fmt: skip
+                  attention: Callable = attend, holds_attention: bool = False) -> T:  # fmt: skip
     """LlamaDecoderLayer: norm, `attention` (its query, key and value `states`), the `residual`; norm, the MLP
-    (`ffn`, or a mixture of experts: `moe`, calc.parts.experts.moe_tail's arguments), the residual. A shape's
-    other choices (LayerNorm, a plain feed-forward layer, learned positions) swap in the op transformers uses
-    for them."""
+    (`ffn`, or a mixture of experts where Shape.moe_layer says: `moe`, calc.parts.experts.moe_tail's
+    arguments), the residual. A shape's other choices (LayerNorm, a plain feed-forward layer, learned
+    positions) swap in the op transformers uses for them. `holds_attention`: the layer's forward keeps the
+    attention's output to its end (Llama 4's names it attention_states rather than rebinding hidden_states)."""
     rp, sh = ops.rp, ops.st.shape
     norm = ops.rms_norm if sh.norm == "rms" else ops.layer_norm
     layer = "layer {layer}"
@@ -77,14 +78,18 @@ def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, 
     # norm's output) live until the attention returns, after o_proj
     rp.drop(attn, q, k, v, normed)
     mid = residual(ops, x, o, f"{layer}: residual after attention")
-    rp.drop(o)
+    if not holds_attention:
+        rp.drop(o)
     normed = norm(mid, f"{layer} post_attention_layernorm")
-    if sh.experts:
-        return moe(ops, mid, normed, weights, layer)
-    down = ffn(ops, normed, layer)
-    rp.drop(normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
-    out = residual(ops, mid, down, f"{layer}: residual after the feed-forward layer")
-    rp.drop(mid, down, weights)
+    if sh.moe_layer(rp.layer):
+        out = moe(ops, mid, normed, weights, layer)
+    else:
+        down = ffn(ops, normed, layer)
+        rp.drop(normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
+        out = residual(ops, mid, down, f"{layer}: residual after the feed-forward layer")
+        rp.drop(mid, down, weights)
+    if holds_attention:
+        rp.drop(o, why="the layer returns")
     return out
 
 

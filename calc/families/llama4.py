@@ -35,13 +35,13 @@ def read_llama4_text(cfg: Mapping) -> dict:
     moe = c.get(cfg, "moe_layers", list(range(step - 1, layers, step)))
     if not isinstance(moe, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in moe):
         raise c.ConfigError(f"moe_layers must be a list of layer numbers, got {json.dumps(moe)}")
-    sparse = sum(1 for i in range(layers) if i in moe)
+    sparse = [i in moe for i in range(layers)]
     out.update(ffn=c.whole(cfg, "intermediate_size_mlp", 16384), family="llama4_text",
                no_rope_interval=_no_rope_interval(cfg, layers), qk_l2_norm=c.flag(cfg, "use_qk_norm", True),
                temperature_tuning=c.flag(cfg, "attn_temperature_tuning", True))  # fmt: skip
-    if sparse:
+    if any(sparse):
         out.update(experts=experts, experts_per_token=k, expert_ffn=width, shared_expert_ffn=width,
-                   dense_layers=layers - sparse)  # fmt: skip
+                   **c.dense_layers(sparse))  # fmt: skip
     return out
 
 
@@ -248,9 +248,12 @@ def moe_tail(ops: Ops, mid: T, normed: T, weights: T | None, layer: str) -> T:
 
 
 def layer(ops: Ops, x: T, cos: T, sin: T, mask: T | None) -> T:
-    """Llama4TextDecoderLayer: LlamaDecoderLayer with Llama 4's query and key states and its sparse block; under
-    sdpa with the chunked mask its states come with K and V repeated already."""
-    return decoder_layer(ops, x, cos, sin, mask, states=states, moe=moe_tail, attention=partial(attend, repeated=True))
+    """Llama4TextDecoderLayer: LlamaDecoderLayer with Llama 4's query and key states and its sparse block (on the
+    layers in moe_layers: Shape.moe_layer; Llama4TextMLP, intermediate_size_mlp wide, on the others); under sdpa
+    with the chunked mask its states come with K and V repeated already. Its forward binds the attention's
+    output to attention_states, which lives until the layer returns."""
+    return decoder_layer(ops, x, cos, sin, mask, states=states, moe=moe_tail, attention=partial(attend, repeated=True),
+                         holds_attention=True)  # fmt: skip
 
 
 def half_head(shape: Shape) -> int:
@@ -276,6 +279,7 @@ def problem(shape: Shape) -> tuple[str, str] | None:
 
 MODEL_TYPES = (ModelType("llama4_text", read_llama4_text, "llama4_text"),)
 FAMILY = Family("llama4_text", ("Llama 4",), layer, experts=True, window_mask=window_mask, tensors=tensors,
-                rotary_width=half_head, window_layer=chunked, problem=problem, sdpa_window=window_mask)  # fmt: skip
+                rotary_width=half_head, window_layer=chunked, problem=problem, sdpa_window=window_mask,
+                dense_among_experts=True)  # fmt: skip
 FAMILIES = (FAMILY,)
 ORDER = 130  # where the registry lists it (calc.families)

@@ -23,26 +23,26 @@ def read_qwen2_moe(cfg: Mapping) -> dict:
         qkv_bias=c.flag(cfg, "qkv_bias", True),
         sliding_window=c.window(cfg, "use_sliding_window"),
     )
-    if sparse:
+    if any(sparse):
         out.update(
             experts=experts,
             experts_per_token=k,
             expert_ffn=c.whole(cfg, "moe_intermediate_size"),
             shared_expert_ffn=c.whole(cfg, "shared_expert_intermediate_size", 5632, smallest=0),
             shared_expert_gate=True,  # always built, h -> 1 (Qwen2MoeSparseMoeBlock)
-            dense_layers=out["layers"] - sparse,
+            **c.dense_layers(sparse),
         )
     return out
 
 
-def sparse_layers(cfg: Mapping, layers: int, experts: int) -> int:
+def sparse_layers(cfg: Mapping, layers: int, experts: int) -> list[bool]:
     """The layers whose MLP is the sparse block (Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer): those not in
     mlp_only_layers whose number (from 1) decoder_sparse_step divides, where there are experts."""
     step = c.whole(cfg, "decoder_sparse_step", 1)
     only = c.get(cfg, "mlp_only_layers", [])
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise c.ConfigError(f"mlp_only_layers must be a list of layer numbers, got {json.dumps(only)}")
-    return sum(1 for i in range(layers) if i not in only and experts and (i + 1) % step == 0)
+    return [i not in only and bool(experts) and (i + 1) % step == 0 for i in range(layers)]
 
 
 MODEL_TYPES = (ModelType("qwen2_moe", read_qwen2_moe, "llama"),)

@@ -32,9 +32,9 @@ def read_qwen3_moe(cfg: Mapping) -> dict:
     sparse = sparse_layers(cfg, out["layers"], experts)
     out.update(ffn=c.whole(cfg, "intermediate_size", 6144), sliding_window=c.window(cfg, "use_sliding_window", 4096),
                family="qwen3_moe")  # fmt: skip
-    if sparse:
+    if any(sparse):
         out.update(experts=experts, experts_per_token=k, expert_ffn=c.whole(cfg, "moe_intermediate_size", 768),
-                   dense_layers=out["layers"] - sparse)  # fmt: skip
+                   **c.dense_layers(sparse))  # fmt: skip
         out.update(norm_topk_prob=c.flag(cfg, "norm_topk_prob", False))
     return out
 
@@ -55,6 +55,7 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
 
 
 MODEL_TYPES = (ModelType("qwen3_moe", read_qwen3_moe, "qwen3_moe", ALIASES),)
-FAMILIES = (Family("qwen3_moe", ("Qwen3-MoE",), layer, experts=True, tensors=tensors),)  # fine-tuning: unmeasured
+# fine-tuning: unmeasured
+FAMILIES = (Family("qwen3_moe", ("Qwen3-MoE",), layer, experts=True, tensors=tensors, dense_among_experts=True),)
 ORDER = 105  # where the registry lists it (calc.families)
 PRESETS = {"qwen3-30b-a3b": "Qwen", "qwen3-235b-a22b": "Qwen"}  # calc/configs/NAME.json -> its group in the list

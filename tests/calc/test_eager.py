@@ -264,7 +264,8 @@ def test_moe_peak_grows_with_experts_per_token(shape, seq, b, recipe, recompute,
 
 
 def test_moe_the_eager_walk_refuses_what_it_does_not_replay():
-    """Dense layers among the sparse ones, an expert capacity, experts that are not SwiGLU: the deck walk."""
+    """Dense layers among the sparse ones in Llama's code (Qwen2-MoE's: unmeasured), an expert capacity, experts
+    that are not SwiGLU: the deck walk."""
     moe = calc.PRESETS["llama-7b"].replace(experts=8, experts_per_token=2)
     assert eager_lacks(moe) is None
     for changes in ({"dense_layers": 1}, {"capacity_factor": 1.25}, {"gated_ffn": False}, {"shared_expert_ffn": 64},

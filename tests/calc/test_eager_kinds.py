@@ -149,3 +149,24 @@ def test_every_preset_replayed_by_kind_is_its_whole_replay(name):
     attention = "sdpa" if "sdpa" in FAMILIES[shape.family].attentions else "eager"  # GPT-OSS's runs eager only
     for recompute, tune in itertools.product(("none", "full"), tunes):
         same_as_whole(shape, (64, 1, "mixed", recompute, attention, "cuda", tune))
+
+
+@pytest.mark.parametrize("extra", [
+    {"model_type": "llama4_text", "num_local_experts": 4, "num_experts_per_tok": 1, "intermediate_size_mlp": 48,
+     "interleave_moe_layer_step": 2, "attention_chunk_size": 8},  # Maverick's layout: dense, experts, dense...
+    {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+     "decoder_sparse_step": 1, "mlp_only_layers": [1, 2, 20]},  # dense layers 2, 3 and 21 among the experts
+])  # fmt: skip
+def test_dense_layers_among_the_experts_are_kinds_of_their_own(extra):
+    """Layers that alternate between a dense FFN and the experts replay by kind (Llama 4's period of four: the
+    experts every second layer, RoPE off every fourth) as the whole model does, event for event, and replay
+    fewer than half the model's 48 layers."""
+    cfg = {"num_hidden_layers": 48, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "intermediate_size": 32, "vocab_size": 128, **extra}
+    shape = calc.hf.shape_from_config(cfg)
+    assert eager_lacks(shape) is None and shape.dense_at
+    kinds = [k[0][0] for k in eager_step.layer_kinds(shape, finetune.DEFAULT)]
+    assert kinds == ["moe" if shape.moe_layer(i) else "dense" for i in range(1, 49)] and len(set(kinds)) == 2
+    for recompute in ("none", "full"):
+        spans = same_as_whole(shape, (16, 2, "autocast", recompute, "sdpa", "cpu", finetune.DEFAULT))
+        assert len(spans) < shape.layers / 2

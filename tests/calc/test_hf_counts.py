@@ -215,6 +215,29 @@ def test_any_small_config_as_transformers_saves_it(cfg):
     assert calc.param_counts(shape_from_text(text))["total"] == count
 
 
+def expert_layers(config: transformers.PretrainedConfig) -> list[bool]:
+    """For each decoder layer of the model transformers builds from this config (on the meta device), whether it
+    holds routed experts (a parameter under an `experts` module: Llama 4's, Qwen-MoE's, Mixtral's, DeepSeek's)."""
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return [any(".experts." in f".{name}" for name, _ in layer.named_parameters()) for layer in model.model.layers]
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_configs().filter(lambda cfg: cfg["model_type"] in ("llama4_text", "qwen2_moe", "qwen3_moe",
+                                                                "deepseek_v3", "mixtral")))
+def test_the_expert_layers_are_transformers_as_it_saves_the_config(cfg):
+    """Which layers are a mixture of experts (Shape.moe_layer): Llama 4's interleave_moe_layer_step (saved as
+    its moe_layers list), Qwen-MoE's decoder_sparse_step and mlp_only_layers, DeepSeek's first_k_dense_replace,
+    read from the config.json that save_pretrained writes, layer for layer as transformers builds the model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = transformers.AutoConfig.for_model(**cfg)
+        config.save_pretrained(tmp)
+        shape = shape_from_text((Path(tmp) / "config.json").read_text())
+        built = expert_layers(transformers.AutoConfig.from_pretrained(tmp))
+    assert [shape.moe_layer(i) for i in range(1, shape.layers + 1)] == built
+
+
 class Asked(dict):
     """A config that records the keys a reader asks for."""
 

@@ -199,3 +199,22 @@ def test_a_run_is_one_frozen_object():
     assert [f.name for f in dataclasses.fields(Run)] == [
         "shape", "seq", "micro_batch", "recipe", "recompute", "walk", "attention", "device", "par", "grad_accum",
         "global_batch", "capacity", "tune", "hf_config", "loop"]  # fmt: skip
+
+
+MAVERICK_LIKE = {"model_type": "llama4_text", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "intermediate_size_mlp": 48,
+                 "num_local_experts": 4, "num_experts_per_tok": 1, "vocab_size": 128, "interleave_moe_layer_step": 2}
+
+
+@pytest.mark.parametrize(("flags", "field"), [(["--dense-layers", "1"], "dense-layers"), (["--layers", "2"], "layers"),
+                                              (["--dense-layers", "3"], "dense-layers")])  # fmt: skip
+def test_a_flag_that_would_move_a_configs_interleaved_dense_layers_is_refused(tmp_path, capsys, flags, field):
+    """Llama-4-Maverick's dense layers lie among its experts (1 and 3 of 4 here): a --dense-layers or --layers
+    that would move them is refused in one line naming the field, not counted as dense-first layers."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MAVERICK_LIKE))
+    assert main(["--hf-config", str(path), "--walk", "eager", "--device", "cpu", "--seq", "16"]) == 0
+    capsys.readouterr()
+    assert main(["--hf-config", str(path), "--seq", "16", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --{field}:") and "\n" not in err

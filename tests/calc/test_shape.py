@@ -145,3 +145,16 @@ def test_a_gemma_of_more_layers_than_its_layer_types_is_walked():
 
     assert main(["--preset", "gemma-2-9b", "--layers", "44", "--walk", "eager", "--attention", "eager",
                  "--seq", "64", "--json"]) == 0  # fmt: skip
+
+
+@given(st.integers(1, 64).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.booleans(), min_size=n, max_size=n))))
+def test_moe_layer_is_where_the_config_puts_the_experts(drawn):
+    """Shape.moe_layer, from the layers a config makes sparse (calc.families.config.dense_layers): the sparse
+    ones and only those, whether the dense ones come first (a count) or lie among them (dense_at)."""
+    from calc.families.config import dense_layers
+
+    n, sparse = drawn
+    shape = calc.Shape(layers=n, experts=4, experts_per_token=1, **dense_layers(sparse))
+    assert [shape.moe_layer(i) for i in range(1, n + 1)] == sparse
+    assert shape.moe_layers == sum(sparse)
+    assert calc.Shape(layers=n).moe_layer(1) is False  # no experts: every layer dense

@@ -224,8 +224,8 @@ def test_phi3_partial_rotary_is_read_and_refused_by_the_eager_walk(capsys, tmp_p
     assert main(["--hf-config", str(path)]) == 0
 def test_qwen3_moe_reads_its_experts_and_dense_layers():
     """Qwen3-30B-A3B: Qwen3's head norms, 128 experts of 768, top 8 renormalised, every layer sparse; the
-    layers off decoder_sparse_step or in mlp_only_layers keep a dense MLP, which the eager walk leaves to the
-    deck walk."""
+    layers off decoder_sparse_step or in mlp_only_layers keep a dense MLP, where they lie (Shape.moe_layer),
+    which the eager walk replays."""
     shape = calc.PRESETS["qwen3-30b-a3b"]
     assert (shape.family, shape.head_size, shape.experts, shape.experts_per_token) == ("qwen3_moe", 128, 128, 8)
     assert (shape.expert_ffn, shape.norm_topk_prob, shape.dense_layers) == (768, True, 0)
@@ -233,7 +233,11 @@ def test_qwen3_moe_reads_its_experts_and_dense_layers():
     cfg = json.loads(config_text("qwen3-30b-a3b"))
     dense = shape_from_config({**cfg, "decoder_sparse_step": 2, "mlp_only_layers": [1, 2]})
     assert dense.dense_layers == 25  # the 24 even layers (from 0) off the step, and layer 1 (mlp_only_layers)
-    assert "dense layers" in families.eager_lacks(dense)
+    assert dense.dense_at == (1, 2, 3, *range(5, 48, 2))  # numbered from 1: layers 1, 2 (from 0) and the odd ones
+    assert [dense.moe_layer(i) for i in (1, 2, 3, 4, 6, 48)] == [False, False, False, True, True, True]
+    assert families.eager_lacks(dense) is None
+    first = shape_from_config({**cfg, "mlp_only_layers": [0, 1]})  # dense first: the count alone says where
+    assert (first.dense_layers, first.dense_at, first.moe_layer(2), first.moe_layer(3)) == (2, (), False, True)
     assert shape_from_config({**cfg, "num_experts": 0}).experts == 0
 
 
@@ -285,7 +289,8 @@ def calc_cli_config(cfg: dict) -> str:
 
 def test_llama4_reads_its_layers_without_rope_and_its_shared_expert():
     """Llama 4: every token through every expert beside an ungated shared expert; the no_rope_layer_interval
-    and use_qk_norm read; dense layers off interleave_moe_layer_step, which the eager walk leaves to the deck."""
+    and use_qk_norm read; dense layers (intermediate_size_mlp wide) off interleave_moe_layer_step, or those not in
+    moe_layers, where they lie, which the eager walk replays too."""
     cfg = {"model_type": "llama4_text", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
            "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "intermediate_size_mlp": 48,
            "num_local_experts": 4, "num_experts_per_tok": 1, "vocab_size": 128,
@@ -294,8 +299,10 @@ def test_llama4_reads_its_layers_without_rope_and_its_shared_expert():
     assert (shape.family, shape.experts, shape.expert_ffn, shape.shared_expert_ffn) == ("llama4_text", 4, 32, 32)
     assert (shape.ffn, shape.no_rope_interval, shape.qk_l2_norm, shape.temperature_tuning) == (48, 2, True, True)
     assert families.eager_lacks(shape) is None
-    dense = shape_from_config({**cfg, "interleave_moe_layer_step": 2})
-    assert dense.dense_layers == 2 and "dense layers" in families.eager_lacks(dense)
+    dense = shape_from_config({**cfg, "interleave_moe_layer_step": 2})  # Llama-4-Maverick's layout
+    assert (dense.dense_layers, dense.dense_at, families.eager_lacks(dense)) == (2, (1, 3), None)
+    listed = shape_from_config({**cfg, "moe_layers": [0, 1]})  # as save_pretrained writes it: the list decides
+    assert (listed.dense_at, [listed.moe_layer(i) for i in range(1, 5)]) == ((3, 4), [True, True, False, False])
     with pytest.raises(ValueError, match="no_rope_layers"):
         shape_from_config({**cfg, "no_rope_layers": [0, 1, 1, 1]})
 
