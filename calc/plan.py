@@ -143,6 +143,7 @@ def _rows(shared: _Layouts, par: Parallel, groups: list[list[int]], per_worker: 
                         "peak": top,
                         "sequence_parallel": par.sequence_parallel,
                         "flash": par.flash,
+                        "pp_schedule": par.pp_schedule,  # the planner's pipelines are 1F1B's (Load sets it)
                         "grad_accum": grad_accum,
                         "extra_compute": shared.overhead(recompute),
                     }

@@ -136,3 +136,12 @@ def test_eager_pipeline_refusals_name_the_field(flags, field, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}:"), err
 
+
+def test_the_planners_pipelines_are_1f1b_and_its_load_says_so():
+    """The planner's rows are 1F1B's (the deck's accounting), each saying so, so that the page's Load sets the
+    Pipeline schedule it assumed and its question leaves the reader's schedule out (hooks.deck: the layout)."""
+    from hooks import deck
+
+    rows = calc.plan(calc.PRESETS["llama-2-70b"], 4096, 1024, 80 * 10**9)
+    assert rows and {r["pp_schedule"] for r in rows} == {"1f1b"}
+    assert "pp-schedule" in deck.page_fields()["layout"]

@@ -96,6 +96,31 @@ def test_loading_a_layout_sets_the_inputs_and_its_peak(open_page):
     assert recorder.errors == []
 
 
+def test_loading_a_layout_sets_the_pipeline_schedule_it_assumed(open_page):
+    """The planner's pipelines are 1F1B's (the deck's accounting): Load sets the Pipeline schedule to it, so a
+    GPipe the reader chose before (which the deck walk refuses, naming the eager walk) does not stay behind a
+    layout it was not planned for, and the page answers the row's peak."""
+    page, recorder = open_page()
+    change(page, "preset", "llama-2-70b")
+    wait_for_live_plan(page)
+    page.locator('[data-calc-form] [name="pp-schedule"]').select_option("gpipe")  # refused: no redraw
+    page.wait_for_selector('[data-calc-form] [aria-invalid="true"]')
+    row = page.locator("[data-plan-row]").nth(1)
+    assert row.get_attribute("data-pp-schedule") == "1f1b"
+    assert row.locator("[data-plan-use]").is_enabled()  # the reader's schedule is not the planner's question
+    page.evaluate(
+        """() => { window.__drawn = new Promise(resolve => document.querySelector('[data-calc]')
+             .addEventListener('calc:drawn', e => resolve(e.detail.source), {once: true})); }"""
+    )
+    row.locator("[data-plan-use]").click()
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert page.input_value('[data-calc-form] [name="pp-schedule"]') == "1f1b"
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == row.get_attribute("data-peak")
+    assert page.locator('[data-calc-form] [aria-invalid="true"]').count() == 0
+    assert "calc-row--selected" in (row.get_attribute("class") or "")
+    assert recorder.errors == []
+
+
 def test_the_load_buttons_are_one_tab_stop_and_the_arrows_move_between_them(open_page):
     """Tab reaches the planner's first Load button and then leaves the table; the arrow keys, Home and End move
     between its buttons (a roving tabindex), so fifty layouts are not fifty Tab stops."""
