@@ -205,9 +205,9 @@ per-expert loop (`experts_implementation="eager"`, not the default, not modelled
 Not modelled: the CPU's bf16 matrix multiplications take scratch buffers from the allocator (oneDNN; tens to
 hundreds of KB here, next to each `addmm`/`mm` under autocast), which set the few ratios below 0.98; and scalar
 tensors of a few bytes. A fused QKV projection as in Megatron-LM, Phi-3 or GPT-NeoX would keep the whole QKV output
-alive through its views; Gemma scales its embeddings and adds norms; a mixture of experts in Llama's code
-(Mixtral's, Qwen2-MoE's) with dense layers among the sparse ones, an expert capacity, experts that are not bias-free
-SwiGLU, or fine-tuned: `--walk eager` refuses those shapes rather than guess.
+alive through its views; Gemma scales its embeddings and adds norms; a mixture of experts with an expert capacity,
+experts that are not bias-free SwiGLU, or fine-tuned: `--walk eager` refuses those shapes rather than guess (dense
+layers among the sparse ones it has replayed since, §13.1).
 """
 
 

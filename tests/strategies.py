@@ -54,16 +54,23 @@ def modern_shapes(draw) -> calc.Shape:
 
 @st.composite
 def moe_shapes(draw) -> calc.Shape:
-    """Any valid mixture of experts: E experts, top-k, an optional shared expert and gate, some dense layers."""
+    """Any valid mixture of experts: E experts, top-k, an optional shared expert and gate, some dense layers,
+    first or (half the time) anywhere among the experts' (Shape.dense_at)."""
     shape = draw(modern_shapes())
     experts = draw(st.sampled_from([1, 2, 4, 6, 8, 16, 60, 64]))
     shared = draw(st.sampled_from([0, 0, 8, 1408]))
+    dense = draw(st.integers(0, shape.layers))
+    at = ()
+    if 0 < dense < shape.layers and draw(st.booleans()):
+        at = tuple(sorted(draw(st.lists(st.integers(1, shape.layers), min_size=dense, max_size=dense, unique=True))))
+        at = () if at == tuple(range(1, dense + 1)) else at  # the first ones: the count alone says so
     return shape.replace(
         experts=experts,
         experts_per_token=draw(st.integers(1, experts)),
         expert_ffn=draw(st.sampled_from([0, 4, 32, 1408, 14336])),
         shared_expert_ffn=shared,
         shared_expert_gate=shared > 0 and draw(st.booleans()),
-        dense_layers=draw(st.integers(0, shape.layers)),
+        dense_layers=dense,
+        dense_at=at,
         capacity_factor=draw(st.sampled_from([0.0, 0.0, 1.0, 1.25, 2.0])),
     )

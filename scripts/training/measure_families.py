@@ -82,14 +82,17 @@ FAMILIES = {
                           ("intermediate_size_mlp", 128), ("interleave_moe_layer_step", 1),
                           ("no_rope_layer_interval", 2), ("attention_chunk_size", WINDOW)),
     # issue 32: dense layers among the experts, 4 layers. Llama-4-Maverick's layout (interleave_moe_layer_step 2:
-    # dense, experts, dense, experts; the dense MLP wider than an expert), and Qwen3-MoE's mlp_only_layers (experts,
-    # dense, dense, experts)
+    # dense, experts, dense, experts; the dense MLP wider than an expert), Qwen3-MoE's mlp_only_layers (experts,
+    # dense, dense, experts) and Qwen2-MoE's decoder_sparse_step 2 (dense, experts with the shared one, ...)
     "llama4_text_interleaved": hf_models.Model("llama4_text", 4, 64, 4, 2, 96, 512, (
         *TOKENS, *HEAD, ("num_local_experts", 4), ("num_experts_per_tok", 1), ("intermediate_size_mlp", 160),
         ("interleave_moe_layer_step", 2), ("no_rope_layer_interval", 2), ("attention_chunk_size", WINDOW))),
     "qwen3_moe_mlp_only": hf_models.Model("qwen3_moe", 4, 64, 4, 2, 160, 512, (
         *TOKENS, *HEAD, ("num_experts", 4), ("num_experts_per_tok", 2), ("moe_intermediate_size", 48),
         ("decoder_sparse_step", 1), ("mlp_only_layers", [1, 2]))),
+    "qwen2_moe_sparse_step": hf_models.Model("qwen2_moe", 4, 64, 4, 2, 160, 512, (
+        *TOKENS, *HEAD, ("num_experts", 4), ("num_experts_per_tok", 2), ("moe_intermediate_size", 48),
+        ("shared_expert_intermediate_size", 64), ("decoder_sparse_step", 2), ("mlp_only_layers", []))),
     "granite": family("granite", ("embedding_multiplier", 12.0), ("attention_multiplier", 0.0625),
                       ("residual_multiplier", 0.22), ("logits_scaling", 8.0)),
 }

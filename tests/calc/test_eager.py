@@ -37,14 +37,16 @@ GEMMA = {
 def as_family(shape: calc.Shape, family: str) -> calc.Shape:
     """The shape as that family's code writes it (GPT-2: every head's keys and values, LayerNorm, a plain
     feed-forward layer, learned positions; Mixtral: bias-free SwiGLU experts, top-2 of 4 of the drawn width;
-    Qwen2-MoE: top-4 of 8 narrower ones and a gated shared expert; Qwen3-MoE: top-4 of 8 narrower ones,
-    renormalised; Gemma: GEMMA), so that no draw is thrown away."""
+    Qwen2-MoE: top-4 of 8 narrower ones and a gated shared expert, every other layer dense; Qwen3-MoE: top-4 of 8
+    narrower ones, renormalised; Gemma: GEMMA), so that no draw is thrown away."""
     if family == "gpt2":
         shape = shape.replace(kv_heads=shape.heads, gated_ffn=False, norm="layer", positions="learned")
     if family == "mixtral":
         shape, family = shape.replace(gated_ffn=True, bias=False, experts=4, experts_per_token=2), "llama"
-    if family == "qwen2_moe":
-        moe = {"experts": 8, "experts_per_token": 4, "expert_ffn": max(1, shape.ffn // 4)}
+    if family == "qwen2_moe":  # decoder_sparse_step 2: the odd layers dense (where there are two or more)
+        dense = tuple(range(1, shape.layers + 1, 2)) if shape.layers > 1 else ()
+        moe = {"experts": 8, "experts_per_token": 4, "expert_ffn": max(1, shape.ffn // 4), "dense_layers": len(dense),
+               "dense_at": dense}
         shared = {"shared_expert_ffn": shape.ffn, "shared_expert_gate": True}
         shape = shape.replace(gated_ffn=True, bias=False, qkv_bias=True, **moe, **shared)
         family = "llama"
@@ -264,10 +266,12 @@ def test_moe_peak_grows_with_experts_per_token(shape, seq, b, recipe, recompute,
 
 
 def test_moe_the_eager_walk_refuses_what_it_does_not_replay():
-    """Dense layers among the sparse ones in Llama's code (Qwen2-MoE's: unmeasured), an expert capacity, experts
-    that are not SwiGLU: the deck walk."""
+    """An expert capacity, experts that are not SwiGLU, a shared expert without its gate: the deck walk (dense
+    layers among the experts, first or where they lie, are replayed: Shape.moe_layer)."""
     moe = calc.PRESETS["llama-7b"].replace(experts=8, experts_per_token=2)
     assert eager_lacks(moe) is None
-    for changes in ({"dense_layers": 1}, {"capacity_factor": 1.25}, {"gated_ffn": False}, {"shared_expert_ffn": 64},
+    assert eager_lacks(moe.replace(dense_layers=1)) is None
+    assert eager_lacks(moe.replace(dense_layers=2, dense_at=(1, 3))) is None
+    for changes in ({"capacity_factor": 1.25}, {"gated_ffn": False}, {"shared_expert_ffn": 64},
                     {"family": "gpt2"}):  # fmt: skip
         assert eager_lacks(moe.replace(**changes)), changes
