@@ -404,3 +404,38 @@ def test_a_model_all_experts_shows_their_width_not_a_dense_ffn(open_page):
     assert line.startswith("FFN width: ") and "give “Experts' FFN width” instead" in line, line
     assert not page.evaluate(visible, "ffn") and "ffn" not in query_of(page)
     assert recorder.errors == []
+
+
+# Llama-4-Maverick's layout at a tiny size: its dense layers among the experts, the moe_layers list as
+# transformers' save_pretrained writes it beside interleave_moe_layer_step (test_hf_counts checks that file).
+MAVERICK_LIKE = json.dumps({
+    "model_type": "llama4_text", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "intermediate_size_mlp": 48,
+    "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "moe_layers": [1, 3],
+    "vocab_size": 128, "max_position_embeddings": 1024, "tie_word_embeddings": False,
+})  # fmt: skip
+
+
+def test_dense_layers_among_the_experts_are_walked_where_they_lie_and_not_moved(open_page):
+    """A pasted config whose dense layers lie among its experts: the eager walk (chosen on the form) answers as
+    calc does, its link reproduces it; a link's dense-layers that would move them is named, calc's message
+    shown, and the page answers the rest."""
+    page, recorder = open_page()
+    page.evaluate(WATCH_DRAWN)
+    paste(page, MAVERICK_LIKE)
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    change(page, "walk", "eager")
+    want = answer_for({"hf-config": MAVERICK_LIKE, "walk": "eager"})
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == str(want["step"]["peak"])
+    again, recorder2 = open_page(settled_url(page).split("/", 3)[3])
+    assert again.get_attribute('[data-out="peak"]', "data-bytes") == str(want["step"]["peak"])
+    address = settled_url(page).split("/", 3)[3].split("#")[0]
+    moved, recorder3 = open_page(address + "&dense-layers=1")
+    said = calc.web.handle(json.dumps({"inputs": {"hf-config": MAVERICK_LIKE, "walk": "eager", "dense-layers": "1"}}))
+    said = json.loads(said)
+    assert said["field"] == "dense-layers" and "dense layers among the experts' (layers 1, 3)" in said["message"]
+    notice = moved.locator("[data-calc-notice]")
+    notice.wait_for(state="visible")
+    assert "dense-layers" in notice.inner_text() and "among the experts' (layers 1, 3)" in notice.inner_text()
+    assert moved.get_attribute('[data-out="peak"]', "data-bytes") == str(want["step"]["peak"])  # the rest applies
+    assert recorder.errors == [] and recorder2.errors == [] and recorder3.errors == []
