@@ -96,7 +96,8 @@ class Forward:
                  tune: finetune.Tuning, accumulate: bool, tp: int = 1):  # fmt: skip
         r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
         act = r.activations if not r.autocast else 4
-        lora = (tune.rank, frozenset(f"{t}_proj" for t in tune.targets)) if tune.adapters else (0, frozenset())
+        adapted = frozenset(module for module, _, _ in finetune.adapted(shape, tune.targets))  # q_proj, qkv_proj...
+        lora = (tune.rank, adapted) if tune.adapters else (0, frozenset())
         self.st = st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora,
                             tr.weights, tune.mode == "qlora", tp)  # fmt: skip
         self.rp = rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))

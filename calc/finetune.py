@@ -20,7 +20,7 @@ from functools import lru_cache
 from . import activations as act
 from . import counts, inventory, phases
 from .counts import param_counts
-from .families import FAMILIES
+from .families import FAMILIES, listing
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
 from .parallel import SINGLE, Parallel
 from .parts.linear import NF4_BLOCK, NF4_DQ_BLOCK  # bitsandbytes' NF4 format, with its 4-bit layer
@@ -95,11 +95,53 @@ def _linears(shape: Shape, own) -> dict[str, tuple[int, int]]:
     return {t.target: (t.rows, t.cols) for t in counts.layer_tensors(shape) if t.target}
 
 
+def adapted(shape: Shape, targets: tuple[str, ...]) -> list[tuple[str, int, int]]:
+    """The linear layers of one block that peft puts an adapter on for these targets, in the block's order, as
+    (module name, d_in, d_out): q_proj ... down_proj, one for each target; where the family's LoRA adapts a
+    fused store whole (Phi-3's qkv_proj and gate_up_proj: Family.lora_fused), one adapter for its targets
+    together, as wide as its parts (calc.check refuses a store named in part)."""
+    return list(_adapted(shape, tuple(targets), FAMILIES[shape.family].tensors))
+
+
+@lru_cache(maxsize=64)
+def _adapted(shape: Shape, targets: tuple[str, ...], own) -> tuple[tuple[str, int, int], ...]:
+    """adapted's list, made once per shape and targets (`own`: the family's lister, as in _linears)."""
+    whole = FAMILIES[shape.family].lora_fused
+    out: dict[str, tuple[int, int]] = {}
+    for t in counts.layer_tensors(shape):
+        if t.target in targets:
+            key = t.fused if whole and t.fused else f"{t.target}_proj"
+            d_in, d_out = out.get(key, (t.rows, 0))
+            out[key] = (d_in, d_out + t.cols)
+    return tuple((key.rsplit(".", 1)[-1], d_in, d_out) for key, (d_in, d_out) in out.items())
+
+
+def fused_apart(shape: Shape, targets: tuple[str, ...]) -> tuple[str, list[str]] | None:
+    """(a fused store, the targets it holds) where these targets name some of it but not all, on a family whose
+    LoRA adapts it whole (peft adapts Phi-3's qkv_proj as one linear: q alone cannot be adapted), or None."""
+    if not FAMILIES[shape.family].lora_fused:
+        return None
+    stores: dict[str, list[str]] = {}
+    for t in counts.layer_tensors(shape):
+        if t.target and t.fused:
+            stores.setdefault(t.fused, []).append(t.target)
+    return next(((s, held) for s, held in stores.items() if {*held} & {*targets} and not {*held} <= {*targets}),
+                None)  # fmt: skip
+
+
+def whole(shape: Shape, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """These targets with every part of a fused store they name, where the family's LoRA adapts it whole (Phi-3's
+    q and v: q, k and v, its qkv_proj), in TARGETS order."""
+    apart = fused_apart(shape, targets)
+    if apart is None:
+        return targets
+    return whole(shape, tuple(t for t in TARGETS if t in targets or t in apart[1]))
+
+
 def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
-    """One block's adapters as (count, rows, cols): A is r x d_in, B d_out x r for every target."""
+    """One block's adapters as (count, rows, cols): A is r x d_in, B d_out x r for every adapted linear."""
     out = []
-    for target in tune.targets:
-        d_in, d_out = linears(shape)[target]
+    for _, d_in, d_out in adapted(shape, tune.targets):
         out += [(1, tune.rank, d_in), (1, d_out, tune.rank)]
     return out
 
@@ -209,10 +251,10 @@ def adapter_activation_bytes(shape: Shape, sb: int, tune: Tuning, activation_byt
     16-bit model: trained_recipe) get x cast to their dtype first (peft's _cast_input_dtype, in each LoRA
     layer's forward), a copy that lora_A keeps for its weight's gradient: sb d_in more values a target, and
     the intermediate is in the adapters' dtype too."""
+    layers = adapted(shape, tune.targets)
     if not widened:
-        return act.at_width(2 * sb * tune.rank * len(tune.targets), activation_bytes)
-    d_in = {t: d for t, (d, _) in linears(shape).items()}
-    return widened * sb * sum(tune.rank + d_in[t] for t in tune.targets)
+        return act.at_width(2 * sb * tune.rank * len(layers), activation_bytes)
+    return widened * sb * sum(tune.rank + d_in for _, d_in, _ in layers)
 
 
 def layer_bytes(
@@ -263,6 +305,13 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
         missing = [t for t in tune.targets if t not in linears(shape)]
         if missing:
             return "lora-targets", f"the model has no {missing[0]} projection (its FFN is not gated)"
+        apart = fused_apart(shape, tune.targets)
+        if apart:
+            store, held = apart
+            named = listing(held)
+            return "lora-targets", (f"{named} are one linear in {FAMILIES[shape.family].models[0]}'s code "
+                                    f"({store.rsplit('.', 1)[-1]}), which peft adapts whole: name {named} together, "
+                                    "or all-linear")  # fmt: skip
     if tune.mode == "freeze" and tune.freeze_layers > shape.layers:
         return "freeze-layers", f"{tune.freeze_layers} frozen layers are more than the {shape.layers} layers"
     if not trainable_params(shape, tune):

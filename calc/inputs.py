@@ -490,7 +490,7 @@ def eager_tuning_problem(tune: finetune.Tuning, shape: Shape | None) -> tuple[st
         return "paged-optimizer", "the eager walk keeps the optimizer's state on the device: use the deck walk"
     if shape is not None and shape.family == "decoder" and tune.mode == "full":
         return "optimizer", "the eager walk steps the course's Decoder with AdamW only: use the deck walk"
-    problem = shape is not None and tune.mode != "full" and families.tuning_lacks(shape, tune.adapters)
+    problem = shape is not None and tune.mode != "full" and families.tuning_lacks(shape, tune.mode)
     return ("finetune", problem) if problem else None
 
 

@@ -244,15 +244,16 @@ FIT_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 def fit_variants(shape: Shape, optimizer: str = "adamw", paged: bool = False, adapter_dtype: str = "fp32"
                  ) -> list[finetune.Tuning]:  # fmt: skip
-    """The fine-tunings fit_card tries: full, then LoRA and QLoRA on q and v and on every linear at each rank,
-    their adapters in `adapter_dtype` (calc.finetune.ADAPTER_DTYPES)."""
+    """The fine-tunings fit_card tries: full, then LoRA and QLoRA on q and v (on a model whose LoRA adapts a fused
+    store whole, the stores that hold them: Phi-3's qkv_proj, named q, k and v) and on every linear at each
+    rank, their adapters in `adapter_dtype` (calc.finetune.ADAPTER_DTYPES)."""
     out = []
     for mode in FIT_MODES:
         if mode == "full":
             out.append(finetune.Tuning(mode, optimizer, paged=paged))
             continue
         for targets in FIT_TARGETS:
-            chosen = tuple(finetune.linears(shape)) if targets == "all-linear" else targets
+            chosen = tuple(finetune.linears(shape)) if targets == "all-linear" else finetune.whole(shape, targets)
             out += [finetune.Tuning(mode, optimizer, rank, targets=chosen, paged=paged, adapter_dtype=adapter_dtype)
                     for rank in FIT_RANKS]  # fmt: skip
     return out

@@ -84,13 +84,13 @@ def attention_lacks(shape: Shape, attention: str) -> str | None:
     return f"transformers' {fam.models[0]} code runs {listing(list(fam.attentions))} attention only: --attention eager"
 
 
-def tuning_lacks(shape: Shape, adapters: bool = True) -> str | None:
-    """Why the eager walk cannot replay peft's LoRA (`adapters`: LoRA or QLoRA) or frozen layers on this shape,
-    or None."""
+def tuning_lacks(shape: Shape, mode: str = "lora") -> str | None:
+    """Why the eager walk cannot replay this fine-tuning (`mode`: peft's LoRA, QLoRA, or frozen layers) on this
+    shape, or None."""
     fam = FAMILIES[shape.family]
     if fam.finetune and not shape.experts:
-        if adapters and fam.lora_refused:
-            return f"the eager walk does not put adapters on {fam.lora_refused}: use the deck walk"
+        if mode == "qlora" and fam.qlora_refused:
+            return f"the eager walk does not replay QLoRA on {fam.qlora_refused}: use the deck walk"
         return None
     tuned = listing([m for f in FAMILIES.values() if f.finetune for m in f.models])
     return f"the eager walk fine-tunes dense {tuned} only: use the deck walk"

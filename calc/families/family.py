@@ -86,8 +86,10 @@ class Family:
     # mask (window_mask's) rather than the causal one
     sdpa_window: Callable | None = None  # (shape) -> whether, under sdpa, its model makes the window mask as a
     # tensor (Llama 4's chunked one), which the window layers are given
-    lora_refused: str = ""  # why the eager walk does not replay peft's LoRA (and QLoRA) on its model, which it
-    # fine-tunes with frozen layers (calc.families.tuning_lacks says it)
+    lora_fused: bool = False  # peft's LoRA adapts its fused stores whole (Phi-3's qkv_proj and gate_up_proj, one
+    # adapter each: calc.finetune.adapted), not each part (calc.inventory.Tensor.fused)
+    qlora_refused: str = ""  # why the eager walk does not replay QLoRA on its model, whose LoRA and frozen layers it
+    # replays (calc.families.tuning_lacks says it)
     embed_module: bool = False  # its `embed` is the embedding module's own forward (Gemma's scaled embedding), so
     # enable_input_require_grads' hook on that module makes embed's output the leaf, not the lookup's
 

@@ -29,7 +29,7 @@ class Linears:
         """nn.Linear (and GPT-2's Conv1D, an addmm), with peft's LoRA adapter where the step targets it;
         under QLoRA a block linear is bitsandbytes' Linear4bit, and peft's wrapper of it (tuners/lora/bnb.py,
         Linear4bit.forward) clones the base layer's result before adding the adapter's."""
-        module = name.rsplit(" ", 1)[-1]
+        module = name.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]  # "q_proj", Phi-3's "gate_up_proj"
         split = self.st.tp > 1
         wrapped = self._from_local(x, name) if split and module in tensor.COLWISE else None
         four = self.st.qlora and module in QUANTIZED

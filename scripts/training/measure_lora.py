@@ -46,6 +46,15 @@ RESULTS = ROOT / "docs" / "data" / "lora.json"
 RESULTS_CUDA = ROOT / "docs" / "data" / "lora-cuda.json"  # a GPU's rows (make gpu-check), apart from §12.4's
 MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
            "down": "down_proj"}  # fmt: skip
+# Phi-3 stores Q, K and V in one qkv_proj and the gate and up in one gate_up_proj: peft's target_modules names
+# those (calc's --lora-targets names their parts together, q,k,v and gate,up)
+FUSED = {"phi3": {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "gate": "gate_up_proj", "up": "gate_up_proj"}}
+
+
+def peft_modules(m: hf_models.Model, targets: tuple[str, ...]) -> list[str]:
+    """peft's target_modules for calc's targets on this model: its module names, each once."""
+    names = {**MODULES, **FUSED.get(m.model_type, {})}
+    return list(dict.fromkeys(names[t] for t in targets))
 
 
 @dataclass(frozen=True)
@@ -100,12 +109,16 @@ RUNS += [  # the families issue 18 adds, each from its config.json (`--hf-config
     (FAMILIES["smollm3"], 128, 2, Tune("lora", 8, 16, ALL)),
     (FAMILIES["ministral"], 128, 2, Tune("lora", 8, 16, ALL)),
     (FAMILIES["ministral3"], 128, 2, Tune("lora", 8, 16, ALL)),
-    (FAMILIES["phi3"], 128, 2, Tune("freeze", freeze_layers=1)),  # frozen layers only: LoRA is refused (fused)
+    (FAMILIES["phi3"], 128, 2, Tune("freeze", freeze_layers=1)),
 ]
 RUNS += [  # issue 34: the first blocks frozen, the embedding trained (backward reaches it through them)
     (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2, Tune("freeze", freeze_layers=2, embedding=True)),
     (TIED("gemma"), 128, 2, Tune("freeze", freeze_layers=1, embedding=True)),  # the tied head trains with it
     (TIED("smollm3"), 128, 2, Tune("freeze", freeze_layers=1, embedding=True)),  # tied, its no-RoPE layers
+]
+RUNS += [  # issue 34: Phi-3's fused qkv_proj and gate_up_proj, one adapter each as peft puts it
+    (FAMILIES["phi3"], 128, 2, Tune("lora", 8, 16, ALL)),  # all-linear: qkv_proj, o_proj, gate_up_proj, down_proj
+    (FAMILIES["phi3"], 128, 2, Tune("lora", 16, 32, ("q", "k", "v", "o"))),
 ]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
@@ -126,7 +139,7 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0,
-                            target_modules=[MODULES[t] for t in tune.targets])  # fmt: skip
+                            target_modules=peft_modules(m, tune.targets))  # fmt: skip
         with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated is_gradient_checkpointing
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
             return get_peft_model(net, config)

@@ -144,7 +144,7 @@ def test_every_preset_replayed_by_kind_is_its_whole_replay(name):
     checkpointing, and with frozen layers where the family fine-tunes."""
     shape = calc.PRESETS[name]
     tunes = [finetune.DEFAULT]
-    if tuning_lacks(shape, adapters=False) is None:
+    if tuning_lacks(shape, "freeze") is None:
         tunes.append(finetune.Tuning(mode="freeze", freeze_layers=min(3, shape.layers - 1)))
     attention = "sdpa" if "sdpa" in FAMILIES[shape.family].attentions else "eager"  # GPT-OSS's runs eager only
     for recompute, tune in itertools.product(("none", "full"), tunes):

@@ -298,3 +298,22 @@ def test_adapter_dtype_is_refused_without_adapters(capsys):
     assert capsys.readouterr().err.strip() == "error: --adapter-dtype: applies to --finetune lora or qlora"
     assert main(["--preset", "llama-7b", "--finetune", "lora", "--adapter-dtype", "bf16"]) == 2
     assert "--adapter-dtype: must be one of fp32, model" in capsys.readouterr().err
+
+
+def test_a_fused_store_takes_one_adapter_as_peft_puts_it():
+    """Phi-3's qkv_proj and gate_up_proj: one adapter each, as wide as their parts (A r x h, B (q + 2 kv) x r);
+    a store named in part is refused naming --lora-targets, and the fit list widens q and v to it."""
+    from calc.finetune import Tuning, adapted, adapter_tensors, check, whole
+
+    phi = calc.PRESETS["phi-4"]
+    every = ("q", "k", "v", "o", "gate", "up", "down")
+    h, q, kv, f = phi.hidden, phi.q_width, phi.kv_width, phi.ffn
+    assert adapted(phi, every) == [("qkv_proj", h, q + 2 * kv), ("o_proj", q, h), ("gate_up_proj", h, 2 * f),
+                                   ("down_proj", f, h)]  # fmt: skip
+    assert adapter_tensors(phi, Tuning("lora", rank=4, targets=("q", "k", "v"))) == [(1, 4, h), (1, q + 2 * kv, 4)]
+    assert check(phi, Tuning("lora", targets=("q", "v")))[0] == "lora-targets"
+    assert check(phi, Tuning("lora", targets=("gate", "down")))[0] == "lora-targets"
+    assert check(phi, Tuning("lora", targets=("o", "down"))) is None
+    assert whole(phi, ("q", "v")) == ("q", "k", "v") and whole(phi, ("up",)) == ("gate", "up")
+    llama = calc.PRESETS["llama-7b"]  # separate linears: one adapter a target, nothing widened
+    assert [m for m, _, _ in adapted(llama, ("q", "v"))] == ["q_proj", "v_proj"] and whole(llama, ("q",)) == ("q",)

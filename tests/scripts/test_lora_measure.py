@@ -64,6 +64,7 @@ FAMILY_CASES = [
     ("gemma", ("freeze", 8, 16, ("q", "v"), 1), "fp32-full", "eager", "full"),  # the scaled embedding, the leaf
     ("olmo3", ("lora", 8, 16, ("v", "down")), "autocast", "eager", "none"),
     ("granite", ("lora", 2, 4, ALL), "fp32-full", "sdpa", "full"),
+    ("phi3", ("lora", 4, 8, ("gate", "up", "down")), "autocast", "eager", "full"),  # one adapter on gate_up_proj
 ]
 TENTH = 0.001  # the families' band on the step's tensors
 
@@ -72,8 +73,8 @@ TENTH = 0.001  # the families' band on the step's tensors
 @pytest.mark.parametrize("case", FAMILY_CASES, ids=lambda c: f"{c[0]}-{c[1][0]}-{'-'.join(c[2:])}")
 def test_eager_walk_predicts_peft_step_on_other_families(case):
     """A family's tiny model (its own features: Gemma 3's sliding layers, OLMo 3's window, Granite's
-    multipliers), fine-tuned as a user does it and predicted from its config.json (`--hf-config`), within 0.1% of
-    the step's tensors."""
+    multipliers, Phi-3's fused gate_up_proj), fine-tuned as a user does it and predicted from its config.json
+    (`--hf-config`), within 0.1% of the step's tensors."""
     pytest.importorskip("peft")
     import measure_families
     import measure_lora

@@ -439,3 +439,18 @@ def test_dense_layers_among_the_experts_are_walked_where_they_lie_and_not_moved(
     assert "dense-layers" in notice.inner_text() and "among the experts' (layers 1, 3)" in notice.inner_text()
     assert moved.get_attribute('[data-out="peak"]', "data-bytes") == str(want["step"]["peak"])  # the rest applies
     assert recorder.errors == [] and recorder2.errors == [] and recorder3.errors == []
+
+
+def test_lora_on_phi_4s_fused_projections_is_named_inline_and_answers_as_peft_puts_it(open_page):
+    """Phi-4 keeps q, k and v in one qkv_proj, which peft adapts whole: the form's default targets (q,v) are
+    named inline with what to type, and q,k,v then gives calc's answer, one adapter on qkv_proj a layer."""
+    page, recorder = open_page("?preset=phi-4&finetune=lora")
+    page.wait_for_selector('[data-calc-form] [name="lora-targets"][aria-invalid="true"]')
+    assert "name q, k and v together, or all-linear" in page.locator("[data-error-for='lora-targets']").inner_text()
+    change(page, "lora-targets", "q,k,v")
+    want = answer_for({"preset": "phi-4", "finetune": "lora", "lora-targets": "q,k,v"})
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == str(want["step"]["peak"])
+    shape = calc.PRESETS["phi-4"]
+    assert want["trainable_params"] == shape.layers * 8 * (shape.hidden + shape.q_width + 2 * shape.kv_width)
+    assert page.get_attribute('[data-calc-form] [name="lora-targets"]', "aria-invalid") != "true"
+    assert recorder.errors == []
