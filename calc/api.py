@@ -10,7 +10,7 @@ from . import eager, eager_step, finetune, loops, optim_step
 from .counts import param_counts
 from .engines import ddp, fsdp, pipeline, tensor
 from .fields import ENGINES
-from .parallel import SINGLE, Parallel, device_params
+from .parallel import SINGLE, Parallel, device_params, stage_layers
 from .recipes import RECIPES, TABLE_ROWS
 from .run import Run
 from .shape import Shape
@@ -54,20 +54,43 @@ def sizes(
     }
 
 
-def walks(par: Parallel, grad_accum: int | None = None) -> list[tuple[int, int, bool]]:
+def walks(par: Parallel, grad_accum: int | None = None, shape: Shape | None = None) -> list[tuple[int, int, bool]]:
     """The (stage, micro-batches in flight, accumulating) walks whose largest peak is the device's.
 
     The first pipeline stage holds the most micro-batches in flight (1F1B), the last the logits;
-    stages in between hold no more than the first. A stage that runs more micro-batches than it
-    holds at once starts some of them with the step's gradients already resident. `grad_accum` is
-    the micro-batches per step of one data-parallel worker (default: pp, just enough to fill the
-    pipeline; 1 on one device)."""
+    stages in between hold no more than the first unless they hold more of a kind of layer (a mixture
+    of experts' `shape`: heavier_stages). A stage that runs more micro-batches than it holds at once
+    starts some of them with the step's gradients already resident. `grad_accum` is the micro-batches
+    per step of one data-parallel worker (default: pp, just enough to fill the pipeline; 1 on one device)."""
     m = par.pp if grad_accum is None else grad_accum
     out = []
-    for stage in sorted({0, par.pp - 1}):
-        in_flight = min(par.pp - stage, m)
+    for stage in sorted({0, par.pp - 1, *(heavier_stages(shape, par.pp) if shape is not None else ())}):
+        in_flight = pipeline.PipelineStage(par.pp, stage, "1f1b", m).in_flight
         out += [(stage, in_flight, False)] + ([(stage, in_flight, True)] if m > in_flight else [])
     return out
+
+
+@lru_cache(maxsize=256)
+def heavier_stages(shape: Shape, pp: int) -> tuple[int, ...]:
+    """The stages in between the first and the last that hold more dense layers or more mixture-of-experts layers
+    than the first (where Shape.moe_layer puts them: DeepSeek's dense first layers, Llama 4's interleaved ones),
+    the first stage of each such mix. A stage in between with no more of either than the first holds no more:
+    fewer micro-batches in flight (1F1B), no embedding, the same layers or fewer."""
+    if pp < 3 or not shape.moe_layers:
+        return ()
+
+    def mix(stage: int) -> tuple[int, int]:
+        layers = stage_layers(shape, pp, stage)
+        moe = sum(map(shape.moe_layer, layers))
+        return len(layers) - moe, moe
+
+    first, out, seen = mix(0), [], set()
+    for stage in range(1, pp - 1):
+        dense, moe = mix(stage)
+        if (dense > first[0] or moe > first[1]) and (dense, moe) not in seen:
+            seen.add((dense, moe))
+            out.append(stage)
+    return tuple(out)
 
 
 def worst_stage(
@@ -82,7 +105,7 @@ def worst_stage(
 ) -> tuple[tuple[int, int, bool], list, tuple[int, int]]:
     """((stage, in flight, accumulating), segments, (peak, index)) of the walk that peaks highest."""
     best = None
-    for walk in walks(par, grad_accum):
+    for walk in walks(par, grad_accum, shape):
         segs = segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, par, *walk)
         top = peak(segs)
         if best is None or top[0] > best[2][0]:
@@ -405,7 +428,7 @@ def sweep(
 def sweep_forms(shape: Shape, recipe: str, recompute: str, par: Parallel, grad_accum: int | None) -> tuple:
     """The sums (calc.walk.peak_forms) whose largest is a sweep's peak at each sequence length: its walks'
     templates', which do not depend on the tokens in flight."""
-    return peak_forms(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum)))
+    return peak_forms(*(template(shape, recipe, recompute, par, *walk) for walk in walks(par, grad_accum, shape)))
 
 
 @lru_cache(maxsize=4)  # the page's sweep asks for the same sequence lengths once for each of the table's rows

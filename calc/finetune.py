@@ -373,10 +373,12 @@ class TunedStep:
         return [phases.weight_grads(label, self.t.gradients * params, self.grads_of)]
 
     def transient(self, phase: str) -> list[Event]:
-        """QLoRA: each block linear's NF4 weight dequantized to the compute dtype while it runs, one at a time."""
+        """QLoRA: each block linear's NF4 weight dequantized to the compute dtype while it runs, one at a time (a
+        fused store whole: Phi-3's gate_up_proj, calc.finetune.adapted)."""
         if self.tune.mode != "qlora":
             return []
-        largest = self.r.weights * max(d_in * d_out for d_in, d_out in linears(self.shape).values())
+        stores = adapted(self.shape, tuple(linears(self.shape)))
+        largest = self.r.weights * max(d_in * d_out for _, d_in, d_out in stores)
         source = "bitsandbytes dequantize_4bit: one linear's weight in the compute dtype at a time"
         return [
             Event(phase, f"{phase} {LAYER}: dequantize its largest NF4 weight to 16 bits", "weights", largest, source),

@@ -268,6 +268,11 @@ def parse_shape(given: Mapping[str, object]) -> Shape:
     if changes.get("experts") == 0:  # a dense model: the preset's other expert fields go too
         dense = Shape()
         changes.update({a: getattr(dense, a) for a in (FIELD[f].attr for f in MOE_FIELDS) if a not in changes})
+        changes["dense_at"] = ()  # and where its dense layers lay among the experts
+    if base.dense_at and changes.get("layers", base.layers) != base.layers and changes.get("experts") != 0:
+        raise InputError("layers", f"the config places its {len(base.dense_at)} dense layers among the experts' "
+                         f"({_layer_list(base.dense_at)}), which another layer count would not keep: change the config "
+                         "instead")  # fmt: skip
     if "heads" in changes and "kv_heads" not in changes and base.kv_heads == base.heads:
         changes["kv_heads"] = changes["heads"]  # keep multi-head attention multi-head
     shape = base.replace(name=base.name if not changes else "custom", **changes)
@@ -683,11 +688,15 @@ def check_shape(shape: Shape) -> None:
     if shape.dense_layers > shape.layers:
         raise InputError("dense-layers", f"{shape.dense_layers} dense layers are more than the {shape.layers} layers")
     at = shape.dense_at
-    if at and (len(at) != shape.dense_layers or at[-1] > shape.layers):
+    if at and (len(at) != shape.dense_layers or max(at) > shape.layers):
         field = "dense-layers" if len(at) != shape.dense_layers else "layers"
-        where = ", ".join(map(str, at[:6])) + (", ..." if len(at) > 6 else "")
-        raise InputError(field, f"the config places its {len(at)} dense layers among the experts' (layers {where}), "
+        raise InputError(field, f"the config places its {len(at)} dense layers among the experts' ({_layer_list(at)}), "
                          f"which --{field} would move: change the config instead")  # fmt: skip
+
+
+def _layer_list(layers: tuple[int, ...]) -> str:
+    """Layer numbers as a message gives them: "layers 1, 3, 5, 7, 9, 11, ..." (the first six)."""
+    return "layers " + ", ".join(map(str, layers[:6])) + (", ..." if len(layers) > 6 else "")
 
 
 def family_problem(shape: Shape) -> tuple[str, str] | None:

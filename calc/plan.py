@@ -102,7 +102,7 @@ class _Layouts:
         that start with the step's gradients resident go first: they tend to peak highest."""
         sizes = self.sized(par, micro_batch, recompute)
         top = -1
-        for walk in sorted(walks(par, grad_accum), key=lambda w: not w[2]):
+        for walk in sorted(walks(par, grad_accum, self.shape), key=lambda w: not w[2]):
             top = max(top, _peak_form(self.shape, self.recipe, recompute, par, *walk)(sizes))
             if top > capacity:
                 break

@@ -666,8 +666,10 @@ def _qlora_where(row: dict) -> str:
 LORA_PROSE = """\
 The eager walk (§10.8) with `--finetune lora` and `--finetune freeze`, against transformers' Llama, Mistral and
 Qwen2 (their shape as flags) and each family issue 18 adds that peft adapts by its q_proj ... down_proj (Qwen3,
-Granite, Gemma 1 to 3, OLMo 2 and 3, SmolLM3, Ministral and Ministral 3; Phi-3 with frozen layers: the tiny
-model of §13.1, its own config.json passed as `--hf-config`, recorded beside the row) fine-tuned the way a
+Granite, Gemma 1 to 3, OLMo 2 and 3, SmolLM3, Ministral and Ministral 3), and Phi-3, whose fused qkv_proj and
+gate_up_proj peft adapts whole, one adapter each (issue 34; calc's `--lora-targets` names their parts together,
+q,k,v and gate,up) (the tiny model of §13.1, its own config.json passed as `--hf-config`, recorded beside the
+row), fine-tuned the way a
 user's code does it: peft's `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules,
 lora_dropout=0.0))` (its fp32 adapters; on a checkpointed model transformers and peft make the embedding's
 output require grad), or
@@ -693,9 +695,9 @@ state, and AdamW's temporaries and step counters cover the trainable tensors onl
 casts of trainable weights only, so a frozen weight's cast is made at each call and, where the input needs a
 gradient, saved; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters, peft's default
 and calc's; with `--adapter-dtype model` they keep a 16-bit model's dtype, as half of §12.5's runs do). Not
-modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter and Phi-3's fused `qkv_proj`
-and `gate_up_proj` ones (refused). bitsandbytes' 4-bit layers
-(`--finetune qlora`) are §12.5's.
+modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter (refused by the eager walk),
+and QLoRA on Phi-3's fused 4-bit layers (refused, unmeasured). bitsandbytes' 4-bit layers (`--finetune qlora`)
+are §12.5's.
 """
 
 

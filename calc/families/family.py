@@ -78,8 +78,8 @@ class Family:
     moe_lacks: Callable | None = None  # (shape) -> what of its own mixture of experts the eager walk does not
     # replay, or None; unset: Mixtral's and Qwen2-MoE's checks (calc.families._moe_lacks)
     expert_bias: bool = False  # its experts have biases (GPT-OSS's), which the eager walk replays
-    dense_among_experts: bool = False  # the eager walk replays its dense layers among its experts' (Llama 4's
-    # interleave_moe_layer_step, Qwen3-MoE's decoder_sparse_step and mlp_only_layers: Shape.moe_layer)
+    dense_among_experts: bool = False  # the eager walk replays dense layers beside its experts, first or among
+    # them (Llama 4's interleave_moe_layer_step, Qwen-MoE's decoder_sparse_step and mlp_only_layers: Shape.moe_layer)
     rotary_width: Callable | None = None  # (shape) -> values a position of its rotary cos and sin tables; None:
     # head_dim (LlamaRotaryEmbedding's cat of the frequencies with themselves)
     window_layer: Callable | None = None  # (shape, layer from 1) -> whether that layer is given the sliding-window

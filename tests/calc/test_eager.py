@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import calc
 from calc import eager, eager_step
 from calc.api import eager_peak
+from calc.families.config import dense_layers
 from calc.inputs import eager_lacks, family_problem
 from calc.recipes import state_bytes
 from calc.walk import events, peak
@@ -43,10 +44,9 @@ def as_family(shape: calc.Shape, family: str) -> calc.Shape:
         shape = shape.replace(kv_heads=shape.heads, gated_ffn=False, norm="layer", positions="learned")
     if family == "mixtral":
         shape, family = shape.replace(gated_ffn=True, bias=False, experts=4, experts_per_token=2), "llama"
-    if family == "qwen2_moe":  # decoder_sparse_step 2: the odd layers dense (where there are two or more)
-        dense = tuple(range(1, shape.layers + 1, 2)) if shape.layers > 1 else ()
-        moe = {"experts": 8, "experts_per_token": 4, "expert_ffn": max(1, shape.ffn // 4), "dense_layers": len(dense),
-               "dense_at": dense}
+    if family == "qwen2_moe":  # decoder_sparse_step 2: the odd layers dense (of two or more), as the reader places them
+        placed = dense_layers([i % 2 == 1 for i in range(shape.layers)] if shape.layers > 1 else [True])
+        moe = {"experts": 8, "experts_per_token": 4, "expert_ffn": max(1, shape.ffn // 4), **placed}
         shared = {"shared_expert_ffn": shape.ffn, "shared_expert_gate": True}
         shape = shape.replace(gated_ffn=True, bias=False, qkv_bias=True, **moe, **shared)
         family = "llama"

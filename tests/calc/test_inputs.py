@@ -207,10 +207,12 @@ MAVERICK_LIKE = {"model_type": "llama4_text", "num_hidden_layers": 4, "hidden_si
 
 
 @pytest.mark.parametrize(("flags", "field"), [(["--dense-layers", "1"], "dense-layers"), (["--layers", "2"], "layers"),
-                                              (["--dense-layers", "3"], "dense-layers")])  # fmt: skip
+                                              (["--dense-layers", "3"], "dense-layers"), (["--layers", "6"], "layers"),
+                                              (["--layers", "3"], "layers")])  # fmt: skip
 def test_a_flag_that_would_move_a_configs_interleaved_dense_layers_is_refused(tmp_path, capsys, flags, field):
-    """Llama-4-Maverick's dense layers lie among its experts (1 and 3 of 4 here): a --dense-layers or --layers
-    that would move them is refused in one line naming the field, not counted as dense-first layers."""
+    """Llama-4-Maverick's dense layers lie among its experts (1 and 3 of 4 here): a --dense-layers or any other
+    --layers (which would drop them, or leave the new layers all experts) is refused in one line naming the field,
+    not counted as dense-first layers; --experts 0 makes a dense model of it, with no dense layers left placed."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(MAVERICK_LIKE))
     assert main(["--hf-config", str(path), "--walk", "eager", "--device", "cpu", "--seq", "16"]) == 0
@@ -218,3 +220,6 @@ def test_a_flag_that_would_move_a_configs_interleaved_dense_layers_is_refused(tm
     assert main(["--hf-config", str(path), "--seq", "16", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: --{field}:") and "\n" not in err
+    assert main(["--hf-config", str(path), "--seq", "16", "--experts", "0", "--json"]) == 0
+    shape = json.loads(capsys.readouterr().out)["config"]["shape"]
+    assert (shape["experts"], shape["dense_layers"], shape.get("dense_at", [])) == (0, 0, [])

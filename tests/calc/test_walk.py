@@ -163,7 +163,7 @@ def test_sweep_peak_of_is_peak(shape, seq_list, b, recipe, recompute, layout, ac
     if shape.layers < pp or shape.heads % tp or shape.kv_heads % tp:
         return
     p = RECIPES[recipe].activations
-    templates = [template(shape, recipe, recompute, par, *w) for w in walks(par, accum)]
+    templates = [template(shape, recipe, recompute, par, *w) for w in walks(par, accum, shape)]
     want = [max(peak(t, seq_sizes(shape, s, b, recompute, p, par))[0] for t in templates) for s in seq_list]
     assert calc.api.sweep(shape, seq_list, b, recipe, recompute, par, accum) == want
 
@@ -246,3 +246,30 @@ def test_a_sweeps_columns_are_the_part_sizes_at_each_length(shape, lengths, b, r
     assert [{name: column[i] for name, column in columns.items()} for i in range(len(lengths))] == [
         part_sizes(part, shape, s, b, recompute, p) for part, s in zip(parts, lengths, strict=True)]
     assert calc.sweep(shape, [], b, "mixed", recompute) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(moe_shapes(), st.integers(3, 6), seqs, micro_batches, recipes, recomputes, st.integers(1, 12))
+def test_the_deck_pipelines_busiest_stage_is_found_wherever_the_experts_lie(shape, pp, seq, b, recipe, recompute, m):
+    """The deck walk walks the first stage, the last, and each stage in between holding more dense or more
+    mixture-of-experts layers than the first (calc.api.heavier_stages): its peak is the largest of every stage's,
+    walked one by one, wherever the config puts its dense layers (DeepSeek's first ones, Llama 4's interleaved)."""
+    from calc.api import walks, worst_stage
+    from calc.parallel import Parallel
+
+    shape = shape.replace(layers=max(shape.layers, pp))  # every stage holds a layer (dense_at stays in range)
+    par = Parallel(pp=pp)
+    every = [(s, min(pp - s, m), acc) for s in range(pp) for acc in (False, True) if not acc or m > min(pp - s, m)]
+    brute = max(peak(segments(shape, seq, b, recipe, recompute, 2, par, *w))[0] for w in every)
+    assert worst_stage(shape, seq, b, recipe, recompute, 2, par, m)[2][0] == brute
+    assert {w[0] for w in walks(par, m, shape)} >= {0, pp - 1}
+
+
+def test_a_middle_stage_that_holds_the_experts_is_the_pipelines_busiest():
+    """DeepSeek-V3 over 16 stages: the first holds its three dense layers and one of experts, the second four of
+    experts and peaks higher, which the deck walk now reports (it walked the first and last stages only)."""
+    shape = calc.PRESETS["deepseek-v3"]
+    step = calc.step(shape, 4096, 1, "mixed", "full", par=calc.Parallel(pp=16))
+    assert step["stage"] == 1
+    first = peak(segments(shape, 4096, 1, "mixed", "full", 2, calc.Parallel(pp=16), 0, 16, False))[0]
+    assert step["peak"] > first
