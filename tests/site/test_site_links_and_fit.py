@@ -88,7 +88,9 @@ def test_a_pipeline_link_gives_every_stage_as_the_cli_does_and_the_form_keeps_it
     band = deck.band_for(deck.eager_bands(), "pp-gpipe", answer_for(settings)["eager"]["setting"])
     shown = calculator_tests.eager_shown(page)
     assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
+    page.evaluate(WATCH)  # the redraw for 1F1B, however long the eager walk of its stages takes
     page.select_option('select[name="pp-schedule"]', "1f1b")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
     settle(page)
     assert page.evaluate(PEAK) == cli_json([*flags[:-2], "--pp-schedule", "1f1b"])["peak"] < cli["peak"]
     assert recorder.errors == []

@@ -147,7 +147,7 @@ def test_messages_name_the_forms_labels_and_a_configs_own_value_is_refused_under
     page, recorder = open_page()
     change(page, "pp", "2")
     page.select_option('[name="finetune"]', "lora")  # refused: no redraw comes
-    page.wait_for_function("() => document.querySelector('[data-error-for=\"finetune\"]').textContent.trim()")
+    page.wait_for_function("() => document.querySelector('[data-error-for=\"finetune\"]')?.textContent.trim()")
     said = page.text_content('[data-error-for="finetune"]')
     assert said.startswith("Trains: ") and "“Pipeline stages”" in said and "--" not in said
     huge = json.loads(LLAMA2) | {"num_hidden_layers": 9000, "hidden_size": 65536, "intermediate_size": 1 << 20,
@@ -155,7 +155,7 @@ def test_messages_name_the_forms_labels_and_a_configs_own_value_is_refused_under
     change(page, "finetune", "full")
     change(page, "pp", "1")
     page.check('[name="sequence-parallel"]')  # the eager walk replays no sequence parallelism
-    page.wait_for_function("() => document.querySelector('[data-out=\"eager-reason\"]').textContent.trim()")
+    page.wait_for_function("() => document.querySelector('[data-out=\"eager-reason\"]')?.textContent.trim()")
     reason = page.text_content('[data-out="eager-reason"]')  # calc's reason for no eager walk, in the form's words
     assert "“Sequence parallel”" in reason and "--sequence-parallel" not in reason
     page.uncheck('[name="sequence-parallel"]')
@@ -177,7 +177,7 @@ def test_a_field_with_no_control_here_is_named_as_a_links_setting_not_as_a_flag(
     assert done.returncode == 2 and "--head-size" in done.stderr
     page, recorder = open_page()
     page.fill('[data-calc-form] [name="heads"]', "7")  # refused: no redraw comes
-    page.wait_for_function("() => document.querySelector('[data-error-for=\"heads\"]').textContent.trim()")
+    page.wait_for_function("() => document.querySelector('[data-error-for=\"heads\"]')?.textContent.trim()")
     said = page.text_content('[data-error-for="heads"]')
     assert said.startswith("Heads (a): ") and "“head-size”" in said and "?head-size=" in said
     assert "--" not in said

@@ -274,7 +274,7 @@ def test_the_embedding_switch_trains_it_under_frozen_blocks_as_the_cli_does(open
     assert page.get_attribute('[data-out="trainable"]', "data-count") == str(trained["trainable_params"])
     assert query_of(page)["freeze-embedding"] == ["false"]
     page.select_option('[data-calc-form] [name="walk"]', "deck")  # refused: no redraw, the message inline
-    page.wait_for_function("() => document.querySelector('[data-error-for=\"freeze-embedding\"]').textContent.trim()")
+    page.wait_for_function("() => document.querySelector('[data-error-for=\"freeze-embedding\"]')?.textContent.trim()")
     assert "trains the embedding below frozen blocks" in page.text_content('[data-error-for="freeze-embedding"]')
     assert recorder.errors == []
 
