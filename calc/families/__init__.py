@@ -64,7 +64,9 @@ def _moe_lacks(shape: Shape, fam: Family) -> str | None:
         return f"a mixture of experts in {shape.family}'s code (it replays Mixtral's, Qwen2-MoE's and Qwen3-MoE's)"
     if fam.moe_lacks:
         return fam.moe_lacks(shape)
-    if shape.dense_layers and not fam.dense_among_experts:  # a guard for a family added later: each today says
+    # a guard for a family added later: each family with experts today replays dense layers beside them, or
+    # refuses them in its own check (GPT-OSS, DeepSeek-V3's moe_lacks)
+    if shape.dense_layers and not fam.dense_among_experts:
         return f"dense layers beside the experts in {fam.models[0]}'s code"
     if not shape.gated_ffn or (shape.bias and not fam.expert_bias):
         return "experts that are not bias-free SwiGLU (Mixtral's and Qwen2-MoE's are)"
