@@ -117,16 +117,16 @@ def _adapted(shape: Shape, targets: tuple[str, ...], own) -> tuple[tuple[str, in
 
 
 def fused_apart(shape: Shape, targets: tuple[str, ...]) -> tuple[str, list[str]] | None:
-    """(a fused store, the targets it holds) where these targets name some of it but not all, on a family whose
-    LoRA adapts it whole (peft adapts Phi-3's qkv_proj as one linear: q alone cannot be adapted), or None."""
+    """(a fused store's module name, the targets it holds) where these targets name some of it but not all, on a
+    family whose LoRA adapts it whole (peft adapts Phi-3's qkv_proj as one linear: q alone cannot be), or None."""
     if not FAMILIES[shape.family].lora_fused:
         return None
     stores: dict[str, list[str]] = {}
     for t in counts.layer_tensors(shape):
         if t.target and t.fused:
             stores.setdefault(t.fused, []).append(t.target)
-    return next(((s, held) for s, held in stores.items() if {*held} & {*targets} and not {*held} <= {*targets}),
-                None)  # fmt: skip
+    return next(((s.rsplit(".", 1)[-1], held) for s, held in stores.items()
+                 if {*held} & {*targets} and not {*held} <= {*targets}), None)  # fmt: skip
 
 
 def whole(shape: Shape, targets: tuple[str, ...]) -> tuple[str, ...]:
@@ -307,11 +307,10 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
             return "lora-targets", f"the model has no {missing[0]} projection (its FFN is not gated)"
         apart = fused_apart(shape, tune.targets)
         if apart:
-            store, held = apart
+            module, held = apart
             named = listing(held)
             return "lora-targets", (f"{named} are one linear in {FAMILIES[shape.family].models[0]}'s code "
-                                    f"({store.rsplit('.', 1)[-1]}), which peft adapts whole: name {named} together, "
-                                    "or all-linear")  # fmt: skip
+                                    f"({module}), which peft adapts whole: name {named} together, or all-linear")
     if tune.mode == "freeze" and tune.freeze_layers > shape.layers:
         return "freeze-layers", f"{tune.freeze_layers} frozen layers are more than the {shape.layers} layers"
     if not trainable_params(shape, tune):

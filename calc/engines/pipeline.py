@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..parallel import split
 from ..walk import Event, Segment
 
 SCHEDULES = ("1f1b", "gpipe")  # --pp-schedule (the default first): Schedule1F1B, ScheduleGPipe
@@ -149,7 +150,7 @@ class PipelineStage:
 def layer_passes(layers: int, pp: int, micro_batches: int) -> int:
     """The layers the busiest-to-walk stage (the first: calc.parallel.stage_layers gives it any remainder) runs
     in a step, counted once a micro-batch: what the eager walk's time grows with."""
-    return micro_batches * -(-layers // pp)
+    return micro_batches * split(layers, pp)
 
 
 def _labelled(segs: list[Segment], i: int) -> list[Segment]:
