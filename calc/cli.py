@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import trainers
 from .api import run_step, table
 from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
@@ -46,7 +47,12 @@ def add_field(group, field: Field) -> None:
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
-    """What is printed: JSON, the table, the events, the plan or the fit list."""
+    """Where the fields come from besides the flags, then what is printed: JSON, the table, the events, the plan
+    or the fit list."""
+    p.add_argument("--trainer-config", metavar="FILE", action="append",
+                   help="read the fields from a trainer's config (repeatable: axolotl, LLaMA-Factory, "
+                   "TrainingArguments or SFTConfig as JSON or YAML, a DeepSpeed JSON, accelerate's config); flags "
+                   "override it")
     p.add_argument("--json", action="store_true", help="print the result (or the plan) as JSON")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--table", action="store_true", help="print the deck's four-recipe table in GB")
@@ -118,7 +124,19 @@ def format_summary(result: dict) -> str:
     n = result["peak"]
     lines.append(f"  {'peak':<12} {n:>20,} bytes  {format_gb(n):>8} GB  {format_gib(n)} GiB")
     lines.append(f"  peak event:  {result['peak_event']}")
-    return "\n".join([*lines, *eager_lines(result)])
+    return "\n".join([*lines, *eager_lines(result), *reading_lines(result)])
+
+
+def reading_lines(result: dict) -> list[str]:
+    """What a trainer config gave, where one was read: its keys read, the tools' defaults, the keys ignored."""
+    if "trainer_config" not in result:
+        return []
+    t = result["trainer_config"]
+    lines = [f"trainer config ({', '.join(t['tools'])}):"]
+    lines += [f"  read     {e['key']}: {e['value']} -> {e['gives']}" for e in t["read"]]
+    lines += [f"  default  {e['gives']} ({e['why']})" for e in t["defaults"]]
+    lines.append(f"  ignored  {len(t['ignored'])} keys that change nothing calc counts (--json lists them)")
+    return lines
 
 
 def eager_lines(result: dict) -> list[str]:
@@ -174,16 +192,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 0
 
 
-def read_config(path: str) -> str:
-    """The text of the file --hf-config names, or InputError saying why it cannot be read."""
+def read_config(path: str, field: str = "hf-config") -> str:
+    """The text of the file --hf-config (or --trainer-config) names, or InputError saying why it cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read(MAX_CHARS + 1)  # a longer file is refused by calc.hf without reading it all
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise InputError("hf-config", f"cannot read {path}: {reason}") from None
+        raise InputError(field, f"cannot read {path}: {reason}") from None
     if len(text) <= MAX_CHARS and not text.strip():  # empty is "not given": the preset would answer for it
-        raise InputError("hf-config", f"{path} is empty: give a model's config.json")
+        raise InputError(field, f"{path} is empty: give " + ("a model's config.json" if field == "hf-config" else
+                                                             "a trainer's config"))
     return text
 
 
@@ -241,6 +260,8 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     result = run_step(inputs)
     if beside:
         result["eager"] = beside
+    if getattr(args, "reading", None):
+        result["trainer_config"] = args.reading.as_dict()
     if args.json:
         print(json_text(result))
     elif args.events:
@@ -253,17 +274,36 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
 def validated(args: argparse.Namespace) -> tuple[Run, dict | None]:
     """(calc.inputs.parse_inputs' answer for the flags, the eager walk's figure beside the deck walk's step or
     None), or InputError naming the field the chosen output mode cannot use."""
-    modes = ("json", "table", "events", "plan", "fit_card")
+    modes = ("json", "table", "events", "plan", "fit_card", "trainer_config")
     raw = {k.replace("_", "-"): v for k, v in vars(args).items() if k not in modes}
     if raw["hf-config"] is not None:
         raw["hf-config"] = read_config(raw["hf-config"])
+    if not args.trainer_config:
+        return _validated(args, raw)
+    mode = next((m for m in ("plan", "fit-card", "table") if getattr(args, m.replace("-", "_"))), "step")
+    try:
+        given, reading = trainers.apply(raw, [read_config(path, "trainer-config") for path in args.trainer_config],
+                                        unread=UNREAD[mode.replace("-", "_")])
+    except trainers.Refused as e:
+        raise InputError("trainer-config", f"{e.key}: {e.why}") from None
+    try:
+        inputs, beside = _validated(args, given, raw)
+    except InputError as e:
+        raise InputError(*trainers.blame(e.field, e.message, reading, raw)) from None
+    args.reading = reading
+    return inputs, beside
+
+
+def _validated(args: argparse.Namespace, raw: dict, flags: dict | None = None) -> tuple[Run, dict | None]:
+    """validated's work on the fields `raw` (the flags, with a trainer config's under them: `flags` are the
+    flags alone, which the output mode's refusals read)."""
     rows = args.plan or args.table or args.fit_card
     # the step (not --table, --plan, --fit-card) answers the loop's fields as the page does: the eager walk's
     # figure beside the deck walk's (eager_figure)
     inputs = parse_inputs(raw, eager_beside=not rows)
-    problem = mode_problem(args, raw)
+    problem = mode_problem(args, raw if flags is None else flags)
     problem = problem or ((args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))
-    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)
+    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw if flags is None else flags)
     problem = problem or refused or late_problem(inputs)  # after the modes' own: --plan chooses --zero
     if problem:
         raise InputError(*problem)

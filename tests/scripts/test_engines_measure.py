@@ -108,9 +108,15 @@ def test_a_sample_measures_as_recorded(engine, precision):
         return make_results.explained_by(row, i) is not None
 
     for i, (a, b) in enumerate(zip(old["ranks"], new["ranks"], strict=True)):
+        # A matmul's workspace (the CPU kernel's scratch, which calc does not count) at the peak depends on the
+        # CPU: oneDNN picks its kernels by the instruction set (an AVX512-BF16 EPYC keeps 74,752 bytes where the
+        # recording machine kept 21,504 for this stage's bf16 mm). The tensors' own peak does not.
+        workspace = b["measured_peak"] - b["measured_peak_tensors"] == b["workspace_at_peak"] > 0
         if not (unseen(old, i) or unseen(new, i)):
             # the peak, not the rise from the start: a block of the step before, freed unseen and handed out
             # again before the peak, raises a start and not the peak
-            assert b["measured_peak"] == pytest.approx(a["measured_peak"], rel=0.001), i
+            key = "measured_peak_tensors" if workspace else "measured_peak"
+            assert b[key] == pytest.approx(a[key], rel=0.001), i
         cast = make_results.cast_order(new, i) and b["ratio"] <= 1.005  # a pipeline stage under autocast
-        assert unseen(new, i) or abs(b["ratio"] - 1) <= 0.01 or cast, (i, b["ratio"])
+        tensors = workspace and abs(b["predicted_peak"] / b["measured_peak_tensors"] - 1) <= 0.01
+        assert unseen(new, i) or abs(b["ratio"] - 1) <= 0.01 or cast or tensors, (i, b["ratio"])

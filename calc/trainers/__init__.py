@@ -1,0 +1,169 @@
+"""Trainer configs read as their tools mean them (issue 32): one module a tool, each reading its keys into
+calc's fields (the CLI's flags) with its own defaults, from its source.
+
+- hf_args: transformers' TrainingArguments and TRL's SFTConfig (JSON or YAML, as HfArgumentParser reads them).
+- axolotl, llamafactory: their YAML.
+- deepspeed: a DeepSpeed JSON, alone or named by another file.
+- accelerate: `accelerate launch`'s config YAML (processes, FSDP, DeepSpeed).
+
+`read(texts)` parses each text (JSON, TOML, or YAML through PyYAML, imported only then; a text may hold several
+YAML documents between `---` lines), tells each document's tool by its keys, and gives one Reading. `apply`
+puts its fields under the flags given (a flag wins), matches the model to a preset, and says which key an
+error's field came from (`blame`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from . import accelerate, axolotl, deepspeed, hf_args, llamafactory
+from .models import preset_of
+from .reading import Reading, Refused
+
+__all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "parse", "read"]
+
+MAX_CHARS = 200_000  # a trainer config is a few kB
+TOOLS = ("axolotl", "LLaMA-Factory", "TrainingArguments or SFTConfig", "DeepSpeed", "accelerate")
+KNOWN = f"a trainer config calc reads ({', '.join(TOOLS)})"
+# Fields the eager walk's loop presets set, which DeepSpeed's engine replaces (its own optimizer step)
+LOOP_FIELDS = ("loop", "adamw-impl", "loss")
+
+
+def parse(text: str) -> list[dict]:
+    """The documents of one file's text: a JSON object, a TOML table, or YAML mappings."""
+    if not isinstance(text, str):
+        raise Refused("trainer-config", "not the text of a file")
+    if len(text) > MAX_CHARS:
+        raise Refused("trainer-config", f"{len(text):,} characters is not a trainer config (at most {MAX_CHARS:,})")
+    text = text.removeprefix("\ufeff")
+    if text.lstrip().startswith("{"):
+        try:
+            return [json.loads(text)]
+        except (ValueError, RecursionError) as e:
+            raise Refused("trainer-config", f"not JSON: {e}") from None
+    return _yaml(text)
+
+
+def _yaml(text: str) -> list[dict]:
+    try:
+        import yaml  # PyYAML: axolotl's and LLaMA-Factory's own parser (yaml.safe_load)
+    except ImportError:
+        raise Refused("trainer-config", "reading YAML needs PyYAML (pip install pyyaml)") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise Refused("trainer-config", f"not YAML: {getattr(e, 'problem', None) or e}{where}") from None
+    except RecursionError:
+        raise Refused("trainer-config", "not YAML: nested too deeply") from None
+    if not docs or not all(isinstance(d, dict) and all(isinstance(k, str) for k in d) for d in docs):
+        raise Refused("trainer-config", f"not {KNOWN}: it must be a mapping of keys")
+    return docs
+
+
+def tool_of(doc: dict) -> str:
+    """Which tool's file a document is, by keys only that tool writes."""
+    if any(k in doc for k in ("zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size")):
+        return "deepspeed"
+    if "distributed_type" in doc or "compute_environment" in doc:
+        return "accelerate"
+    if any(k in doc for k in ("finetuning_type", "cutoff_len", "template", "stage", "lora_target")):
+        return "llamafactory"
+    if any(k in doc for k in ("base_model", "sequence_len", "micro_batch_size", "adapter", "datasets")):
+        return "axolotl"
+    if any(k in doc for k in ("per_device_train_batch_size", "output_dir", "optim", *hf_args.SFT_ONLY)):
+        return "hf_args"
+    raise Refused("trainer-config", f"not {KNOWN}: none of the keys that tell one ({', '.join(list(doc)[:5])}...)")
+
+
+ORDER = ("axolotl", "llamafactory", "hf_args", "accelerate", "deepspeed")  # a DeepSpeed JSON after what names it
+
+
+def read(texts: list[str], device: str = "cuda") -> Reading:
+    """One Reading of every document in `texts` (at most one of each tool)."""
+    docs = [(tool_of(d), d) for text in texts for d in parse(text)]
+    docs += [("deepspeed", d["deepspeed"]) for t, d in docs if t == "hf_args" and isinstance(d.get("deepspeed"), dict)]
+    tools = [t for t, _ in docs]
+    twice = next((t for t in tools if tools.count(t) > 1), None)
+    if twice:
+        raise Refused("trainer-config", f"two {twice} files: give one of each tool")
+    r = Reading()
+    for tool, doc in sorted(docs, key=lambda td: ORDER.index(td[0])):
+        if tool == "deepspeed":
+            _before_deepspeed(r)
+            deepspeed.read(doc, r)
+        elif tool == "accelerate" and doc.get("distributed_type") == "DEEPSPEED":
+            _before_deepspeed(r)
+            accelerate.read(doc, r)
+        elif tool == "hf_args":
+            hf_args.read(doc, r, device)
+        else:
+            {"axolotl": axolotl, "llamafactory": llamafactory, "accelerate": accelerate}[tool].read(doc, r)
+    _after(r)
+    return r
+
+
+def _before_deepspeed(r: Reading) -> None:
+    """DeepSpeed's engine steps the model itself: it decides the precision (its bf16 block, or TrainingArguments'
+    through "auto") and replaces the Trainer's optimizer step, so what the trainer's file set for those goes."""
+    for name in ("recipe", *LOOP_FIELDS):
+        r.drop(name, "DeepSpeed's engine decides")
+
+
+def _after(r: Reading) -> None:
+    missing = [what for key, what in r.needs if "deepspeed" not in r.tools]
+    if missing:
+        raise Refused("deepspeed", f"names {missing[0]}: give that DeepSpeed JSON too (--trainer-config again, or "
+                                   "below a line --- in the page's box)")  # fmt: skip
+    if r.engine == "deepspeed" and "recipe" not in r.fields:
+        r.default("DeepSpeed's bf16/fp16 \"auto\" takes TrainingArguments' (bf16: mixed-precision Adam)",
+                  recipe="mixed" if r.sixteen else "fp32")  # fmt: skip
+    if r.engine == "deepspeed":
+        r.ignore("(the trainer's optimizer step)", "DeepSpeed steps the optimizer itself: the loop's fields go")
+
+
+def apply(raw: Mapping[str, object], texts: list[str], unread: Mapping[str, str] | None = None
+          ) -> tuple[dict, Reading]:
+    """The fields `raw` (the flags given) with the trainer configs' under them, and the Reading. `unread`:
+    {field: why} for the fields the output mode does not read (--plan chooses the layout itself), left out."""
+    device = str(raw.get("device") or "cuda")
+    r = read(texts, device)
+    out = dict(raw)
+    walk = str(raw.get("walk") or "deck")
+    for name, value in r.fields.items():
+        if unread and name in unread:
+            r.ignore(f"(--{name} {value})", unread[name])
+        elif name in EAGER_ONLY and walk != "eager" and _several(r, raw):
+            r.ignore(f"(--{name} {value})", "the eager walk's, per rank: the deck walk counts the papers' "
+                                            "accounting over several devices (--walk eager for the engine's)")
+        elif out.get(name) in (None, ""):
+            out[name] = value
+    if r.engine == "deepspeed" and out.get("walk") == "eager":
+        raise Refused("zero_optimization.stage", "DeepSpeed's engine is not in the eager walk yet: the deck walk "
+                                                 "counts ZeRO's accounting for it")  # fmt: skip
+    if r.model and not any(out.get(k) not in (None, "") for k in ("preset", "hf-config")):
+        preset = preset_of(r.model)
+        if preset is None:
+            raise Refused(r.model_key, f"{r.model} is not a model calc has a preset for: give its config.json "
+                                       "(--hf-config, or the page's config box) or a --preset of the same shape")
+        out["preset"] = preset
+        r.read.append({"key": r.model_key, "value": r.model, "gives": f"--preset {preset}"})
+    return out, r
+
+
+EAGER_ONLY = ("engine", "loop", "adamw-impl", "loss")  # fields the deck walk reads only as the eager figure
+# beside its one-device step
+
+
+def _several(r: Reading, raw: Mapping[str, object]) -> bool:
+    """Whether the step runs on several devices, by the flags given or the configs' fields."""
+    return any(str(raw.get(k) or r.fields.get(k) or "1") != "1" for k in ("dp", "tp", "pp"))
+
+
+def blame(field: str, message: str, r: Reading, raw: Mapping[str, object]) -> tuple[str, str]:
+    """(field, message) for an error about `field`: the trainer config's key where the config set it."""
+    if field in r.origin and raw.get(field) in (None, ""):
+        return "trainer-config", f"{r.origin[field]} gives --{field} {r.fields[field]}: {message}"
+    return field, message

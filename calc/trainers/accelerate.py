@@ -1,0 +1,121 @@
+"""`accelerate launch`'s config YAML (`accelerate config` writes it), as accelerate 1.16 reads it
+(commands/config/config_args.py, utils/dataclasses.py FullyShardedDataParallelPlugin and DeepSpeedPlugin).
+
+- `distributed_type` NO: one process; MULTI_GPU (MULTI_CPU): DDP over `num_processes` (the processes of every
+  machine together); FSDP: fully_shard over them (`fsdp_version` 2; `fsdp_reshard_after_forward`, default true,
+  is ZeRO 3, false ZeRO 2); DEEPSPEED: its ZeRO stage (`deepspeed_config.zero_stage`, default 2), or the JSON
+  `deepspeed_config_file` names.
+- `mixed_precision` bf16: autocast over the fp32 model under DDP; under FSDP2 a MixedPrecisionPolicy with
+  param_dtype and reduce_dtype bf16 over fp32 shards (set_mixed_precision), whose bf16 reduction calc's
+  fsdp-bf16 (an fp32 reduction) does not model: refused; under DeepSpeed its bf16 (mixed-precision Adam).
+"""
+
+from __future__ import annotations
+
+from .reading import Reading, Refused, truth, whole, words
+
+IGNORED = words(
+    "compute_environment debug downcast_bf16 machine_rank main_training_function rdzv_backend "
+    "same_network tpu_env tpu_use_cluster tpu_use_sudo gpu_ids enable_cpu_affinity main_process_ip "
+    "main_process_port num_machines tpu_name tpu_zone commands command_file ipex_config mpirun_config"
+)
+FSDP_IGNORED = words(
+    "fsdp_auto_wrap_policy fsdp_backward_prefetch fsdp_forward_prefetch fsdp_cpu_ram_efficient_loading "
+    "fsdp_state_dict_type fsdp_sync_module_states fsdp_use_orig_params fsdp_transformer_layer_cls_to_wrap "
+    "fsdp_min_num_params fsdp_sharding_strategy"
+)
+DEEPSPEED_IGNORED = ("deepspeed_multinode_launcher", "zero3_init_flag", "zero3_save_16bit_model",
+                     "deepspeed_hostfile")  # fmt: skip
+WHY = "changes nothing a training step holds on the device"
+
+
+def read(doc: dict, r: Reading) -> None:
+    r.tools.append("accelerate")
+    for key, value in doc.items():
+        if key in IGNORED:
+            r.ignore(key, WHY)
+        elif key == "use_cpu":
+            if truth(key, value):
+                r.set(key, value, device="cpu")
+            else:
+                r.ignore(key, "false")
+        elif key == "dynamo_config" and value:
+            raise Refused(key, "a compiled step (torch.compile) frees and fuses differently: calc replays eager "
+                               "PyTorch")
+        elif key not in ("distributed_type", "num_processes", "mixed_precision", "fsdp_config", "deepspeed_config",
+                         "dynamo_config"):  # fmt: skip
+            raise Refused(key, "not an accelerate config key calc knows")
+    kind = str(doc.get("distributed_type", "NO"))
+    precision = str(doc.get("mixed_precision", "no"))
+    if precision not in ("no", "bf16"):
+        raise Refused("mixed_precision", f"{precision}: calc counts bf16 or no mixed precision")
+    if kind == "NO":
+        r.ignore("num_processes", "distributed_type NO: one process")
+        _autocast(r, precision)
+        return
+    processes = whole("num_processes", doc.get("num_processes"))
+    if kind in ("MULTI_GPU", "MULTI_CPU"):
+        r.set("distributed_type", kind, dp=processes, engine="ddp", zero=0)
+        _autocast(r, precision)
+    elif kind == "FSDP":
+        _fsdp(doc.get("fsdp_config") or {}, r, processes, precision)
+    elif kind == "DEEPSPEED":
+        _deepspeed(doc.get("deepspeed_config") or {}, r, processes, precision)
+    else:
+        raise Refused("distributed_type", f"{kind}: calc reads NO, MULTI_GPU, FSDP and DEEPSPEED")
+
+
+def _autocast(r: Reading, precision: str) -> None:
+    """DDP or one process: accelerate's autocast (the trainer's own bf16, where a trainer's file is read too,
+    must say the same)."""
+    r.set("mixed_precision", precision, recipe="autocast" if precision == "bf16" else "fp32-full")
+    r.sixteen = "bf16" if precision == "bf16" else r.sixteen
+
+
+def _fsdp(cfg: dict, r: Reading, processes: int, precision: str) -> None:
+    for key, value in cfg.items():
+        if key in FSDP_IGNORED:
+            r.ignore(f"fsdp_config.{key}", WHY)
+        elif key == "fsdp_offload_params" and truth(key, value):
+            raise Refused("fsdp_config.fsdp_offload_params", "offload to the host is not modelled yet")
+        elif key not in ("fsdp_version", "fsdp_reshard_after_forward", "fsdp_activation_checkpointing",
+                         "fsdp_offload_params"):  # fmt: skip
+            raise Refused(f"fsdp_config.{key}", "not an FSDP key calc knows")
+    version = str(cfg.get("fsdp_version", 1))
+    if version != "2":
+        raise Refused("fsdp_config.fsdp_version", f"{version}: calc's engine is FSDP2 (fully_shard): set 2")
+    if precision == "bf16":
+        raise Refused("mixed_precision", "accelerate's FSDP2 bf16 policy reduces gradients in bf16 (calc's fsdp-bf16 "
+                                         "reduces them in fp32): not modelled yet")  # fmt: skip
+    reshard = truth("fsdp_config.fsdp_reshard_after_forward", cfg.get("fsdp_reshard_after_forward", True))
+    r.set("distributed_type", "FSDP", dp=processes, engine="fsdp2", zero=3 if reshard else 2, recipe="fp32-full")
+    if cfg.get("fsdp_activation_checkpointing") is not None:
+        on = truth("fsdp_config.fsdp_activation_checkpointing", cfg["fsdp_activation_checkpointing"])
+        r.set("fsdp_config.fsdp_activation_checkpointing", on, recompute="full" if on else "none")
+
+
+def _deepspeed(cfg: dict, r: Reading, processes: int, precision: str) -> None:
+    for key, value in cfg.items():
+        where = f"deepspeed_config.{key}"
+        if key in DEEPSPEED_IGNORED:
+            r.ignore(where, WHY)
+        elif key in ("offload_optimizer_device", "offload_param_device"):
+            if value not in ("none", None):
+                raise Refused(where, f"offload to {value} is not modelled yet (device and host figures)")
+            r.ignore(where, "none: nothing moves")
+        elif key == "gradient_accumulation_steps":
+            if value != "auto":
+                r.set(where, value, grad_accum=whole(where, value))
+            else:
+                r.ignore(where, "auto: the trainer's")
+        elif key == "deepspeed_config_file":
+            r.read.append({"key": where, "value": str(value), "gives": "the DeepSpeed JSON it names"})
+            r.needs.append((where, value))
+        elif key not in ("zero_stage",):
+            raise Refused(where, "not a DeepSpeed plugin key calc knows")
+    r.engine = "deepspeed"
+    r.set("distributed_type", "DEEPSPEED", dp=processes)
+    if "deepspeed_config_file" not in cfg:
+        stage = whole("deepspeed_config.zero_stage", cfg.get("zero_stage", 2), smallest=0)
+        r.set("deepspeed_config.zero_stage", stage, zero=stage)
+        r.set("mixed_precision", precision, recipe="mixed" if precision == "bf16" else "fp32")

@@ -1,0 +1,138 @@
+"""A DeepSpeed JSON, as its engine reads it (deepspeed/runtime/config.py, zero/config.py; 0.19), read as
+ZeRO's accounting over the data-parallel processes: the deck walk's --zero K.
+
+- `zero_optimization.stage` K: the deck walk's ZeRO K (ZeRO, Rajbhandari et al. 2020, Figure 1). DeepSpeed's own
+  engine is not modelled yet: its gradient buckets (`reduce_bucket_size`, doubled by `overlap_comm`), stage 3's
+  prefetch and persistent small parameters are listed as not counted, and the eager walk refuses the file.
+- `bf16.enabled` or `fp16.enabled`: 16-bit weights and gradients, fp32 master weights and Adam moments in the
+  optimizer (DeepSpeed's BF16_Optimizer / FP16 optimizer, and ZeRO's own): the deck's mixed-precision Adam
+  (2 + 2 + 12 bytes). Neither: fp32 throughout.
+- "auto": transformers fills the field from TrainingArguments (integrations/deepspeed.py, trainer_config_process:
+  the batch sizes, accumulation, bf16/fp16; the bucket sizes from the model's hidden size).
+- `train_batch_size` = micro-batch x accumulation x processes: where all three are numbers, the processes.
+"""
+
+from __future__ import annotations
+
+from .reading import Reading, Refused, shown, truth, whole, words
+
+NOT_COUNTED = "DeepSpeed's engine (its buckets, prefetch and persistent parameters) is not modelled yet: the " \
+              "deck walk counts ZeRO's accounting"  # fmt: skip
+ZERO_KEYS_NOT_COUNTED = words(
+    "overlap_comm contiguous_gradients reduce_bucket_size allgather_bucket_size allgather_partitions "
+    "reduce_scatter round_robin_gradients sub_group_size stage3_prefetch_bucket_size "
+    "stage3_param_persistence_threshold stage3_max_live_parameters stage3_max_reuse_distance "
+    "prefetch_bucket_size param_persistence_threshold max_live_parameters max_reuse_distance "
+    "load_from_fp32_weights elastic_checkpoint ignore_unused_parameters zero_quantized_weights "
+    "zero_hpz_partition_size zero_quantized_gradients"
+)
+ZERO_KEYS_IGNORED = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                     "memory_efficient_linear", "cpu_offload_use_pin_memory")  # fmt: skip
+IGNORED = words(
+    "gradient_clipping steps_per_print wall_clock_breakdown zero_allow_untested_optimizer "
+    "zero_force_ds_cpu_optimizer scheduler prescale_gradients gradient_predivide_factor sparse_gradients "
+    "communication_data_type flops_profiler tensorboard wandb csv_monitor comet dump_state "
+    "memory_breakdown checkpoint timers"
+)
+OPTIMIZERS = {"adamw": "adamw", "adam": "adamw", "lion": "lion"}  # DeepSpeed's optimizer "type", lower case
+
+
+def read(doc: dict, r: Reading) -> None:
+    r.tools.append("deepspeed")
+    r.engine = "deepspeed"
+    for key in doc:
+        if key in IGNORED:
+            r.ignore(key, "changes nothing a training step holds on the device")
+        elif key not in HANDLED:
+            raise Refused(key, "not a DeepSpeed key calc knows")
+    _batches(doc, r)
+    _precision(doc, r)
+    _zero(doc.get("zero_optimization") or {}, r)
+    opt = doc.get("optimizer")
+    if opt is not None:
+        kind = str(opt.get("type", "")).lower() if isinstance(opt, dict) else ""
+        if kind not in OPTIMIZERS:
+            raise Refused("optimizer.type", f"{shown(kind)}: calc models {', '.join(OPTIMIZERS)}")
+        r.set("optimizer.type", opt["type"], optimizer=OPTIMIZERS[kind])
+    ac = doc.get("activation_checkpointing") or {}
+    if any(truth(f"activation_checkpointing.{k}", ac.get(k)) for k in ("partition_activations", "cpu_checkpointing")):
+        raise Refused("activation_checkpointing", "partitioned or host-kept checkpoints are not modelled")
+    if "data_types" in doc and (doc["data_types"] or {}).get("grad_accum_dtype") is not None:
+        raise Refused("data_types.grad_accum_dtype", "a gradient accumulation dtype of its own is not modelled")
+
+
+def _auto(r: Reading, key: str) -> None:
+    r.ignore(key, "auto: transformers fills it from TrainingArguments (the other file)")
+
+
+def _batches(doc: dict, r: Reading) -> None:
+    numbers = {}
+    for key, field in (("train_micro_batch_size_per_gpu", "micro_batch"), ("gradient_accumulation_steps",
+                                                                           "grad_accum"),
+                       ("train_batch_size", "")):  # fmt: skip
+        value = doc.get(key)
+        if value is None:
+            continue
+        if value == "auto":
+            _auto(r, key)
+            continue
+        numbers[key] = whole(key, value)
+        if field:
+            r.set(key, value, **{field: numbers[key]})
+    micro, accum = numbers.get("train_micro_batch_size_per_gpu"), numbers.get("gradient_accumulation_steps", 1)
+    if "train_batch_size" in numbers and micro:
+        dp, left = divmod(numbers["train_batch_size"], micro * accum)
+        if left or not dp:
+            raise Refused("train_batch_size", f"{numbers['train_batch_size']} is not micro-batch {micro} x "
+                                              f"accumulation {accum} x processes")  # fmt: skip
+        r.set("train_batch_size", numbers["train_batch_size"], dp=dp)
+    elif "train_batch_size" in numbers:
+        r.ignore("train_batch_size", "without train_micro_batch_size_per_gpu it names no process count")
+
+
+def _precision(doc: dict, r: Reading) -> None:
+    on = {}
+    for key in ("bf16", "fp16"):
+        block = doc.get(key)
+        if block is None:
+            continue
+        enabled = block.get("enabled", False) if isinstance(block, dict) else block
+        if enabled == "auto":
+            on[key] = "auto"
+            _auto(r, f"{key}.enabled")
+        else:
+            on[key] = truth(f"{key}.enabled", enabled)
+    if "auto" in on.values():
+        r.deepspeed_auto_precision = True
+        return
+    sixteen = next((k for k, v in on.items() if v), None)
+    if sixteen:
+        r.set(f"{sixteen}.enabled", True, recipe="mixed")
+    else:
+        r.default("DeepSpeed: neither bf16 nor fp16 enabled trains in fp32", recipe="fp32")
+
+
+def _zero(zero: dict, r: Reading) -> None:
+    if not isinstance(zero, dict):
+        raise Refused("zero_optimization", "must be a mapping")
+    stage = whole("zero_optimization.stage", zero.get("stage", 0), smallest=0)
+    if stage > 3:
+        raise Refused("zero_optimization.stage", f"{stage}: ZeRO has stages 0 to 3")
+    r.set("zero_optimization.stage", stage, zero=stage)
+    for key, value in zero.items():
+        where = f"zero_optimization.{key}"
+        if key in ("offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_params"):
+            device = value.get("device", "none") if isinstance(value, dict) else ("cpu" if value else "none")
+            if device not in ("none", None):
+                raise Refused(where, f"offload to {device} is not modelled yet (device and host figures)")
+            r.ignore(where, "device none: nothing moves")
+        elif key in ZERO_KEYS_NOT_COUNTED:
+            r.ignore(where, NOT_COUNTED)
+        elif key in ZERO_KEYS_IGNORED:
+            r.ignore(where, "changes nothing a training step holds on the device")
+        elif key != "stage":
+            raise Refused(where, "not a ZeRO key calc knows")
+
+
+HANDLED = frozenset(("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size", "bf16",
+                     "fp16", "zero_optimization", "optimizer", "activation_checkpointing", "data_types"))  # fmt: skip

@@ -1,0 +1,245 @@
+"""Trainer configs (calc.trainers, --trainer-config): the tools' own shipped examples (tests/trainer_configs,
+copied verbatim; PROVENANCE.md says from where) read into the fields each tool means, refusals naming the key,
+and the same fields through the CLI as through calc.trainers."""
+
+import dataclasses
+import json
+import warnings
+
+import pytest
+
+from calc import trainers
+from calc.cli import main
+from calc.trainers import hf_args
+from conftest import ROOT
+
+CONFIGS = ROOT / "tests" / "trainer_configs"
+
+
+def text(*names):
+    return [(CONFIGS / n).read_text(encoding="utf-8") for n in names]
+
+
+def reading(*names, **raw):
+    return trainers.apply(raw, text(*names))
+
+
+# Each shipped example with the fields its tool means (a subset: the rest are in the reading's lists).
+READS = {
+    ("llamafactory/llama3_lora_sft.yaml",): {
+        "seq": "1024", "micro-batch": "1", "grad-accum": "8", "finetune": "lora", "lora-rank": "8",
+        "lora-alpha": "16", "lora-targets": "all-linear", "recipe": "bf16", "adapter-dtype": "fp32",
+        "recompute": "full", "optimizer": "adamw", "adamw-impl": "fused", "loop": "trainer",
+        "preset": "llama-3.1-8b"},
+    ("llamafactory/llama3_lora_sft_otfq.yaml",): {"finetune": "qlora", "recipe": "bf16", "adapter-dtype": "fp32"},
+    ("llamafactory/llama3_full_sft.yaml", "llamafactory/deepspeed/ds_z3_config.json"): {
+        "finetune": "full", "zero": "3", "recipe": "mixed", "seq": "2048", "grad-accum": "2"},
+    ("llamafactory/llama3_lora_sft_ds3.yaml", "llamafactory/deepspeed/ds_z3_config.json"): {
+        "finetune": "lora", "zero": "3", "recipe": "mixed"},
+    ("axolotl/qlora.yml",): {"finetune": "qlora", "lora-targets": "all-linear", "optimizer": "adamw",
+                             "paged-optimizer": "true", "recipe": "bf16", "attention": "sdpa", "loop": "trainer"},
+    ("axolotl/fft-8b.yaml",): {"finetune": "full", "recipe": "bf16", "recompute": "full", "attention": "sdpa"},
+    ("accelerate/trl_multi_gpu.yaml",): {"dp": "3", "engine": None, "zero": "0", "recipe": "autocast"},  # the
+    # deck walk counts no engine (test_the_eager_walk_takes_the_engine)
+    ("accelerate/trl_single_gpu.yaml",): {"recipe": "autocast"},
+    ("axolotl/deepspeed_configs/zero3_bf16.json",): {"zero": "3", "recipe": "mixed"},
+    ("llamafactory/deepspeed/ds_z0_config.json",): {"zero": "0"},
+}  # fmt: skip
+# Each shipped example calc refuses, with the key it names.
+REFUSES = {
+    ("axolotl/lora-8b.yml",): "load_in_8bit",
+    ("axolotl/instruct-lora-8b.yml",): "load_in_8bit",
+    ("axolotl/fft-8b-liger-fsdp.yaml",): "liger_rope",
+    ("axolotl/gpt-oss-20b-fft-deepspeed-zero3.yaml",): "model_quantization_config",
+    ("axolotl/deepspeed_configs/zero2.json",): "zero_optimization.offload_optimizer",
+    ("axolotl/deepspeed_configs/zero3_bf16_cpuoffload_all.json",): "zero_optimization.offload_optimizer",
+    ("llamafactory/deepspeed/ds_z3_offload_config.json",): "zero_optimization.offload_optimizer",
+    ("llamafactory/llama3_full_sft.yaml",): "deepspeed",  # names a DeepSpeed JSON not given
+    ("accelerate/trl_fsdp1.yaml",): "fsdp_config.fsdp_version",
+    ("accelerate/trl_fsdp2.yaml",): "mixed_precision",
+    ("trl/example_config.yaml",): "model_name_or_path",  # Qwen2.5-0.5B: no preset of its shape
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("names", list(READS), ids=lambda n: "+".join(n))
+def test_shipped_examples_read_as_their_tool_means(names):
+    out, r = reading(*names)
+    assert {k: out.get(k) for k in READS[names]} == READS[names]
+    assert r.tools and r.read and r.ignored  # every key is read, defaulted or listed as ignored
+
+
+@pytest.mark.parametrize("names", list(REFUSES), ids=lambda n: "+".join(n))
+def test_shipped_examples_calc_cannot_model_are_refused_naming_the_key(names):
+    with pytest.raises(trainers.Refused) as e:
+        reading(*names)
+    assert e.value.key == REFUSES[names]
+
+
+def test_every_key_of_a_shipped_example_is_accounted_for():
+    """Each top-level key of a file read is in the read list, the ignored list or gave a default's neighbour."""
+    for names in READS:
+        _, r = reading(*names)
+        listed = {e["key"].split(".")[0] for e in (*r.read, *r.ignored)}
+        for name in names:
+            for doc in trainers.parse((CONFIGS / name).read_text()):
+                assert set(doc) - listed <= {"model_type"} | set(_handled_silently(doc)), (name, set(doc) - listed)
+
+
+def _handled_silently(doc):
+    """Keys a reader takes in with another (stage, lora_dropout...) or at their default: none may be lost."""
+    return {"stage", "do_train", "lora_target_linear", "load_in_4bit", "load_in_8bit", "adapter", "lora_r",
+            "lora_alpha", "pure_bf16", "flash_attention", "quantization_method", "use_cpu", "distributed_type",
+            "num_processes", "mixed_precision", "deepspeed_config", "fsdp_config", "zero_optimization", "bf16",
+            "fp16", "gradient_checkpointing"} & set(doc)  # fmt: skip
+
+
+def test_flags_override_the_config_and_an_error_names_the_key_that_set_the_field():
+    out, r = reading("llamafactory/llama3_lora_sft.yaml", seq="512")
+    assert out["seq"] == "512" and r.fields["seq"] == "1024"
+    assert trainers.blame("seq", "too long", r, {"seq": "512"}) == ("seq", "too long")
+    field, message = trainers.blame("grad-accum", "the deck walk fine-tunes one micro-batch", r, {})
+    assert field == "trainer-config" and message.startswith("gradient_accumulation_steps gives --grad-accum 8: ")
+
+
+def test_the_eager_walk_takes_the_engine():
+    out, _ = reading("accelerate/trl_multi_gpu.yaml", walk="eager")
+    assert (out["dp"], out["engine"]) == ("3", "ddp")
+
+
+def test_a_deepspeed_json_decides_the_precision_and_drops_the_trainers_loop():
+    out, r = reading("llamafactory/llama3_lora_sft_ds3.yaml", "llamafactory/deepspeed/ds_z3_config.json")
+    assert out["recipe"] == "mixed" and "loop" not in out and "adamw-impl" not in out
+    assert any("DeepSpeed's engine decides" in e["gives"] for e in r.read)
+
+
+def test_the_eager_walk_refuses_deepspeeds_engine():
+    with pytest.raises(trainers.Refused, match="DeepSpeed's engine is not in the eager walk"):
+        reading("axolotl/deepspeed_configs/zero3_bf16.json", walk="eager")
+
+
+def test_two_files_that_disagree_are_refused_naming_the_key():
+    sft = json.dumps({"per_device_train_batch_size": 2, "max_length": 512})
+    ds = json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1}})
+    with pytest.raises(trainers.Refused, match="the files disagree") as e:
+        trainers.apply({}, [sft, ds])
+    assert e.value.key == "train_micro_batch_size_per_gpu"
+
+
+def test_trainingarguments_may_hold_its_deepspeed_config_inline():
+    args = {"per_device_train_batch_size": 2, "bf16": True, "deepspeed": {"zero_optimization": {"stage": 2},
+                                                                          "bf16": {"enabled": "auto"}}}  # fmt: skip
+    out, r = trainers.apply({}, [json.dumps(args)])
+    assert (out["zero"], out["recipe"], r.tools) == ("2", "mixed", ["transformers", "deepspeed"])
+
+
+def test_a_deepspeed_batch_of_numbers_gives_the_process_count():
+    ds = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+          "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}  # fmt: skip
+    out, _ = trainers.apply({}, [json.dumps(ds)])
+    assert (out["dp"], out["micro-batch"], out["grad-accum"], out["zero"], out["recipe"]) == ("8", "2", "4", "2",
+                                                                                            "mixed")
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [json.dumps({**ds, "train_batch_size": 63})])
+    assert e.value.key == "train_batch_size"
+
+
+def test_sft_defaults_are_trls():
+    out, _ = trainers.apply({}, ["per_device_train_batch_size: 2\nmax_length: 2048\n"])
+    assert (out["loop"], out["recipe"], out["recompute"], out["seq"]) == ("sft", "autocast", "full", "2048")
+    out, _ = trainers.apply({}, ["per_device_train_batch_size: 2\nmodel_init_kwargs: {dtype: bfloat16}\n"])
+    assert out["recipe"] == "bf16" and out["seq"] == "1024"
+    out, _ = trainers.apply({}, ["per_device_train_batch_size: 2\noutput_dir: out\n"])  # plain TrainingArguments
+    assert (out["loop"], out["recipe"], out["recompute"]) == ("trainer", "fp32-full", "none")
+
+
+@pytest.mark.parametrize("bad, key", [
+    ("per_device_train_batch_size: 0\n", "per_device_train_batch_size"),
+    ("per_device_train_batch_size: two\n", "per_device_train_batch_size"),
+    ("per_device_train_batch_size: 1\noptim: muon\n", "optim"),
+    ("per_device_train_batch_size: 1\nfp16: true\n", "fp16"),
+    ("per_device_train_batch_size: 1\ntorch_compile: true\n", "torch_compile"),
+    ("per_device_train_batch_size: 1\nnot_a_key: 3\n", "not_a_key"),
+    ("- a list\n- not a mapping\n", "trainer-config"),
+    ("a: [unclosed\n", "trainer-config"),
+    ("just: text\n", "trainer-config"),
+    ("{\"zero_optimization\": {\"stage\": 5}}", "zero_optimization.stage"),
+    ("base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_alpha: 16\nlora_target_linear: true\n", "lora_r"),
+])  # fmt: skip
+def test_bad_configs_are_refused_naming_the_key(bad, key):
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [bad])
+    assert e.value.key == key
+
+
+def test_hostile_yaml_is_refused_quickly():
+    """An alias bomb (each list nine of the one before) is read as references, and shown by its size."""
+    bomb = "dataset_kwargs:\n- &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"- &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [bomb + "per_device_train_batch_size: *i\n"])
+    assert e.value.key == "per_device_train_batch_size" and "a list of 9" in e.value.why
+    with pytest.raises(trainers.Refused, match="characters is not a trainer config"):
+        trainers.apply({}, ["a: b\n" * 100_000])
+
+
+def test_cli_reads_the_files_and_lists_what_it_read(capsys):
+    files = [str(CONFIGS / n) for n in ("llamafactory/llama3_lora_sft.yaml",)]
+    assert main(["--trainer-config", files[0], "--walk", "eager", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    t = data["trainer_config"]
+    assert t["tools"] == ["llamafactory"] and t["fields"]["lora-targets"] == "all-linear"
+    assert {"cutoff_len", "model_name_or_path"} <= {e["key"] for e in t["read"]}
+    assert "output_dir" in {e["key"] for e in t["ignored"]}
+    assert data["config"]["seq"] == 1024 and data["config"]["finetune"]["targets"] == ["q", "k", "v", "o", "gate",
+                                                                                         "up", "down"]
+    # the same as the flags it stands for
+    flags = [f"--{k}={v}" for k, v in t["fields"].items()] + ["--preset", "llama-3.1-8b", "--walk", "eager", "--json"]
+    assert main(flags) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["peak"] == data["peak"] and alone["events"] == data["events"]
+
+
+def test_cli_refusals_are_one_line_with_exit_2(capsys, tmp_path):
+    path = tmp_path / "args.yaml"
+    path.write_text("per_device_train_batch_size: 1\noptim: galore_adamw\n")
+    assert main(["--trainer-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --trainer-config: optim: galore_adamw")
+    assert main(["--trainer-config", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    lora = str(CONFIGS / "llamafactory/llama3_lora_sft.yaml")
+    assert main(["--trainer-config", lora]) == 2  # the deck walk's LoRA has no accumulation: said, with the key
+    err = capsys.readouterr().err
+    assert err.startswith("error: --trainer-config: gradient_accumulation_steps gives --grad-accum 8")
+
+
+def test_plan_leaves_out_what_it_chooses_itself(capsys):
+    ds = str(CONFIGS / "axolotl/deepspeed_configs/zero3_bf16.json")
+    assert main(["--trainer-config", ds, "--plan", "--preset", "llama-3.1-8b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.torch
+def test_every_trainingarguments_and_sftconfig_field_is_read_ignored_or_refused():
+    """A key a later transformers or TRL adds fails here, not silently in a user's file."""
+    from transformers import TrainingArguments
+    from trl import ModelConfig, ScriptArguments, SFTConfig
+
+    known = hf_args.HANDLED | set(hf_args.IGNORED) | set(hf_args.UNMODELLED)
+    for cls in (TrainingArguments, SFTConfig, ModelConfig, ScriptArguments):
+        missing = {f.name for f in dataclasses.fields(cls)} - known
+        assert not missing, (cls.__name__, missing)
+
+
+@pytest.mark.torch
+def test_a_real_sftconfig_as_to_json_string_prints_it_reads_as_trl_means():
+    from trl import SFTConfig
+
+    with warnings.catch_warnings():  # SFTConfig's own default (gradient_checkpointing) is deprecated in 5.x
+        warnings.simplefilter("ignore", FutureWarning)
+        args = SFTConfig(output_dir="/tmp/out", per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                         max_length=2048, report_to="none", use_cpu=True)  # fmt: skip
+    out, _ = trainers.apply({"preset": "llama-3.2-1b"}, [args.to_json_string()])
+    assert (out["micro-batch"], out["grad-accum"], out["seq"], out["loop"], out["recipe"], out["recompute"]) == (
+        "4", "2", "2048", "sft", "autocast", "full")
+    assert out["optimizer"] == "adamw" and out["adamw-impl"] == "fused" and out["device"] == "cpu"
