@@ -214,15 +214,21 @@ def _dp_shares(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple
 
 
 def tuned_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
-               flash: bool, tune: finetune.Tuning) -> Walked:  # fmt: skip
-    """The fine-tuning walk (calc.finetune) on one device: frozen parameters, LoRA, QLoRA, another optimizer."""
-    segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
+               flash: bool, tune: finetune.Tuning, grad_accum: int | None = None) -> Walked:  # fmt: skip
+    """The fine-tuning walk (calc.finetune) on one device: frozen parameters, LoRA, QLoRA, another optimizer. With
+    more than one micro-batch a step, the higher of the first micro-batch's walk and a later one's (whose
+    trainable gradients are resident from its start), as the deck's walk takes them."""
+    walks = [(False, finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash))]
+    if (grad_accum or 1) > 1:
+        walks.append((True, finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune,
+                                              flash, accumulating=True)))  # fmt: skip
+    accumulating, segs = max(walks, key=lambda w: peak(w[1])[0])
     top, at = peak(segs)
     full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
     frozen = tune if tune.adapters else None
     per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash,
                                      finetune.widened(recipe, tune))[0]  # fmt: skip
-    return Walked(0, 1, False, segs, top, at, full_sizes, per_layer)
+    return Walked(0, 1, accumulating, segs, top, at, full_sizes, per_layer)
 
 
 def deck_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
@@ -261,9 +267,9 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
         raise ValueError(f"the deck walk's pipeline is the papers' {SINGLE.pp_schedule}: the eager walk replays "
                          f"{par.pp_schedule}")  # fmt: skip
     if walk == "deck" and not tune.default:
-        if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1) or (grad_accum or 1) > 1:
+        if par.tp > 1 or par.pp > 1 or (par.zero and par.dp > 1):
             raise ValueError("fine-tuning is walked on one device (or plain data parallelism, no ZeRO)")
-        return tuned_walk(*sized, par.flash, tune)
+        return tuned_walk(*sized, par.flash, tune, grad_accum)
     if walk == "deck":
         return deck_walk(*sized, par, grad_accum)
     raise ValueError(f"unknown walk {walk!r}: deck or eager")

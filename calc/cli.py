@@ -254,18 +254,20 @@ def _main(argv: list[str] | None, prog: str | None) -> int:
     except InputError as e:
         print(f"error: --{e.field}: {e.message}", file=sys.stderr)
         return 2
+    reading = getattr(args, "reading", None)
     if args.fit_card or args.plan or args.table:
-        print(rows_text(args, inputs))
+        print(rows_text(args, inputs) + ("" if args.json or not reading else
+                                         "\n" + "\n".join(reading_lines({"trainer_config": reading.as_dict()}))))
         return 0
     result = run_step(inputs)
     if beside:
         result["eager"] = beside
-    if getattr(args, "reading", None):
-        result["trainer_config"] = args.reading.as_dict()
+    if reading:
+        result["trainer_config"] = reading.as_dict()
     if args.json:
         print(json_text(result))
     elif args.events:
-        print(format_events(result))
+        print("\n".join([format_events(result), *reading_lines(result)]))
     else:
         print(format_summary(result))
     return 0
@@ -280,16 +282,33 @@ def validated(args: argparse.Namespace) -> tuple[Run, dict | None]:
         raw["hf-config"] = read_config(raw["hf-config"])
     if not args.trainer_config:
         return _validated(args, raw)
-    mode = next((m for m in ("plan", "fit-card", "table") if getattr(args, m.replace("-", "_"))), "step")
+    mode = next((m for m in ("plan", "fit_card", "table") if getattr(args, m)), "step")
+    unread = dict(UNREAD[mode])
+    if mode != "step":  # the rows show no eager figure beside them: the loop's fields go
+        why = f"--{mode.replace('_', '-')} shows no eager figure"
+        unread.update({f: why for f in BESIDE_FIELDS if f not in unread})
+    if mode == "fit_card":  # it chooses the fine-tuning, and so what only a fine-tuning reads
+        unread.update({f.name: CHOOSES["fit-card"] for f in TABLE if f.finetune and f.name not in unread})
     try:
         given, reading = trainers.apply(raw, [read_config(path, "trainer-config") for path in args.trainer_config],
-                                        unread=UNREAD[mode.replace("-", "_")])
+                                        unread=unread)
     except trainers.Refused as e:
-        raise InputError("trainer-config", f"{e.key}: {e.why}") from None
+        raise InputError("trainer-config", e.why if e.key == "trainer-config" else f"{e.key}: {e.why}") from None
     try:
         inputs, beside = _validated(args, given, raw)
     except InputError as e:
-        raise InputError(*trainers.blame(e.field, e.message, reading, raw)) from None
+        # The file's loop fields ask the deck walk for the eager figure beside it; where that figure cannot be
+        # had (a paged optimizer, say), the step is answered without it and the reading says why.
+        from_file = [f for f in BESIDE_FIELDS if f in reading.fields and raw.get(f) in (None, "")]
+        if e.field not in from_file or given.get("walk") == "eager":
+            raise InputError(*trainers.blame(e.field, e.message, reading, raw)) from None
+        for name in from_file:
+            reading.drop(name, f"no eager figure beside the deck walk's: {e.message}")
+            given.pop(name)
+        try:
+            inputs, beside = _validated(args, given, raw)
+        except InputError as again:
+            raise InputError(*trainers.blame(again.field, again.message, reading, raw)) from None
     args.reading = reading
     return inputs, beside
 
@@ -303,7 +322,7 @@ def _validated(args: argparse.Namespace, raw: dict, flags: dict | None = None) -
     inputs = parse_inputs(raw, eager_beside=not rows)
     problem = mode_problem(args, raw if flags is None else flags)
     problem = problem or ((args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))
-    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw if flags is None else flags)
+    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)
     problem = problem or refused or late_problem(inputs)  # after the modes' own: --plan chooses --zero
     if problem:
         raise InputError(*problem)

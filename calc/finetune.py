@@ -326,8 +326,9 @@ class TunedStep:
     the trainable parameters' recipe (trained_recipe), the optimizer and one block's sizes, worked out once."""
 
     def __init__(self, shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str, activation_bytes: int,
-                 tune: Tuning, flash: bool):  # fmt: skip
+                 tune: Tuning, flash: bool, accumulating: bool = False):  # fmt: skip
         self.shape, self.recipe, self.recompute, self.tune = shape, recipe, recompute, tune
+        self.accumulating = accumulating  # a micro-batch after the first: the trainable gradients are resident
         self.r, self.t, self.opt = RECIPES[recipe], trained_recipe(recipe, tune), OPTIMIZERS[tune.optimizer]
         self.n = param_counts(shape)
         self.grads_of = f"trainable parameters x {self.t.gradients} bytes ({self.t.source})"
@@ -363,13 +364,22 @@ class TunedStep:
                              t.master * trainable, t.source))  # fmt: skip
         if t.grad_buffer:
             out.append(phases.grad_buffer(t.gradients * trainable, t.source))
+        elif self.accumulating and trainable:
+            out.append(Event("start", "gradients of the step's earlier micro-batches resident", "gradients",
+                             t.gradients * trainable, self.grads_of))  # fmt: skip
         return out
 
     def grads(self, label: str, params: int) -> list[Event]:
-        """A module's trainable parameters' gradients, written in full (none into a main-gradient buffer)."""
+        """A module's trainable parameters' gradients, written in full (none into a main-gradient buffer); a later
+        micro-batch's are added into the resident ones and freed (autograd's AccumulateGrad), as the deck's."""
         if self.t.grad_buffer or not params:
             return []
-        return [phases.weight_grads(label, self.t.gradients * params, self.grads_of)]
+        g = self.t.gradients * params
+        out = [phases.weight_grads(label, g, self.grads_of)]
+        if self.accumulating:
+            out.append(Event("backward", f"{label}: add them into the resident gradients", "gradients", -g,
+                             "autograd's AccumulateGrad"))  # fmt: skip
+        return out
 
     def transient(self, phase: str) -> list[Event]:
         """QLoRA: each block linear's NF4 weight dequantized to the compute dtype while it runs, one at a time (a
@@ -446,17 +456,19 @@ def segments(
     activation_bytes: int,
     tune: Tuning,
     flash: bool = False,
+    accumulating: bool = False,
 ) -> list[Segment]:
     """One fine-tuning step on one device, every size in bytes, in the deck walk's order (calc.walk.template):
     state resident; each block's forward keeps its activations; head and loss; backward from the top, down to
     the lowest block that trains or carries an adapter (autograd goes no lower: nothing below needs a
     gradient); the optimizer; zero_grad. Each phase is a builder of TunedStep; the events told alike by the
     deck's walk are calc.phases'. Its frozen blocks keep nothing: a trained embedding under them
-    (--no-freeze-embedding) is the eager walk's (calc.inputs refuses it here)."""
+    (--no-freeze-embedding) is the eager walk's (calc.inputs refuses it here). `accumulating` walks a
+    micro-batch after the first of a step: the trainable parameters' gradients are resident from its start."""
     if tune.embedding_under_frozen:
         raise ValueError("the deck walk freezes the embedding with the blocks: --no-freeze-embedding is the eager "
                          "walk's")
-    step = TunedStep(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
+    step = TunedStep(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash, accumulating)
     segs = [Segment(tuple(step.start())), *step.forward(), *step.head(), step.backward(), *step.embedding_backward()]
     segs.append(Segment(tuple(step.end(segs))))
     return [s for s in segs if s.events]

@@ -482,12 +482,7 @@ def tuning_problem(
     if walk != "deck":
         return eager_tuning_problem(tune, shape)
     if par.tp > 1 or par.pp > 1 or par.zero or par.sequence_parallel:
-        return field, ("is walked on one device (or plain dp): leave --tp, --pp, --zero, --sequence-parallel, "
-                       "--grad-accum unset")  # fmt: skip
-    if (grad_accum or 1) > 1:
-        what = tune.mode if field == "finetune" else tune.optimizer if field == "optimizer" else "paged"
-        return "grad-accum", (f"the deck walk fine-tunes (--{field} {what}) one micro-batch a step: leave it unset, "
-                              "or --walk eager, which accumulates")  # fmt: skip
+        return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero and --sequence-parallel unset"
     return None
 
 

@@ -6,7 +6,7 @@ calc's fields (the CLI's flags) with its own defaults, from its source.
 - deepspeed: a DeepSpeed JSON, alone or named by another file.
 - accelerate: `accelerate launch`'s config YAML (processes, FSDP, DeepSpeed).
 
-`read(texts)` parses each text (JSON, TOML, or YAML through PyYAML, imported only then; a text may hold several
+`read(texts)` parses each text (JSON, or YAML through PyYAML, imported only then; a text may hold several
 YAML documents between `---` lines), tells each document's tool by its keys, and gives one Reading. `apply`
 puts its fields under the flags given (a flag wins), matches the model to a preset, and says which key an
 error's field came from (`blame`).
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from . import accelerate, axolotl, deepspeed, hf_args, llamafactory
 from .models import preset_of
-from .reading import Reading, Refused
+from .reading import Reading, Refused, shown
 
 __all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "parse", "read"]
 
@@ -31,7 +31,7 @@ LOOP_FIELDS = ("loop", "adamw-impl", "loss")
 
 
 def parse(text: str) -> list[dict]:
-    """The documents of one file's text: a JSON object, a TOML table, or YAML mappings."""
+    """The documents of one file's text: a JSON object, or YAML mappings."""
     if not isinstance(text, str):
         raise Refused("trainer-config", "not the text of a file")
     if len(text) > MAX_CHARS:
@@ -39,9 +39,13 @@ def parse(text: str) -> list[dict]:
     text = text.removeprefix("\ufeff")
     if text.lstrip().startswith("{"):
         try:
-            return [json.loads(text)]
-        except (ValueError, RecursionError) as e:
-            raise Refused("trainer-config", f"not JSON: {e}") from None
+            doc = json.loads(text)
+        except RecursionError:
+            raise Refused("trainer-config", "not JSON: nested too deeply") from None
+        except ValueError:  # not JSON: a YAML flow mapping ({output_dir: x}) is YAML's
+            return _yaml(text)
+        if isinstance(doc, dict):
+            return [doc]
     return _yaml(text)
 
 
@@ -78,6 +82,8 @@ def tool_of(doc: dict) -> str:
     raise Refused("trainer-config", f"not {KNOWN}: none of the keys that tell one ({', '.join(list(doc)[:5])}...)")
 
 
+NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "hf_args": "TrainingArguments or SFTConfig",
+         "accelerate": "accelerate", "deepspeed": "DeepSpeed"}  # fmt: skip
 ORDER = ("axolotl", "llamafactory", "hf_args", "accelerate", "deepspeed")  # a DeepSpeed JSON after what names it
 
 
@@ -88,7 +94,7 @@ def read(texts: list[str], device: str = "cuda") -> Reading:
     tools = [t for t, _ in docs]
     twice = next((t for t in tools if tools.count(t) > 1), None)
     if twice:
-        raise Refused("trainer-config", f"two {twice} files: give one of each tool")
+        raise Refused("trainer-config", f"two {NAMES[twice]} files: give one of each tool")
     r = Reading()
     for tool, doc in sorted(docs, key=lambda td: ORDER.index(td[0])):
         if tool == "deepspeed":
@@ -96,11 +102,11 @@ def read(texts: list[str], device: str = "cuda") -> Reading:
             deepspeed.read(doc, r)
         elif tool == "accelerate" and doc.get("distributed_type") == "DEEPSPEED":
             _before_deepspeed(r)
-            accelerate.read(doc, r)
+            accelerate.read(doc, r, device)
         elif tool == "hf_args":
             hf_args.read(doc, r, device)
         else:
-            {"axolotl": axolotl, "llamafactory": llamafactory, "accelerate": accelerate}[tool].read(doc, r)
+            {"axolotl": axolotl, "llamafactory": llamafactory, "accelerate": accelerate}[tool].read(doc, r, device)
     _after(r)
     return r
 
@@ -113,10 +119,10 @@ def _before_deepspeed(r: Reading) -> None:
 
 
 def _after(r: Reading) -> None:
-    missing = [what for key, what in r.needs if "deepspeed" not in r.tools]
+    missing = [(key, what) for key, what in r.needs if "deepspeed" not in r.tools]
     if missing:
-        raise Refused("deepspeed", f"names {missing[0]}: give that DeepSpeed JSON too (--trainer-config again, or "
-                                   "below a line --- in the page's box)")  # fmt: skip
+        key, what = missing[0]
+        raise Refused(key, f"names {shown(what)}: give that DeepSpeed JSON too (--trainer-config again)")
     if r.engine == "deepspeed" and "recipe" not in r.fields:
         r.default("DeepSpeed's bf16/fp16 \"auto\" takes TrainingArguments' (bf16: mixed-precision Adam)",
                   recipe="mixed" if r.sixteen else "fp32")  # fmt: skip
@@ -129,27 +135,39 @@ def apply(raw: Mapping[str, object], texts: list[str], unread: Mapping[str, str]
     """The fields `raw` (the flags given) with the trainer configs' under them, and the Reading. `unread`:
     {field: why} for the fields the output mode does not read (--plan chooses the layout itself), left out."""
     device = str(raw.get("device") or "cuda")
-    r = read(texts, device)
-    out = dict(raw)
+    try:
+        r = read(texts, device)
+    except (TypeError, AttributeError, ValueError) as e:  # a value of a kind no reader expects: said, not raised
+        if isinstance(e, Refused):
+            raise
+        raise Refused("trainer-config", f"a value calc cannot read ({type(e).__name__}): check the file's types"
+                      ) from None
     walk = str(raw.get("walk") or "deck")
-    for name, value in r.fields.items():
+    several = _several(r, raw)
+    for name, value in list(r.fields.items()):
         if unread and name in unread:
-            r.ignore(f"(--{name} {value})", unread[name])
-        elif name in EAGER_ONLY and walk != "eager" and _several(r, raw):
-            r.ignore(f"(--{name} {value})", "the eager walk's, per rank: the deck walk counts the papers' "
-                                            "accounting over several devices (--walk eager for the engine's)")
-        elif out.get(name) in (None, ""):
+            r.drop(name, unread[name])
+        elif name in EAGER_ONLY and walk != "eager" and several:
+            r.drop(name, "the eager walk's, per rank: the deck walk counts the papers' accounting over several "
+                         "devices (--walk eager for the engine's)")  # fmt: skip
+        elif raw.get(name) not in (None, "") and str(raw[name]) != value:
+            r.drop(name, f"the flag's {raw[name]} instead")
+    out = dict(raw)
+    for name, value in r.fields.items():
+        if out.get(name) in (None, ""):
             out[name] = value
     if r.engine == "deepspeed" and out.get("walk") == "eager":
-        raise Refused("zero_optimization.stage", "DeepSpeed's engine is not in the eager walk yet: the deck walk "
-                                                 "counts ZeRO's accounting for it")  # fmt: skip
-    if r.model and not any(out.get(k) not in (None, "") for k in ("preset", "hf-config")):
+        raise Refused(r.engine_key, "DeepSpeed's engine is not in the eager walk yet: the deck walk counts ZeRO's "
+                                    "accounting for it")  # fmt: skip
+    if r.model and any(out.get(k) not in (None, "") for k in ("preset", "hf-config")):
+        r.read.append({"key": r.model_key, "value": shown(r.model), "gives": "(the model given by flag instead)"})
+    elif r.model:
         preset = preset_of(r.model)
         if preset is None:
-            raise Refused(r.model_key, f"{r.model} is not a model calc has a preset for: give its config.json "
-                                       "(--hf-config, or the page's config box) or a --preset of the same shape")
+            raise Refused(r.model_key, f"{shown(r.model)} is not a model calc has a preset for: give its config.json "
+                                       "(--hf-config) or a --preset of the same shape")  # fmt: skip
         out["preset"] = preset
-        r.read.append({"key": r.model_key, "value": r.model, "gives": f"--preset {preset}"})
+        r.read.append({"key": r.model_key, "value": shown(r.model), "gives": f"--preset {preset}"})
     return out, r
 
 

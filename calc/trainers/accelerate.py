@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from .reading import Reading, Refused, truth, whole, words
+from .reading import Reading, Refused, mapping, truth, whole, words
 
 IGNORED = words(
     "compute_environment debug downcast_bf16 machine_rank main_training_function rdzv_backend "
@@ -25,11 +25,11 @@ FSDP_IGNORED = words(
     "fsdp_min_num_params fsdp_sharding_strategy"
 )
 DEEPSPEED_IGNORED = ("deepspeed_multinode_launcher", "zero3_init_flag", "zero3_save_16bit_model",
-                     "deepspeed_hostfile")  # fmt: skip
+                     "deepspeed_hostfile", "gradient_clipping")  # fmt: skip
 WHY = "changes nothing a training step holds on the device"
 
 
-def read(doc: dict, r: Reading) -> None:
+def read(doc: dict, r: Reading, device: str = "cuda") -> None:
     r.tools.append("accelerate")
     for key, value in doc.items():
         if key in IGNORED:
@@ -39,11 +39,13 @@ def read(doc: dict, r: Reading) -> None:
                 r.set(key, value, device="cpu")
             else:
                 r.ignore(key, "false")
-        elif key == "dynamo_config" and value:
-            raise Refused(key, "a compiled step (torch.compile) frees and fuses differently: calc replays eager "
-                               "PyTorch")
-        elif key not in ("distributed_type", "num_processes", "mixed_precision", "fsdp_config", "deepspeed_config",
-                         "dynamo_config"):  # fmt: skip
+        elif key in ("dynamo_config", "dynamo_backend"):
+            backend = value.get("dynamo_backend", "NO") if isinstance(value, dict) else value
+            if str(backend).upper() != "NO":
+                raise Refused(key, "a compiled step (torch.compile) frees and fuses differently: calc replays eager "
+                                   "PyTorch")  # fmt: skip
+            r.ignore(key, "no: eager PyTorch")
+        elif key not in ("distributed_type", "num_processes", "mixed_precision", "fsdp_config", "deepspeed_config"):
             raise Refused(key, "not an accelerate config key calc knows")
     kind = str(doc.get("distributed_type", "NO"))
     precision = str(doc.get("mixed_precision", "no"))
@@ -54,13 +56,15 @@ def read(doc: dict, r: Reading) -> None:
         _autocast(r, precision)
         return
     processes = whole("num_processes", doc.get("num_processes"))
+    r.set("num_processes", processes, dp=processes)
     if kind in ("MULTI_GPU", "MULTI_CPU"):
-        r.set("distributed_type", kind, dp=processes, engine="ddp", zero=0)
+        r.set("distributed_type", kind, engine="ddp", zero=0, **({"device": "cpu"} if kind ==
+                                                                                "MULTI_CPU" else {}))  # fmt: skip
         _autocast(r, precision)
     elif kind == "FSDP":
-        _fsdp(doc.get("fsdp_config") or {}, r, processes, precision)
+        _fsdp(mapping("fsdp_config", doc.get("fsdp_config")), r, precision)
     elif kind == "DEEPSPEED":
-        _deepspeed(doc.get("deepspeed_config") or {}, r, processes, precision)
+        _deepspeed(mapping("deepspeed_config", doc.get("deepspeed_config")), r, precision)
     else:
         raise Refused("distributed_type", f"{kind}: calc reads NO, MULTI_GPU, FSDP and DEEPSPEED")
 
@@ -72,10 +76,11 @@ def _autocast(r: Reading, precision: str) -> None:
     r.sixteen = "bf16" if precision == "bf16" else r.sixteen
 
 
-def _fsdp(cfg: dict, r: Reading, processes: int, precision: str) -> None:
+def _fsdp(cfg: dict, r: Reading, precision: str) -> None:
     for key, value in cfg.items():
         if key in FSDP_IGNORED:
-            r.ignore(f"fsdp_config.{key}", WHY)
+            r.ignore(f"fsdp_config.{key}", "FSDP1's: FSDP2 reads fsdp_reshard_after_forward" if key ==
+                     "fsdp_sharding_strategy" else WHY)  # fmt: skip
         elif key == "fsdp_offload_params" and truth(key, value):
             raise Refused("fsdp_config.fsdp_offload_params", "offload to the host is not modelled yet")
         elif key not in ("fsdp_version", "fsdp_reshard_after_forward", "fsdp_activation_checkpointing",
@@ -88,13 +93,13 @@ def _fsdp(cfg: dict, r: Reading, processes: int, precision: str) -> None:
         raise Refused("mixed_precision", "accelerate's FSDP2 bf16 policy reduces gradients in bf16 (calc's fsdp-bf16 "
                                          "reduces them in fp32): not modelled yet")  # fmt: skip
     reshard = truth("fsdp_config.fsdp_reshard_after_forward", cfg.get("fsdp_reshard_after_forward", True))
-    r.set("distributed_type", "FSDP", dp=processes, engine="fsdp2", zero=3 if reshard else 2, recipe="fp32-full")
+    r.set("distributed_type", "FSDP", engine="fsdp2", zero=3 if reshard else 2, recipe="fp32-full")
     if cfg.get("fsdp_activation_checkpointing") is not None:
         on = truth("fsdp_config.fsdp_activation_checkpointing", cfg["fsdp_activation_checkpointing"])
         r.set("fsdp_config.fsdp_activation_checkpointing", on, recompute="full" if on else "none")
 
 
-def _deepspeed(cfg: dict, r: Reading, processes: int, precision: str) -> None:
+def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
     for key, value in cfg.items():
         where = f"deepspeed_config.{key}"
         if key in DEEPSPEED_IGNORED:
@@ -113,9 +118,11 @@ def _deepspeed(cfg: dict, r: Reading, processes: int, precision: str) -> None:
             r.needs.append((where, value))
         elif key not in ("zero_stage",):
             raise Refused(where, "not a DeepSpeed plugin key calc knows")
-    r.engine = "deepspeed"
-    r.set("distributed_type", "DEEPSPEED", dp=processes)
-    if "deepspeed_config_file" not in cfg:
+    r.engine, r.engine_key = "deepspeed", "distributed_type"
+    r.sixteen = "bf16" if precision == "bf16" else r.sixteen  # what the JSON's "auto" takes
+    if "deepspeed_config_file" in cfg:
+        r.read.append({"key": "mixed_precision", "value": precision, "gives": "what the DeepSpeed JSON's auto takes"})
+    else:
         stage = whole("deepspeed_config.zero_stage", cfg.get("zero_stage", 2), smallest=0)
         r.set("deepspeed_config.zero_stage", stage, zero=stage)
         r.set("mixed_precision", precision, recipe="mixed" if precision == "bf16" else "fp32")

@@ -19,7 +19,7 @@ and resolve_dtype, loaders/model.py; commit 00ce8882ab23c7e72e4d705b6dec41c9a2dc
 
 from __future__ import annotations
 
-from .reading import Reading, Refused, attention, number, optimizer, recipe, targets, truth, whole, words
+from .reading import Reading, Refused, attention, number, off, optimizer, recipe, shown, targets, truth, whole, words
 
 IGNORED_PREFIXES = ("wandb_", "mlflow_", "comet_", "hub_", "eval_", "dataset_", "save_", "logging_", "lr_",
                     "warmup_", "loss_watchdog", "early_stopping", "swanlab_", "trackio_")  # fmt: skip
@@ -60,20 +60,20 @@ UNMODELLED = {  # key -> why, refused unless left off (None, false, empty)
 }  # fmt: skip
 
 
-def off(key: str, value: object) -> bool:
+def left_off(key: str, value: object) -> bool:
     """A key left off: None, false or empty, or a parallel size of 1."""
     if key.endswith("_size"):
         return value is None or (value == 1 and not isinstance(value, bool))
-    return value is None or value is False or value in ("", "false", [], {})
+    return off(value)
 
 
-def read(doc: dict, r: Reading) -> None:
+def read(doc: dict, r: Reading, device: str = "cuda") -> None:
     r.tools.append("axolotl")
     for key, value in doc.items():
         if key in HANDLED or key in PACKING:
             continue
         if key in UNMODELLED:
-            if not off(key, value):
+            if not left_off(key, value):
                 raise Refused(key, UNMODELLED[key] or UNMODELLED[_family(key)])
             r.ignore(key, "off")
         elif key in IGNORED or key.startswith(IGNORED_PREFIXES):
@@ -88,7 +88,7 @@ def read(doc: dict, r: Reading) -> None:
     _steps(doc, r)
     _tuning(doc, r)
     _precision(doc, r)
-    optimizer(r, "optimizer", doc.get("optimizer"), "cuda")
+    optimizer(r, "optimizer", doc.get("optimizer"), device)
     _attention(doc, r)
     _distributed(doc, r)
     if not doc.get("base_model"):
@@ -113,8 +113,11 @@ def _steps(doc: dict, r: Reading) -> None:
         if doc.get("batch_size") is not None:
             r.ignore("batch_size", "gradient_accumulation_steps is given")
     if doc.get("gradient_checkpointing") is not None:
-        on = doc["gradient_checkpointing"] not in (False, "false")
-        r.set("gradient_checkpointing", doc["gradient_checkpointing"], recompute="full" if on else "none")
+        value = doc["gradient_checkpointing"]
+        if isinstance(value, str) and value.lower() in ("offload", "offload_disk", "unsloth"):
+            raise Refused("gradient_checkpointing", f"{shown(value)}: checkpoints kept on the host are not modelled")
+        on = truth("gradient_checkpointing", value)
+        r.set("gradient_checkpointing", value, recompute="full" if on else "none")
     else:
         r.default("axolotl: gradient_checkpointing = false", recompute="none")
 
@@ -145,24 +148,28 @@ def _tuning(doc: dict, r: Reading) -> None:
               lora_targets=targets("lora_target_modules", doc["lora_target_modules"]))
     else:
         raise Refused("lora_target_modules", "give lora_target_modules or lora_target_linear: true")
-    if doc.get("peft_autocast_adapter_dtype") is False:
+    autocast = doc.get("peft_autocast_adapter_dtype")
+    if autocast is not None and not truth("peft_autocast_adapter_dtype", autocast):
         r.set("peft_autocast_adapter_dtype", False, adapter_dtype="model")
     else:
         r.default("peft: get_peft_model(autocast_adapter_dtype=True) keeps adapters in fp32", adapter_dtype="fp32")
 
 
 def _precision(doc: dict, r: Reading) -> None:
+    fp16 = truth("fp16", doc.get("fp16")) or truth("float16", doc.get("float16"))
+    if fp16:
+        raise Refused("fp16" if truth("fp16", doc.get("fp16")) else "float16", "fp16 (GradScaler's unscaled copies and "
+                      "inf checks) is not modelled: calc counts bf16")  # fmt: skip
     bf16 = doc.get("bf16", "auto")
     bf16 = True if bf16 == "auto" else truth("bf16", bf16)
     bf16 = bf16 or truth("bfloat16", doc.get("bfloat16"))
-    fp16 = truth("fp16", doc.get("fp16")) or truth("float16", doc.get("float16"))
     key = next((k for k in ("bf16", "bfloat16", "fp16", "float16") if doc.get(k) not in (None, False)), "bf16")
     weights = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     value = recipe(key, weights, "bf16" if bf16 else "fp16" if fp16 else "")
     r.sixteen = "bf16" if bf16 else ""
     full = doc.get("adapter") in (None, "")
-    flash = any(doc.get(k) for k in ("flash_attention", "flex_attention")) or doc.get("attn_implementation") in (
-        "flash_attention_2", "flash_attention_3", "flex_attention")  # fmt: skip
+    flash = any(truth(k, doc.get(k)) for k in ("flash_attention", "flex_attention")) or doc.get(
+        "attn_implementation") in ("flash_attention_2", "flash_attention_3", "flex_attention")  # fmt: skip
     if full and bf16 and not flash and not (doc.get("fsdp_config") or doc.get("fsdp")):
         raise Refused(key, "a full fine-tune in bf16 without flash attention keeps the norms, embedding and head "
                            "upcast to fp32 beside bf16 layers: a model of two dtypes calc does not model")
@@ -181,8 +188,10 @@ def _attention(doc: dict, r: Reading) -> None:
         if doc.get(key) is not None:
             if truth(key, doc[key]):
                 attention(r, key, impl)
+                r.read[-1]["value"] = shown(doc[key])
                 return
             r.ignore(key, "false")
+    r.default("axolotl passes no attn_implementation: transformers' default, sdpa", attention="sdpa")
 
 
 def _distributed(doc: dict, r: Reading) -> None:

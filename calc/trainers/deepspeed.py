@@ -14,7 +14,7 @@ ZeRO's accounting over the data-parallel processes: the deck walk's --zero K.
 
 from __future__ import annotations
 
-from .reading import Reading, Refused, shown, truth, whole, words
+from .reading import Reading, Refused, mapping, off, shown, truth, whole, words
 
 NOT_COUNTED = "DeepSpeed's engine (its buckets, prefetch and persistent parameters) is not modelled yet: the " \
               "deck walk counts ZeRO's accounting"  # fmt: skip
@@ -39,26 +39,33 @@ OPTIMIZERS = {"adamw": "adamw", "adam": "adamw", "lion": "lion"}  # DeepSpeed's 
 
 def read(doc: dict, r: Reading) -> None:
     r.tools.append("deepspeed")
-    r.engine = "deepspeed"
+    r.engine, r.engine_key = "deepspeed", "zero_optimization.stage"
     for key in doc:
         if key in IGNORED:
-            r.ignore(key, "changes nothing a training step holds on the device")
+            r.ignore(key, WHY)
         elif key not in HANDLED:
             raise Refused(key, "not a DeepSpeed key calc knows")
     _batches(doc, r)
     _precision(doc, r)
-    _zero(doc.get("zero_optimization") or {}, r)
+    _zero(mapping("zero_optimization", doc.get("zero_optimization")), r)
     opt = doc.get("optimizer")
     if opt is not None:
-        kind = str(opt.get("type", "")).lower() if isinstance(opt, dict) else ""
+        kind = str(mapping("optimizer", opt).get("type", "")).lower()
         if kind not in OPTIMIZERS:
             raise Refused("optimizer.type", f"{shown(kind)}: calc models {', '.join(OPTIMIZERS)}")
         r.set("optimizer.type", opt["type"], optimizer=OPTIMIZERS[kind])
-    ac = doc.get("activation_checkpointing") or {}
-    if any(truth(f"activation_checkpointing.{k}", ac.get(k)) for k in ("partition_activations", "cpu_checkpointing")):
-        raise Refused("activation_checkpointing", "partitioned or host-kept checkpoints are not modelled")
-    if "data_types" in doc and (doc["data_types"] or {}).get("grad_accum_dtype") is not None:
-        raise Refused("data_types.grad_accum_dtype", "a gradient accumulation dtype of its own is not modelled")
+    for key, value in mapping("activation_checkpointing", doc.get("activation_checkpointing")).items():
+        where = f"activation_checkpointing.{key}"
+        if key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization") and not off(value):
+            raise Refused(where, "DeepSpeed's partitioned or host-kept checkpoints are not modelled")
+        r.ignore(where, "off" if key in ("partition_activations", "cpu_checkpointing") else WHY)
+    for key, value in mapping("data_types", doc.get("data_types")).items():
+        if value is not None:
+            raise Refused(f"data_types.{key}", "a gradient accumulation dtype of its own is not modelled")
+        r.ignore(f"data_types.{key}", "null: the gradients' own dtype")
+
+
+WHY = "changes nothing a training step holds on the device"
 
 
 def _auto(r: Reading, key: str) -> None:
@@ -79,7 +86,8 @@ def _batches(doc: dict, r: Reading) -> None:
         numbers[key] = whole(key, value)
         if field:
             r.set(key, value, **{field: numbers[key]})
-    micro, accum = numbers.get("train_micro_batch_size_per_gpu"), numbers.get("gradient_accumulation_steps", 1)
+    micro = numbers.get("train_micro_batch_size_per_gpu") or int(r.fields.get("micro-batch", 0)) or None
+    accum = numbers.get("gradient_accumulation_steps") or int(r.fields.get("grad-accum", 1))  # "auto": the trainer's
     if "train_batch_size" in numbers and micro:
         dp, left = divmod(numbers["train_batch_size"], micro * accum)
         if left or not dp:
@@ -113,8 +121,6 @@ def _precision(doc: dict, r: Reading) -> None:
 
 
 def _zero(zero: dict, r: Reading) -> None:
-    if not isinstance(zero, dict):
-        raise Refused("zero_optimization", "must be a mapping")
     stage = whole("zero_optimization.stage", zero.get("stage", 0), smallest=0)
     if stage > 3:
         raise Refused("zero_optimization.stage", f"{stage}: ZeRO has stages 0 to 3")

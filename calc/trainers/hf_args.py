@@ -17,7 +17,21 @@ every field of those dataclasses is one of MEMORY, the keys handled below, or IG
 
 from __future__ import annotations
 
-from .reading import Reading, Refused, attention, number, optimizer, recipe, targets, truth, whole, words
+from .reading import (
+    Reading,
+    Refused,
+    attention,
+    mapping,
+    number,
+    off,
+    optimizer,
+    recipe,
+    shown,
+    targets,
+    truth,
+    whole,
+    words,
+)
 
 # Keys that change nothing a training step holds on the device: where the run writes and logs, evaluation,
 # the schedule's numbers, the data's order, the host's loader, the Hub.
@@ -63,7 +77,6 @@ UNMODELLED = {
     "load_in_8bit": "LoRA on an 8-bit (LLM.int8) base is not modelled: calc's QLoRA is 4-bit NF4",
     "bnb_4bit_quant_storage": "", "fsdp_config": "",
 }  # fmt: skip
-NEUTRAL = (None, False, 0, 0.0, "", [], {}, "no")
 SFT_ONLY = ("max_length", "packing", "dataset_text_field", "completion_only_loss", "assistant_only_loss",
             "model_init_kwargs", "padding_free", "activation_offloading", "use_peft", "model_name_or_path")  # fmt: skip
 
@@ -84,16 +97,16 @@ def read(doc: dict, r: Reading, device: str) -> None:
         if key in IGNORED:
             r.ignore(key, WHY_IGNORED)
         elif key in UNMODELLED:
-            if value not in NEUTRAL and not (key == "ddp_bucket_cap_mb" and value == 25):
+            if not off(value) and not (key == "ddp_bucket_cap_mb" and value == 25):
                 raise Refused(key, UNMODELLED[key] or "not modelled")
             r.ignore(key, "at its neutral value")
         else:
             raise Refused(key, "not a TrainingArguments, SFTConfig or trl ModelConfig key calc knows")
     _steps(doc, r, sft)
     _precision(doc, r, sft)
-    _optimizer(doc, r, device)
-    _peft(doc, r)
     _distributed(doc, r)
+    _optimizer(doc, r, r.fields.get("device", device))
+    _peft(doc, r)
     _attention(doc, r)
     if doc.get("model_name_or_path"):
         r.model, r.model_key = str(doc["model_name_or_path"]), "model_name_or_path"
@@ -116,37 +129,59 @@ def _steps(doc: dict, r: Reading, sft: bool) -> None:
     if not any(doc.get(k) is not None for k in ("gradient_checkpointing", "activation_checkpointing")):
         r.default("SFTConfig.gradient_checkpointing = True" if sft else "TrainingArguments.gradient_checkpointing"
                   " = False", recompute="full" if checkpoint else "none")  # fmt: skip
-    kwargs = doc.get("gradient_checkpointing_kwargs") or doc.get("activation_checkpointing_kwargs") or {}
-    if not isinstance(kwargs, dict) or any(k not in ("use_reentrant",) for k in kwargs):
-        raise Refused("gradient_checkpointing_kwargs", "calc reads use_reentrant only (every layer checkpointed)")
+    for key in ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"):
+        kwargs = mapping(key, doc.get(key))
+        if any(k != "use_reentrant" for k in kwargs):
+            raise Refused(key, "calc reads use_reentrant only (every layer checkpointed)")
+        if key in doc:
+            r.ignore(key, "use_reentrant or not, each checkpointed layer keeps its input")
+
+
+INIT_IGNORED = ("trust_remote_code", "revision", "device_map", "low_cpu_mem_usage", "use_cache")
+
+
+def _model_dtype(doc: dict, r: Reading) -> tuple[str, str]:
+    """(the weights' dtype, the key that named it, "" for none) from model_init_kwargs or trl sft's dtype."""
+    init = mapping("model_init_kwargs", doc.get("model_init_kwargs"))
+    for k in init:
+        if k in INIT_IGNORED:
+            r.ignore(f"model_init_kwargs.{k}", WHY_IGNORED)
+        elif k == "attn_implementation":
+            attention(r, "model_init_kwargs.attn_implementation", init[k])
+        elif k not in ("dtype", "torch_dtype"):
+            raise Refused(f"model_init_kwargs.{k}", "not a from_pretrained argument calc reads (a quantized base: "
+                                                   "trl sft's load_in_4bit with use_peft)")  # fmt: skip
+    named = [(f"model_init_kwargs.{k}", init[k]) for k in ("dtype", "torch_dtype") if k in init]
+    named += [(k, doc[k]) for k in ("dtype", "torch_dtype") if k in doc]
+    if not named:
+        return "fp32", ""
+    key, dtype = named[0]
+    weights = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(str(dtype))
+    if weights is None:
+        raise Refused(key, f"{shown(dtype)}: give float32 or bfloat16 (auto is the checkpoint's own: give --recipe)")
+    return weights, key
 
 
 def _precision(doc: dict, r: Reading, sft: bool) -> None:
-    init = doc.get("model_init_kwargs") or {}
-    if not isinstance(init, dict):
-        raise Refused("model_init_kwargs", "must be a mapping of from_pretrained's keyword arguments")
-    dtype = str(init.get("dtype", init.get("torch_dtype", doc.get("dtype", doc.get("torch_dtype", "float32")))))
-    weights = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "auto": "auto"}.get(dtype)
-    if weights is None or weights == "auto":
-        raise Refused("dtype", f"{dtype}: give float32 or bfloat16 (auto is the checkpoint's own: give --recipe)")
+    weights, named = _model_dtype(doc, r)
     fp16 = truth("fp16", doc.get("fp16", False))
     bf16 = doc.get("bf16")
     bf16 = (not fp16) if bf16 is None and sft else truth("bf16", bf16)
     autocast = "fp16" if fp16 else "bf16" if bf16 else ""
-    key = "bf16" if "bf16" in doc else "fp16" if "fp16" in doc else "dtype"
-    value = recipe(key, weights, autocast)
+    key = "bf16" if "bf16" in doc else "fp16" if "fp16" in doc else named
+    value = recipe(key or "bf16", weights, autocast)
     r.sixteen = autocast
-    if not sft:
-        r.defaults.append({"gives": "fp32 weights", "why": "TrainingArguments names no dtype: the script loads the "
-                           "model; calc takes fp32, as its Trainer preset does (bf16 weights: --recipe bf16)"})
-    if key in doc:
-        r.set(key, doc[key], recipe=value)
+    if not named:
+        r.defaults.append({"gives": "fp32 weights", "why": "TRL loads a model named by id in float32 "
+                           "(create_model_from_path)" if sft else "TrainingArguments names no dtype: the script loads "
+                           "the model; calc takes fp32, as its Trainer preset does (bf16 weights: --recipe bf16)"})
+    if key:
+        r.set(key, doc.get(key, weights), recipe=value)
+        if named and named != key:
+            r.read.append({"key": named, "value": weights, "gives": f"{weights} weights"})
     else:
-        r.default("SFTConfig.bf16 = None: True unless fp16; the model loaded in float32" if sft else
-                  "TrainingArguments.bf16 = False", recipe=value)  # fmt: skip
-    for k in ("dtype", "torch_dtype"):
-        if k in doc:
-            r.read.append({"key": k, "value": str(doc[k]), "gives": f"{weights} weights"})
+        r.default("SFTConfig.bf16 = None: True unless fp16" if sft else "TrainingArguments.bf16 = False",
+                  recipe=value)
 
 
 def _optimizer(doc: dict, r: Reading, device: str) -> None:
@@ -193,32 +228,60 @@ def _peft(doc: dict, r: Reading) -> None:
                            " None: peft's own list (q_proj, v_proj for Llama and Qwen), calc's default too"})
 
 
+FSDP_KEYS = ("version", "reshard_after_forward", "activation_checkpointing", "offload_params", "cpu_offload")
+FSDP_IGNORED = words(
+    "cpu_ram_efficient_loading transformer_layer_cls_to_wrap auto_wrap_policy backward_prefetch forward_prefetch "
+    "state_dict_type sync_module_states use_orig_params min_num_params limit_all_gathers xla xla_fsdp_v2 "
+    "xla_fsdp_grad_ckpt"
+)
+
+
 def _distributed(doc: dict, r: Reading) -> None:
     if doc.get("use_cpu") is not None:
         r.set("use_cpu", doc["use_cpu"], **({"device": "cpu"} if truth("use_cpu", doc["use_cpu"]) else {}))
     fsdp = doc.get("fsdp")
-    if fsdp not in NEUTRAL:
-        words = fsdp.split() if isinstance(fsdp, str) else ["full_shard"] if fsdp is True else fsdp
-        cfg = doc.get("fsdp_config") or {}
-        if not isinstance(words, list) or not isinstance(cfg, dict):
-            raise Refused("fsdp", f"{fsdp}: give full_shard or shard_grad_op (and auto_wrap)")
-        if "offload" in words or truth("fsdp_config.cpu_offload", cfg.get("offload_params", False)):
-            raise Refused("fsdp", "offload to the host is not modelled yet")
-        version = str(cfg.get("version", cfg.get("fsdp_version", 1)))
-        if version != "2":
-            raise Refused("fsdp_config.version", f"{version}: calc's engine is FSDP2 (fully_shard): set version 2")
-        reshard = cfg.get("reshard_after_forward", "shard_grad_op" not in words)
-        r.set("fsdp", fsdp, engine="fsdp2", zero=3 if truth("fsdp_config.reshard_after_forward", reshard) else 2)
-        if cfg.get("activation_checkpointing") is not None:
-            r.set("fsdp_config.activation_checkpointing", cfg["activation_checkpointing"],
-                  recompute="full" if truth("activation_checkpointing", cfg["activation_checkpointing"]) else "none")
-    elif doc.get("fsdp_config") not in NEUTRAL:
+    if not off(fsdp):
+        _fsdp(fsdp, mapping("fsdp_config", doc.get("fsdp_config")), r)
+    elif not off(doc.get("fsdp_config")):
         raise Refused("fsdp_config", "given without fsdp")
     if isinstance(doc.get("deepspeed"), dict):
         r.read.append({"key": "deepspeed", "value": "a DeepSpeed config", "gives": "read as a DeepSpeed JSON"})
-    elif doc.get("deepspeed") not in NEUTRAL:
-        r.read.append({"key": "deepspeed", "value": str(doc["deepspeed"]), "gives": "the DeepSpeed JSON it names"})
+    elif not off(doc.get("deepspeed")):
+        r.read.append({"key": "deepspeed", "value": shown(doc["deepspeed"]), "gives": "the DeepSpeed JSON it names"})
         r.needs.append(("deepspeed", doc["deepspeed"]))
+
+
+def _fsdp(fsdp: object, given: dict, r: Reading) -> None:
+    """TrainingArguments' fsdp words and fsdp_config (transformers drops each key's fsdp_ prefix)."""
+    listed = fsdp.split() if isinstance(fsdp, str) else ["full_shard"] if fsdp is True else fsdp
+    if not isinstance(listed, list) or not {"full_shard", "shard_grad_op"} & set(map(str, listed)):
+        raise Refused("fsdp", f"{shown(fsdp)}: calc reads full_shard or shard_grad_op (with auto_wrap)")
+    unknown = set(map(str, listed)) - {"full_shard", "shard_grad_op", "auto_wrap", "offload"}
+    if unknown:
+        raise Refused("fsdp", f"{', '.join(sorted(unknown))}: calc reads full_shard or shard_grad_op (with auto_wrap)")
+    cfg = {}
+    for k, v in given.items():
+        name = k.removeprefix("fsdp_")
+        if name in FSDP_IGNORED:
+            r.ignore(f"fsdp_config.{k}", WHY_IGNORED)
+        elif name in FSDP_KEYS:
+            cfg[name] = v
+        else:
+            raise Refused(f"fsdp_config.{k}", "not an FSDP key calc knows")
+    if "offload" in listed or truth("fsdp_config.offload_params", cfg.get("offload_params", cfg.get("cpu_offload"))):
+        raise Refused("fsdp", "offload to the host is not modelled yet")
+    version = str(cfg.get("version", 1))
+    if version != "2":
+        raise Refused("fsdp_config.version", f"{shown(version)}: calc's engine is FSDP2 (fully_shard): set version 2")
+    if r.sixteen:
+        raise Refused("bf16", "the Trainer's FSDP2 runs accelerate's bf16 policy, which reduces gradients in bf16 "
+                              "(calc's fsdp-bf16 reduces them in fp32): not modelled yet")  # fmt: skip
+    reshard = truth("fsdp_config.reshard_after_forward", cfg.get("reshard_after_forward", "shard_grad_op" not in
+                                                                 listed))  # fmt: skip
+    r.set("fsdp", fsdp, engine="fsdp2", zero=3 if reshard else 2)
+    if cfg.get("activation_checkpointing") is not None:
+        on = truth("fsdp_config.activation_checkpointing", cfg["activation_checkpointing"])
+        r.set("fsdp_config.activation_checkpointing", on, recompute="full" if on else "none")
 
 
 HANDLED = frozenset(

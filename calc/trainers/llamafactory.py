@@ -17,7 +17,7 @@ model_utils/checkpointing.py, quantization.py) at commit 00577a85775a2a78b14641f
 
 from __future__ import annotations
 
-from .reading import Reading, Refused, attention, number, optimizer, recipe, targets, truth, whole, words
+from .reading import Reading, Refused, attention, number, off, optimizer, recipe, shown, targets, truth, whole, words
 
 IGNORED = words(
     "trust_remote_code do_train do_eval do_predict dataset eval_dataset dataset_dir template max_samples "
@@ -48,13 +48,13 @@ UNMODELLED = {
 STAGES = ("sft", "pt")  # rm (a value head), ppo, dpo and kto (a reference model) are not modelled
 
 
-def read(doc: dict, r: Reading) -> None:
+def read(doc: dict, r: Reading, device: str = "cuda") -> None:
     r.tools.append("llamafactory")
     for key, value in doc.items():
         if key in HANDLED:
             continue
         if key in UNMODELLED:
-            if value not in (None, False, "", [], {}):
+            if not off(value):
                 raise Refused(key, UNMODELLED[key])
             r.ignore(key, "off")
         elif key in IGNORED:
@@ -69,19 +69,23 @@ def read(doc: dict, r: Reading) -> None:
     number(r, doc, "per_device_train_batch_size", 8, "TrainingArguments.per_device_train_batch_size = 8",
            "micro_batch")
     number(r, doc, "gradient_accumulation_steps", None, "", "grad_accum")
-    off = truth("disable_gradient_checkpointing", doc.get("disable_gradient_checkpointing", False))
+    no_checkpoints = truth("disable_gradient_checkpointing", doc.get("disable_gradient_checkpointing", False))
     if "disable_gradient_checkpointing" in doc:
         r.set("disable_gradient_checkpointing", doc["disable_gradient_checkpointing"],
-              recompute="none" if off else "full")
+              recompute="none" if no_checkpoints else "full")
     else:
         r.default("LLaMA-Factory: disable_gradient_checkpointing = false: every layer checkpointed", recompute="full")
     _tuning(doc, r)
     _precision(doc, r)
-    optimizer(r, "optim", doc.get("optim"), "cuda")
+    optimizer(r, "optim", doc.get("optim"), device)
     flash = doc.get("flash_attn", "auto")
-    impl = {"auto": None, "sdpa": "sdpa", "disabled": "eager", "fa2": "flash_attention_2"}.get(flash, flash)
+    impl = {"auto": None, "sdpa": "sdpa", "disabled": "eager", "fa2": "flash_attention_2"}.get(flash, flash) if \
+        isinstance(flash, str) else flash  # fmt: skip
     if impl is not None:
         attention(r, "flash_attn", impl)
+        r.read[-1]["value"] = shown(flash)
+    else:
+        r.default("LLaMA-Factory: flash_attn = auto leaves transformers' default, sdpa", attention="sdpa")
     if doc.get("deepspeed"):
         r.read.append({"key": "deepspeed", "value": str(doc["deepspeed"]), "gives": "the DeepSpeed JSON it names"})
         r.needs.append(("deepspeed", doc["deepspeed"]))

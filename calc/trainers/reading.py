@@ -12,11 +12,18 @@ from dataclasses import dataclass, field
 
 
 class Refused(ValueError):
-    """A key calc cannot read as the tool means it: the key (dotted where nested) and why."""
+    """A key calc cannot read as the tool means it: the key (dotted where nested) and why, each one line of
+    printable text (a file's own text in them is escaped: a newline or a terminal's escape stays visible)."""
 
     def __init__(self, key: str, why: str):
+        key, why = printable(str(key)), printable(str(why))
         super().__init__(f"{key}: {why}")
         self.key, self.why = key, why
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (newlines, escapes, NUL) written as Python escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @dataclass
@@ -34,6 +41,7 @@ class Reading:
     needs: list = field(default_factory=list)  # (key, what): another file a key names (a DeepSpeed JSON)
     engine: str = ""  # "deepspeed" where a DeepSpeed JSON is read (its engine is not the eager walk's)
     deepspeed_auto_precision: bool = False  # its bf16/fp16 "auto": TrainingArguments' decide
+    engine_key: str = ""  # the key that names DeepSpeed's engine
     sixteen: str = ""  # the trainer's autocast: "bf16", "fp16" or "" (what DeepSpeed's "auto" takes)
 
     def set(self, key: str, value: object, **fields: object) -> None:
@@ -43,7 +51,8 @@ class Reading:
 
     def default(self, why: str, **fields: object) -> None:
         """The tool's own default (no key given) sets `fields`; `why` names its source."""
-        self._put(f"{self.tools[-1]}'s default", fields, soft=True)
+        tool = self.tools[-1]
+        self._put(f"{tool}'{'' if tool.endswith('s') else 's'} default", fields, soft=True)
         self.defaults.append({"gives": flags(fields), "why": why})
 
     def drop(self, name: str, why: str) -> None:
@@ -68,7 +77,7 @@ class Reading:
             if old is not None and old != value:
                 if soft:  # a default never overrides a key another file gives
                     continue
-                if self.origin[name].endswith("'s default"):
+                if self.origin[name].endswith(" default"):
                     self.defaults = [d for d in self.defaults if f"--{name} " not in d["gives"] + " "]
                 else:
                     raise Refused(key, f"gives --{name} {value}, where {self.origin[name]} gives {old}: "
@@ -93,6 +102,7 @@ def shown(value: object) -> str:
         if not small:
             return f"a {'list' if isinstance(value, list) else 'mapping'} of {len(value)}"
     text = "true" if value is True else "false" if value is False else "null" if value is None else str(value)
+    text = printable(text)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -109,9 +119,16 @@ def truth(key: str, value: object) -> bool:
     raise Refused(key, f"must be true or false, got {shown(value)}")
 
 
+def off(value: object) -> bool:
+    """A key left at its neutral value: None, false (or its words), zero, empty."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("", "false", "no", "0", "none", "null")
+    return value is None or value is False or (not isinstance(value, bool) and value == 0) or value in ([], {})
+
+
 def whole(key: str, value: object, smallest: int = 1) -> int:
     """A whole-number key (a bool is not one; "8" as HfArgumentParser reads text is)."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
         raise Refused(key, f"must be a whole number of at least {smallest}, got {shown(value)}")
@@ -173,7 +190,7 @@ def optimizer(r: Reading, key: str, optim: object, device: str) -> None:
     --paged-optimizer. torch's AdamW left to itself picks foreach on CUDA and single-tensor on the CPU."""
     name = TRAINER_OPTIM if optim is None else str(optim)
     if name not in OPTIMS:
-        raise Refused(key, f"{name} is not an optimizer calc models (it takes {', '.join(OPTIMS)})")
+        raise Refused(key, f"{shown(name)} is not an optimizer calc models (it takes {', '.join(OPTIMS)})")
     kind, impl, paged = OPTIMS[name]
     if kind == "adamw" and not impl:
         impl = "foreach" if device == "cuda" else "single"
@@ -189,8 +206,8 @@ def attention(r: Reading, key: str, impl: str) -> None:
     """transformers' attn_implementation as --attention. FlashAttention-2 keeps what SDPA's flash kernel keeps
     (the output and one fp32 log-sum-exp a row and head): calc counts it as sdpa."""
     known = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "sdpa"}
-    if impl not in known:
-        raise Refused(key, f"{impl}: calc counts {', '.join(known)}")
+    if not isinstance(impl, str) or impl not in known:
+        raise Refused(key, f"{shown(impl)}: calc counts {', '.join(known)}")
     r.set(key, impl, attention=known[impl])
 
 
@@ -205,3 +222,12 @@ def number(r: Reading, doc: dict, key: str, default: int | None, why: str, field
 def words(text: str) -> tuple[str, ...]:
     """The keys of a list written as one text, space-separated."""
     return tuple(text.split())
+
+
+def mapping(key: str, value: object) -> dict:
+    """A key whose value is a mapping of keys (None: an empty one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refused(key, f"must be a mapping of keys, got {shown(value)}")
+    return value

@@ -317,3 +317,21 @@ def test_a_fused_store_takes_one_adapter_as_peft_puts_it():
     assert whole(phi, ("q", "v")) == ("q", "k", "v") and whole(phi, ("up",)) == ("gate", "up")
     llama = calc.PRESETS["llama-7b"]  # separate linears: one adapter a target, nothing widened
     assert [m for m, _, _ in adapted(llama, ("q", "v"))] == ["q_proj", "v_proj"] and whole(llama, ("q",)) == ("q",)
+
+
+def test_the_deck_walk_fine_tunes_with_accumulation():
+    """A later micro-batch starts with the trainable gradients resident and adds each module's into them: its
+    walk peaks higher by exactly those gradients where the peak is in the forward pass (issue 34)."""
+    from calc import finetune as ft
+    from calc.api import step
+
+    shape = calc.PRESETS["llama-3.2-1b"]
+    for tune in (ft.Tuning(mode="lora", targets=("q", "k", "v", "o")), ft.Tuning(mode="qlora"),
+                 ft.Tuning(optimizer="adamw-8bit")):  # fmt: skip
+        one = step(shape, 1024, 1, "bf16", "none", tune=tune)
+        many = step(shape, 1024, 1, "bf16", "none", tune=tune, grad_accum=4)
+        grads = many["bytes"]["gradients"]
+        assert many["accumulating"] and many["events"][0]["phase"] == "start"
+        assert many["peak"] == one["peak"] + grads, tune
+        start = sum(e["bytes"] for e in many["events"] if e["phase"] == "start")
+        assert many["events"][-1]["total"] == start - grads  # zero_grad frees every gradient held, resident ones too

@@ -30,7 +30,7 @@ READS = {
         "seq": "1024", "micro-batch": "1", "grad-accum": "8", "finetune": "lora", "lora-rank": "8",
         "lora-alpha": "16", "lora-targets": "all-linear", "recipe": "bf16", "adapter-dtype": "fp32",
         "recompute": "full", "optimizer": "adamw", "adamw-impl": "fused", "loop": "trainer",
-        "preset": "llama-3.1-8b"},
+        "preset": "llama-3.1-8b", "attention": "sdpa"},
     ("llamafactory/llama3_lora_sft_otfq.yaml",): {"finetune": "qlora", "recipe": "bf16", "adapter-dtype": "fp32"},
     ("llamafactory/llama3_full_sft.yaml", "llamafactory/deepspeed/ds_z3_config.json"): {
         "finetune": "full", "zero": "3", "recipe": "mixed", "seq": "2048", "grad-accum": "2"},
@@ -95,10 +95,11 @@ def _handled_silently(doc):
 
 def test_flags_override_the_config_and_an_error_names_the_key_that_set_the_field():
     out, r = reading("llamafactory/llama3_lora_sft.yaml", seq="512")
-    assert out["seq"] == "512" and r.fields["seq"] == "1024"
+    assert out["seq"] == "512" and "seq" not in r.fields
+    assert {"key": "cutoff_len", "value": "1024", "gives": "(--seq: the flag's 512 instead)"} in r.read
     assert trainers.blame("seq", "too long", r, {"seq": "512"}) == ("seq", "too long")
-    field, message = trainers.blame("grad-accum", "the deck walk fine-tunes one micro-batch", r, {})
-    assert field == "trainer-config" and message.startswith("gradient_accumulation_steps gives --grad-accum 8: ")
+    field, message = trainers.blame("grad-accum", "too many", r, {})
+    assert (field, message) == ("trainer-config", "gradient_accumulation_steps gives --grad-accum 8: too many")
 
 
 def test_the_eager_walk_takes_the_engine():
@@ -208,9 +209,8 @@ def test_cli_refusals_are_one_line_with_exit_2(capsys, tmp_path):
     assert main(["--trainer-config", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
     lora = str(CONFIGS / "llamafactory/llama3_lora_sft.yaml")
-    assert main(["--trainer-config", lora]) == 2  # the deck walk's LoRA has no accumulation: said, with the key
-    err = capsys.readouterr().err
-    assert err.startswith("error: --trainer-config: gradient_accumulation_steps gives --grad-accum 8")
+    assert main(["--trainer-config", lora, "--recipe", "fp16"]) == 2  # a bad flag beside the file: the flag's
+    assert capsys.readouterr().err.startswith("error: --recipe: ")
 
 
 def test_plan_leaves_out_what_it_chooses_itself(capsys):
@@ -243,3 +243,106 @@ def test_a_real_sftconfig_as_to_json_string_prints_it_reads_as_trl_means():
     assert (out["micro-batch"], out["grad-accum"], out["seq"], out["loop"], out["recipe"], out["recompute"]) == (
         "4", "2", "2048", "sft", "autocast", "full")
     assert out["optimizer"] == "adamw" and out["adamw-impl"] == "fused" and out["device"] == "cpu"
+
+
+# A fresh-eyes review's findings, each held by a test.
+@pytest.mark.parametrize("doc, key", [
+    ({"output_dir": "x", "fsdp": "full_shard", "fsdp_config": {"fsdp_version": 2, "fsdp_offload_params": True}},
+     "fsdp"),  # transformers drops the fsdp_ prefix: the prefixed key is read, not lost
+    ({"output_dir": "x", "fsdp": "full_shard", "fsdp_config": {"version": 2, "cpu_offload_x": 1}},
+     "fsdp_config.cpu_offload_x"),
+    ({"output_dir": "x", "fsdp": "no_shard", "fsdp_config": {"version": 2}}, "fsdp"),
+    ({"output_dir": "x", "bf16": True, "fsdp": "full_shard", "fsdp_config": {"version": 2}}, "bf16"),
+    ({"max_length": 512, "model_init_kwargs": {"quantization_config": {"load_in_4bit": True}}},
+     "model_init_kwargs.quantization_config"),
+    ({"output_dir": "x", "attn_implementation": ["sdpa"]}, "attn_implementation"),
+    ({"output_dir": "x", "per_device_train_batch_size": "\u00b2"}, "per_device_train_batch_size"),
+    ({"output_dir": "x", "torch_compile": "true"}, "torch_compile"),
+    ({"distributed_type": "FSDP", "num_processes": 2, "fsdp_config": [1]}, "fsdp_config"),
+    ({"zero_optimization": {"stage": 1}, "activation_checkpointing": [1]}, "activation_checkpointing"),
+])  # fmt: skip
+def test_what_a_review_found_is_refused_naming_the_key(doc, key):
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [json.dumps(doc)])
+    assert e.value.key == key
+
+
+def test_axolotl_takes_transformers_default_attention_and_its_own_words():
+    axolotl = "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 8\nlora_alpha: 16\n" \
+              "lora_target_linear: true\n"  # fmt: skip
+    out, r = trainers.apply({}, [axolotl])
+    assert out["attention"] == "sdpa" and any("sdpa" in d["why"] for d in r.defaults)
+    for value, recompute in (("offload", None), ("False", "none"), ("true", "full")):
+        text = axolotl + f"gradient_checkpointing: {value!r}\n"
+        if recompute is None:
+            with pytest.raises(trainers.Refused, match="host"):
+                trainers.apply({}, [text])
+        else:
+            assert trainers.apply({}, [text])[0]["recompute"] == recompute
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [axolotl + "fp16: true\nbf16: false\n"])
+    assert e.value.key == "fp16"
+    out, _ = trainers.apply({}, [axolotl + "peft_autocast_adapter_dtype: 'false'\n"])
+    assert out["adapter-dtype"] == "model"
+
+
+def test_deepspeed_auto_accumulation_takes_the_trainers_for_the_process_count():
+    args = json.dumps({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "output_dir": "x"})
+    ds = json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto",
+                     "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 2}})  # fmt: skip
+    out, _ = trainers.apply({}, [args, ds])
+    assert out["dp"] == "8"
+
+
+def test_accelerate_sets_what_deepspeeds_auto_takes_and_the_cpu():
+    acc = "distributed_type: DEEPSPEED\nnum_processes: 4\nmixed_precision: bf16\n" \
+          "deepspeed_config:\n  deepspeed_config_file: ds.json\n"  # fmt: skip
+    ds = json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}})
+    out, _ = trainers.apply({}, [acc, ds])
+    assert (out["dp"], out["zero"], out["recipe"]) == ("4", "3", "mixed")
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [acc])  # the JSON it names is missing: said, naming the key
+    assert e.value.key == "deepspeed_config.deepspeed_config_file"
+    out, _ = trainers.apply({"walk": "eager"}, ["distributed_type: MULTI_CPU\nnum_processes: 2\n"])
+    assert (out["device"], out["engine"], out["dp"]) == ("cpu", "ddp", "2")
+    out, _ = trainers.apply({}, [json.dumps({"output_dir": "x", "use_cpu": True, "optim": "adamw_torch"})])
+    assert out["adamw-impl"] == "single"  # torch's own pick on the CPU
+
+
+def test_a_file_s_text_in_a_message_stays_one_line():
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, ['output_dir: x\n"evil\\nkey\\x1b[31m": 1\n'])
+    assert "\n" not in str(e.value) and "\x1b" not in str(e.value) and "\\n" in e.value.key
+
+
+def test_a_field_is_in_one_list_only():
+    out, r = reading("accelerate/trl_multi_gpu.yaml")  # the deck walk over 3 processes: no engine
+    gives = " ".join(e["gives"] for e in (*r.read, *r.defaults))
+    assert "engine" not in out and "--engine ddp" not in gives.replace("(--engine:", "")
+    assert not {e["key"] for e in r.read} & {e["key"] for e in r.ignored}
+
+
+def test_every_output_mode_reads_a_trainer_config(capsys):
+    lora = str(CONFIGS / "llamafactory/llama3_lora_sft.yaml")
+    assert main(["--trainer-config", lora, "--fit-card", "--card", "rtx-4090"]) == 0
+    assert "trainer config (llamafactory)" in capsys.readouterr().out
+    full = ["--trainer-config", str(CONFIGS / "llamafactory/llama3_full_sft.yaml"), "--trainer-config",
+            str(CONFIGS / "llamafactory/deepspeed/ds_z3_config.json")]  # fmt: skip
+    for mode in ("--plan", "--table", "--events"):
+        assert main([*full, mode, *(["--dp", "8"] if mode != "--plan" else [])]) == 0, mode
+        assert "trainer config (llamafactory, deepspeed)" in capsys.readouterr().out
+    axolotl = str(CONFIGS / "axolotl/fft-8b.yaml")  # its paged 8-bit AdamW: the planner's rows are AdamW's
+    assert main(["--trainer-config", axolotl, "--plan"]) == 2
+    assert capsys.readouterr().err.startswith("error: --trainer-config: optimizer gives --optimizer adamw-8bit")
+
+
+def test_the_file_s_loop_gives_the_eager_figure_beside_the_deck_walk_where_it_can(capsys):
+    args = json.dumps({"output_dir": "x", "per_device_train_batch_size": 1, "use_liger_kernel": True})
+    out, _ = trainers.apply({}, [args])
+    assert out["loss"] == "liger-fused"
+    path = CONFIGS / "axolotl" / "qlora.yml"  # a paged optimizer: the eager walk refuses it, the deck walk not
+    assert main(["--trainer-config", str(path), "--grad-accum", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "eager" not in data and data["config"]["finetune"]["paged"]
+    assert any("no eager figure beside" in e["gives"] for e in data["trainer_config"]["defaults"] +
+               data["trainer_config"]["read"])
