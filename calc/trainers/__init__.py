@@ -6,7 +6,7 @@ calc's fields (the CLI's flags) with its own defaults, from its source.
 - deepspeed: a DeepSpeed JSON, alone or named by another file.
 - accelerate: `accelerate launch`'s config YAML (processes, FSDP, DeepSpeed).
 
-`read(texts)` parses each text (JSON, or YAML through PyYAML, imported only then; a text may hold several
+`read(texts)` parses each text (JSON, TOML, or YAML through PyYAML, imported only then; a text may hold several
 YAML documents between `---` lines), tells each document's tool by its keys, and gives one Reading. `apply`
 puts its fields under the flags given (a flag wins), matches the model to a preset, and says which key an
 error's field came from (`blame`).
@@ -15,23 +15,24 @@ error's field came from (`blame`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
-from . import accelerate, axolotl, deepspeed, hf_args, llamafactory
+from . import accelerate, axolotl, deepspeed, hf_args, llamafactory, torchtitan
 from .models import preset_of
 from .reading import Reading, Refused, shown
 
 __all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "parse", "read"]
 
 MAX_CHARS = 200_000  # a trainer config is a few kB
-TOOLS = ("axolotl", "LLaMA-Factory", "TrainingArguments or SFTConfig", "DeepSpeed", "accelerate")
+TOOLS = ("axolotl", "LLaMA-Factory", "TrainingArguments or SFTConfig", "DeepSpeed", "accelerate", "torchtitan")
 KNOWN = f"a trainer config calc reads ({', '.join(TOOLS)})"
 # Fields the eager walk's loop presets set, which DeepSpeed's engine replaces (its own optimizer step)
 LOOP_FIELDS = ("loop", "adamw-impl", "loss")
 
 
 def parse(text: str) -> list[dict]:
-    """The documents of one file's text: a JSON object, or YAML mappings."""
+    """The documents of one file's text: a JSON object, a TOML table, or YAML mappings."""
     if not isinstance(text, str):
         raise Refused("trainer-config", "not the text of a file")
     if len(text) > MAX_CHARS:
@@ -46,7 +47,17 @@ def parse(text: str) -> list[dict]:
             return _yaml(text)
         if isinstance(doc, dict):
             return [doc]
+    if TOML_TABLE.search(text):  # a [table] line: torchtitan's TOML (YAML would read it as a list)
+        import tomllib
+
+        try:
+            return [tomllib.loads(text)]
+        except tomllib.TOMLDecodeError as e:
+            raise Refused("trainer-config", f"not TOML: {e}") from None
     return _yaml(text)
+
+
+TOML_TABLE = re.compile(r"^\s*\[[A-Za-z_][A-Za-z0-9_.]*\]\s*(#.*)?$", re.MULTILINE)
 
 
 def _yaml(text: str) -> list[dict]:
@@ -73,6 +84,8 @@ def tool_of(doc: dict) -> str:
         return "deepspeed"
     if "distributed_type" in doc or "compute_environment" in doc:
         return "accelerate"
+    if torchtitan.is_torchtitan(doc):
+        return "torchtitan"
     if any(k in doc for k in ("finetuning_type", "cutoff_len", "template", "stage", "lora_target")):
         return "llamafactory"
     if any(k in doc for k in ("base_model", "sequence_len", "micro_batch_size", "adapter", "datasets")):
@@ -83,8 +96,10 @@ def tool_of(doc: dict) -> str:
 
 
 NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "hf_args": "TrainingArguments or SFTConfig",
-         "accelerate": "accelerate", "deepspeed": "DeepSpeed"}  # fmt: skip
-ORDER = ("axolotl", "llamafactory", "hf_args", "accelerate", "deepspeed")  # a DeepSpeed JSON after what names it
+         "accelerate": "accelerate", "deepspeed": "DeepSpeed",
+         "torchtitan": "torchtitan"}  # fmt: skip
+# a DeepSpeed JSON after what names it
+ORDER = ("axolotl", "llamafactory", "hf_args", "torchtitan", "accelerate", "deepspeed")
 
 
 def read(texts: list[str], device: str = "cuda") -> Reading:
@@ -106,7 +121,9 @@ def read(texts: list[str], device: str = "cuda") -> Reading:
         elif tool == "hf_args":
             hf_args.read(doc, r, device)
         else:
-            {"axolotl": axolotl, "llamafactory": llamafactory, "accelerate": accelerate}[tool].read(doc, r, device)
+            modules = {"axolotl": axolotl, "llamafactory": llamafactory, "accelerate": accelerate,
+                       "torchtitan": torchtitan}  # fmt: skip
+            modules[tool].read(doc, r, device)
     _after(r)
     return r
 
@@ -144,6 +161,8 @@ def apply(raw: Mapping[str, object], texts: list[str], unread: Mapping[str, str]
                       ) from None
     walk = str(raw.get("walk") or "deck")
     several = _several(r, raw)
+    if "preset" in r.fields and raw.get("hf-config") not in (None, ""):
+        r.drop("preset", "the flag's config.json instead")
     for name, value in list(r.fields.items()):
         if unread and name in unread:
             r.drop(name, unread[name])

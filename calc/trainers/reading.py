@@ -41,6 +41,7 @@ class Reading:
     needs: list = field(default_factory=list)  # (key, what): another file a key names (a DeepSpeed JSON)
     engine: str = ""  # "deepspeed" where a DeepSpeed JSON is read (its engine is not the eager walk's)
     deepspeed_auto_precision: bool = False  # its bf16/fp16 "auto": TrainingArguments' decide
+    pending_global: int = 0  # torchtitan's global batch, read once the ranks are known
     engine_key: str = ""  # the key that names DeepSpeed's engine
     sixteen: str = ""  # the trainer's autocast: "bf16", "fp16" or "" (what DeepSpeed's "auto" takes)
 
@@ -61,10 +62,11 @@ class Reading:
             return
         self.origin.pop(name)
         for entry in (*self.read, *self.defaults):
-            parts = entry["gives"].split(" --")
-            kept = [p for p in parts if not p.lstrip("-").startswith(f"{name} ")]
+            parts = entry["gives"].split(" --")  # "--a 1 --b 2" -> "--a 1", "b 2"
+            kept = [p for p in parts if p.removeprefix("--").split(" ", 1)[0] != name]
             if len(kept) < len(parts):
-                entry["gives"] = " --".join(kept) + f" (--{name}: {why})" if kept and kept[0] else f"(--{name}: {why})"
+                flags = " ".join("--" + p.removeprefix("--") for p in kept)
+                entry["gives"] = (flags + " " if flags else "") + f"(--{name}: {why})"
         self.defaults = [d for d in self.defaults if not d["gives"].startswith("(")]
 
     def ignore(self, key: str, why: str) -> None:

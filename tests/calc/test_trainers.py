@@ -58,6 +58,8 @@ REFUSES = {
     ("accelerate/trl_fsdp1.yaml",): "fsdp_config.fsdp_version",
     ("accelerate/trl_fsdp2.yaml",): "mixed_precision",
     ("trl/example_config.yaml",): "model_name_or_path",  # Qwen2.5-0.5B: no preset of its shape
+    ("torchtitan/llama3_8b.toml",): "activation_checkpoint.mode",  # selective by op: not Korthikanti's
+    ("torchtitan/debug_model.toml",): "model.flavor",  # the debug model: no preset
 }  # fmt: skip
 
 
@@ -346,3 +348,24 @@ def test_the_file_s_loop_gives_the_eager_figure_beside_the_deck_walk_where_it_ca
     assert "eager" not in data and data["config"]["finetune"]["paged"]
     assert any("no eager figure beside" in e["gives"] for e in data["trainer_config"]["defaults"] +
                data["trainer_config"]["read"])
+
+
+def test_torchtitan_toml_and_its_json_read_alike():
+    """torchtitan's own 8B config with full checkpointing: FSDP2's bf16 policy over fp32 shards, as TOML and as
+    the same tables in JSON; its global batch gives the accumulation over the ranks it names."""
+    import tomllib
+
+    text = (CONFIGS / "torchtitan/llama3_8b.toml").read_text().replace('mode = "selective"', 'mode = "full"')
+    out, r = trainers.apply({"walk": "eager"}, [text])
+    assert (out["preset"], out["seq"], out["micro-batch"], out["recipe"], out["recompute"], out["engine"],
+            out["zero"]) == ("llama-3.1-8b", "8192", "1", "fsdp-bf16", "full", "fsdp2", "3")  # fmt: skip
+    assert "dp" not in out and any("give --dp" in d["why"] for d in r.defaults)
+    doc = tomllib.loads(text)
+    doc["parallelism"].update(data_parallel_shard_degree=8, fsdp_reshard_after_forward="never")
+    doc["training"]["global_batch_size"] = 32
+    out, _ = trainers.apply({"walk": "eager"}, [json.dumps(doc)])
+    assert (out["dp"], out["grad-accum"], out["zero"]) == ("8", "4", "2")
+    doc["parallelism"]["tensor_parallel_degree"] = 2
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [json.dumps(doc)])
+    assert e.value.key == "parallelism.tensor_parallel_degree"
