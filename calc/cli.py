@@ -135,7 +135,9 @@ def reading_lines(result: dict) -> list[str]:
     lines = [f"trainer config ({', '.join(t['tools'])}):"]
     lines += [f"  read     {e['key']}: {e['value']} -> {e['gives']}" for e in t["read"]]
     lines += [f"  default  {e['gives']} ({e['why']})" for e in t["defaults"]]
-    lines.append(f"  ignored  {len(t['ignored'])} keys that change nothing calc counts (--json lists them)")
+    n = len(t["ignored"])
+    lines.append(f"  ignored  {n} key{'' if n == 1 else 's'} that change{'s' if n == 1 else ''} nothing calc counts "
+                 "(--json lists them)")
     return lines
 
 

@@ -368,6 +368,55 @@ def nf4_init_transient(n: int) -> int:
     return 2 * (n * 16 * 2) + n * (2 + 8)
 
 
+def deepspeed_section() -> list[str]:
+    """§11.5: DeepSpeed's own estimators (recorded by scripts/training/deepspeed_estimators.py) beside calc's ZeRO
+    accounting for the same parameter counts."""
+    from calc.recipes import state_bytes
+
+    path = ROOT / "docs" / "data" / "deepspeed_estimators.json"
+    data = json.loads(path.read_text())
+    out = [
+        "### 11.5 DeepSpeed's estimators beside calc",
+        "",
+        f"DeepSpeed {data['deepspeed']}'s `estimate_zero2_model_states_mem_needs` and "
+        "`estimate_zero3_model_states_mem_needs` (the arithmetic behind its `..._all_cold` estimators, "
+        f"`additional_buffer_factor` {data['additional_buffer_factor']}, `zero_init` on) for calc's presets' "
+        "parameter counts, beside calc's model states per device for `--dp N --zero K` in mixed precision "
+        "(weights, gradients, Adam state and master copy: ZeRO's Figure 1). Recorded by "
+        "`scripts/training/deepspeed_estimators.py` (`docs/data/deepspeed_estimators.json`); calc's side is "
+        "today's. Neither side counts activations, logits or DeepSpeed's buckets.",
+        "",
+        "| Model | GPUs | ZeRO | Offload | DeepSpeed per GPU | calc per GPU | DeepSpeed / calc "
+        "| DeepSpeed's host RAM a node |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for row in data["rows"]:
+        assert row["params"] == calc.param_counts(calc.PRESETS[row["model"]])["total"], row["model"]
+        par = calc.Parallel(dp=row["gpus"], zero=row["stage"])
+        ours = sum(state_bytes(row["params"], "mixed", par).values()) if row["offload"] == "none" else None
+        mine = gb(ours) if ours else "not modelled"
+        ratio = f"{row['deepspeed_gpu'] / ours:.3f}" if ours else "-"
+        out.append(f"| `{row['model']}` | {row['gpus']} | {row['stage']} | {row['offload']} | "
+                   f"{gb(row['deepspeed_gpu'])} | {mine} | {ratio} | {gb(row['deepspeed_host_per_node'])} |")
+    one = next(r for r in data["rows"] if r["gpus"] == 1 and r["stage"] == 2 and r["offload"] == "none")
+    out += [
+        "",
+        f"Why DeepSpeed says {one['deepspeed_gpu'] // one['params']} bytes a parameter on one GPU where calc says "
+        f"{sum(state_bytes(one['params'], 'mixed', calc.Parallel()).values()) // one['params']}: its estimator "
+        "counts for stage 2, beside the 16-bit weights and gradients and the fp32 master copy and Adam moments that "
+        "ZeRO's paper (and calc) count, an fp32 copy of each rank's gradient partition: 18 bytes a parameter over "
+        "the GPUs where calc has 14 (its comment: \"18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit + "
+        "8_optimizer_states_32bit\"), so DeepSpeed / calc is 1.25 on one GPU and falls towards 1 as the GPUs "
+        "grow. For stage 3 it counts 18 bytes a parameter over the GPUs where calc has 16, and 4 bytes for each "
+        "parameter of the largest module (the embedding or the head here), gathered whole; its code gives no "
+        "breakdown of the 18. With offload DeepSpeed keeps the fp32 state on the host "
+        "(the last column, with its 1.5 buffer factor), which calc does not model yet: `--trainer-config` refuses "
+        "an offloading DeepSpeed JSON, naming the key.",
+        "",
+    ]
+    return out
+
+
 def finetune_section() -> list[str]:
     """§12: optimizers, NF4, and LoRA / QLoRA beside torchtune's published Llama-2-7B figures."""
     from calc import finetune
@@ -1363,6 +1412,7 @@ def render() -> str:
         *recipes_section(),
         *transformers_section(),
         *beyond_section(),
+        *deepspeed_section(),
         *finetune_section(),
         *lora_section(),
         *qlora_section(),

@@ -143,8 +143,6 @@ def _after(r: Reading) -> None:
     if r.engine == "deepspeed" and "recipe" not in r.fields:
         r.default("DeepSpeed's bf16/fp16 \"auto\" takes TrainingArguments' (bf16: mixed-precision Adam)",
                   recipe="mixed" if r.sixteen else "fp32")  # fmt: skip
-    if r.engine == "deepspeed":
-        r.ignore("(the trainer's optimizer step)", "DeepSpeed steps the optimizer itself: the loop's fields go")
 
 
 def apply(raw: Mapping[str, object], texts: list[str], unread: Mapping[str, str] | None = None
