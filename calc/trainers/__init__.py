@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib  # at the top, so the page's cut standard library keeps it (tests/site/test_site_startup.py)
 from collections.abc import Mapping
 
 from . import accelerate, axolotl, deepspeed, hf_args, llamafactory, torchtitan
@@ -48,8 +49,6 @@ def parse(text: str) -> list[dict]:
         if isinstance(doc, dict):
             return [doc]
     if TOML_TABLE.search(text):  # a [table] line: torchtitan's TOML (YAML would read it as a list)
-        import tomllib
-
         try:
             return [tomllib.loads(text)]
         except tomllib.TOMLDecodeError as e:

@@ -89,9 +89,7 @@ def read(doc: dict, r: Reading, device: str) -> None:
     """Read a TrainingArguments or SFTConfig (with trl's ModelConfig) document into `r`."""
     sft = is_sft(doc)
     r.tools.append("trl" if sft else "transformers")
-    seen = set()
     for key, value in doc.items():
-        seen.add(key)
         if key in HANDLED:
             continue
         if key in IGNORED:

@@ -37,9 +37,10 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # when calc read 11 model types; with the 23 of issue 18 (ten family modules more in the wheel, the presets'
 # list in the page) a gzip-only host sends 5.57 MB (make bench, 2026-12-01), and with the eager walk's pipelines
 # (issue 31: calc/engines/pipeline.py, 11 kB more of wheel) 5.61 MB (2026-12-04); with the trainer-config reader
-# (issue 32: calc/trainers/, six modules the page's paste box is to use) 5.67 MB on a clean clone (2026-12-06), so
-# its guard is 5.70 MB now. Brotli's 5.0 MB holds.
-MAX_PAGE_BYTES = {("gzip",): 5_700_000, ("br", "gzip"): 5_000_000}
+# (issue 32: calc/trainers/, the modules the page's paste box is to use) 5.67 MB on a clean clone, and with
+# torchtitan's TOML (tomllib, 17 kB of the cut standard library, which keeps every module calc imports) 5.70 MB
+# (2026-12-06), so its guard is 5.75 MB now. Brotli's 5.0 MB holds (4.54 MB).
+MAX_PAGE_BYTES = {("gzip",): 5_750_000, ("br", "gzip"): 5_000_000}
 
 
 def wheel_record_is_valid(data: bytes) -> list[str]:
@@ -307,7 +308,7 @@ def test_the_calculators_modules_go_as_their_prebuilt_siblings(path):
 def test_the_page_shows_progress_goes_live_and_stays_under_the_byte_budget(browser, encodings):
     """While it starts, the worker reports its steps (forwarded as calc:progress), each with done <= total,
     moving forward to done == total; the page goes live, fetches only from its own origin, and receives
-    at most MAX_PAGE_BYTES: 5.70 MB where the host sends gzip, 5.0 MB where it sends the .br siblings."""
+    at most MAX_PAGE_BYTES: 5.75 MB where the host sends gzip, 5.0 MB where it sends the .br siblings."""
     b, _ = browser
     with site_browser.serve(built_site(), encodings=encodings) as base:
         _load_within_budget(b, base, MAX_PAGE_BYTES[encodings])
