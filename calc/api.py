@@ -218,12 +218,12 @@ def tuned_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
     """The fine-tuning walk (calc.finetune) on one device: frozen parameters, LoRA, QLoRA, another optimizer. With
     more than one micro-batch a step, the higher of the first micro-batch's walk and a later one's (whose
     trainable gradients are resident from its start), as the deck's walk takes them."""
-    walks = [(False, finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash))]
-    if (grad_accum or 1) > 1:
-        walks.append((True, finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune,
-                                              flash, accumulating=True)))  # fmt: skip
-    accumulating, segs = max(walks, key=lambda w: peak(w[1])[0])
-    top, at = peak(segs)
+    walks = []
+    for accumulating in (False, True)[: 2 if (grad_accum or 1) > 1 else 1]:
+        segs = finetune.segments(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash,
+                                 accumulating)  # fmt: skip
+        walks.append((peak(segs), accumulating, segs))
+    (top, at), accumulating, segs = max(walks, key=lambda w: w[0][0])
     full_sizes = finetune.sizes(shape, seq, micro_batch, recipe, recompute, activation_bytes, tune, flash)
     frozen = tune if tune.adapters else None
     per_layer = finetune.layer_bytes(shape, seq, micro_batch, recompute, activation_bytes, frozen, flash,

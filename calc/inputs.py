@@ -217,7 +217,7 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
     global_batch = _number(given, "global-batch")
     capacity = parse_capacity(given)
     tune = parse_tuning(given, shape)
-    problem = not tune.default and tuning_problem(tune, walk, par, grad_accum, shape)
+    problem = not tune.default and tuning_problem(tune, walk, par, shape)
     if problem:
         raise InputError(*problem)
     loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
@@ -474,9 +474,8 @@ def _targets(raw: object, shape: Shape) -> tuple[str, ...]:
     return tuple(t for t in finetune.TARGETS if t in names)
 
 
-def tuning_problem(
-    tune: finetune.Tuning, walk: str, par: Parallel, grad_accum: int | None, shape: Shape | None = None
-) -> tuple[str, str] | None:
+def tuning_problem(tune: finetune.Tuning, walk: str, par: Parallel, shape: Shape | None = None
+                   ) -> tuple[str, str] | None:
     """(field, message) where a fine-tuning step (anything but full AdamW) cannot be walked, or None."""
     field = "finetune" if tune.mode != "full" else "optimizer" if tune.optimizer != "adamw" else "paged-optimizer"
     if walk != "deck":

@@ -26,7 +26,9 @@ from .reading import Reading, Refused, shown
 __all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "parse", "read"]
 
 MAX_CHARS = 200_000  # a trainer config is a few kB
-TOOLS = ("axolotl", "LLaMA-Factory", "TrainingArguments or SFTConfig", "DeepSpeed", "accelerate", "torchtitan")
+NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "hf_args": "TrainingArguments or SFTConfig",
+         "deepspeed": "DeepSpeed", "accelerate": "accelerate", "torchtitan": "torchtitan"}  # each reader's tool
+TOOLS = tuple(NAMES.values())
 KNOWN = f"a trainer config calc reads ({', '.join(TOOLS)})"
 # Fields the eager walk's loop presets set, which DeepSpeed's engine replaces (its own optimizer step)
 LOOP_FIELDS = ("loop", "adamw-impl", "loss")
@@ -94,9 +96,6 @@ def tool_of(doc: dict) -> str:
     raise Refused("trainer-config", f"not {KNOWN}: none of the keys that tell one ({', '.join(list(doc)[:5])}...)")
 
 
-NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "hf_args": "TrainingArguments or SFTConfig",
-         "accelerate": "accelerate", "deepspeed": "DeepSpeed",
-         "torchtitan": "torchtitan"}  # fmt: skip
 # a DeepSpeed JSON after what names it
 ORDER = ("axolotl", "llamafactory", "hf_args", "torchtitan", "accelerate", "deepspeed")
 

@@ -114,8 +114,7 @@ def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
             else:
                 r.ignore(where, "auto: the trainer's")
         elif key == "deepspeed_config_file":
-            r.read.append({"key": where, "value": str(value), "gives": "the DeepSpeed JSON it names"})
-            r.needs.append((where, value))
+            r.names_deepspeed(where, value)
         elif key not in ("zero_stage",):
             raise Refused(where, "not a DeepSpeed plugin key calc knows")
     r.engine, r.engine_key = "deepspeed", "distributed_type"

@@ -196,8 +196,7 @@ def _attention(doc: dict, r: Reading) -> None:
 
 def _distributed(doc: dict, r: Reading) -> None:
     if doc.get("deepspeed"):
-        r.read.append({"key": "deepspeed", "value": str(doc["deepspeed"]), "gives": "the DeepSpeed JSON it names"})
-        r.needs.append(("deepspeed", doc["deepspeed"]))
+        r.names_deepspeed("deepspeed", doc["deepspeed"])
     fsdp = doc.get("fsdp_config") or {}
     if doc.get("fsdp") or fsdp:
         raise Refused("fsdp_config", "axolotl's FSDP runs accelerate's bf16 policy, which reduces gradients in "

@@ -110,8 +110,7 @@ def _precision(doc: dict, r: Reading) -> None:
             _auto(r, f"{key}.enabled")
         else:
             on[key] = truth(f"{key}.enabled", enabled)
-    if "auto" in on.values():
-        r.deepspeed_auto_precision = True
+    if "auto" in on.values():  # TrainingArguments' bf16/fp16 decide (calc.trainers._after)
         return
     sixteen = next((k for k, v in on.items() if v), None)
     if sixteen:

@@ -245,8 +245,7 @@ def _distributed(doc: dict, r: Reading) -> None:
     if isinstance(doc.get("deepspeed"), dict):
         r.read.append({"key": "deepspeed", "value": "a DeepSpeed config", "gives": "read as a DeepSpeed JSON"})
     elif not off(doc.get("deepspeed")):
-        r.read.append({"key": "deepspeed", "value": shown(doc["deepspeed"]), "gives": "the DeepSpeed JSON it names"})
-        r.needs.append(("deepspeed", doc["deepspeed"]))
+        r.names_deepspeed("deepspeed", doc["deepspeed"])
 
 
 def _fsdp(fsdp: object, given: dict, r: Reading) -> None:

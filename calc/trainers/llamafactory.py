@@ -87,8 +87,7 @@ def read(doc: dict, r: Reading, device: str = "cuda") -> None:
     else:
         r.default("LLaMA-Factory: flash_attn = auto leaves transformers' default, sdpa", attention="sdpa")
     if doc.get("deepspeed"):
-        r.read.append({"key": "deepspeed", "value": str(doc["deepspeed"]), "gives": "the DeepSpeed JSON it names"})
-        r.needs.append(("deepspeed", doc["deepspeed"]))
+        r.names_deepspeed("deepspeed", doc["deepspeed"])
     if not doc.get("model_name_or_path"):
         raise Refused("model_name_or_path", "missing: LLaMA-Factory needs the model to train")
     r.model, r.model_key = str(doc["model_name_or_path"]), "model_name_or_path"

@@ -40,7 +40,6 @@ class Reading:
     model_key: str = ""
     needs: list = field(default_factory=list)  # (key, what): another file a key names (a DeepSpeed JSON)
     engine: str = ""  # "deepspeed" where a DeepSpeed JSON is read (its engine is not the eager walk's)
-    deepspeed_auto_precision: bool = False  # its bf16/fp16 "auto": TrainingArguments' decide
     pending_global: int = 0  # torchtitan's global batch, read once the ranks are known
     engine_key: str = ""  # the key that names DeepSpeed's engine
     sixteen: str = ""  # the trainer's autocast: "bf16", "fp16" or "" (what DeepSpeed's "auto" takes)
@@ -68,6 +67,11 @@ class Reading:
                 flags = " ".join("--" + p.removeprefix("--") for p in kept)
                 entry["gives"] = (flags + " " if flags else "") + f"(--{name}: {why})"
         self.defaults = [d for d in self.defaults if not d["gives"].startswith("(")]
+
+    def names_deepspeed(self, key: str, path: object) -> None:
+        """Key `key` names a DeepSpeed JSON, which must be given as a file of its own (read checks it is)."""
+        self.read.append({"key": key, "value": shown(path), "gives": "the DeepSpeed JSON it names"})
+        self.needs.append((key, path))
 
     def ignore(self, key: str, why: str) -> None:
         self.ignored.append({"key": key, "why": why})
