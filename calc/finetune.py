@@ -30,6 +30,7 @@ from .walk import Event, Reps, Segment
 
 MODES = ("full", "lora", "qlora", "freeze")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_proj in transformers' Llama
+ATTENTION = ("q", "k", "v", "o")  # the linears LoRA adapts in a mixture of experts' blocks (moe_problem)
 ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head)
 # The adapters' dtype. fp32: peft's default, get_peft_model(..., autocast_adapter_dtype=True) upcasts adapters
 # made in a 16-bit dtype to fp32 (peft/tuners/tuners_utils.py, _cast_adapter_dtype); model: the model's own
@@ -300,7 +301,7 @@ def _par(flash: bool) -> Parallel:
 def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     """(field, reason) where this fine-tuning does not apply to this shape, or None."""
     if shape.moe_layers and not tune.default:
-        return "finetune" if tune.mode != "full" else "optimizer", "not modelled for a mixture of experts yet"
+        return moe_problem(tune)
     if tune.adapters:
         missing = [t for t in tune.targets if t not in linears(shape)]
         if missing:
@@ -315,6 +316,25 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
         return "freeze-layers", f"{tune.freeze_layers} frozen layers are more than the {shape.layers} layers"
     if not trainable_params(shape, tune):
         return "freeze-layers", "leaves nothing to train (a tied head is frozen with the embedding)"
+    return None
+
+
+def moe_problem(tune: Tuning) -> tuple[str, str] | None:
+    """(field, reason) where this fine-tuning of a mixture of experts is not modelled, or None: peft's LoRA with
+    AdamW on the attention's linears, which the eager walk replays (calc.families.tuning_lacks says on which
+    models). In transformers 5 the experts are fused parameters (gate_up_proj, down_proj: E x rows x cols), not
+    linears: target_modules finds none of them, and peft adapts them only through target_parameters (its
+    ParamWrapper, which its all-linear adds on Qwen3-MoE), not modelled yet."""
+    if tune.optimizer != "adamw" or tune.paged:
+        return ("optimizer" if tune.optimizer != "adamw" else "paged-optimizer",
+                "a mixture of experts is modelled with AdamW on the device only")  # fmt: skip
+    if tune.mode != "lora":
+        return "finetune", "not modelled for a mixture of experts yet (the eager walk replays LoRA on its attention)"
+    experts = [t for t in tune.targets if t not in ATTENTION]
+    if experts:
+        return "lora-targets", (f"in a mixture of experts the FFN is the experts' fused weights, not linears: LoRA on "
+                                f"{listing(experts)} (peft's target_parameters, which its all-linear adds) is not "
+                                "modelled yet; name the attention's q, k, v and o")
     return None
 
 

@@ -717,9 +717,10 @@ The eager walk (§10.8) with `--finetune lora` and `--finetune freeze`, against 
 Qwen2 (their shape as flags) and each family issue 18 adds that peft adapts by its q_proj ... down_proj (Qwen3,
 Granite, Gemma 1 to 3, OLMo 2 and 3, SmolLM3, Ministral and Ministral 3), and Phi-3, whose fused qkv_proj and
 gate_up_proj peft adapts whole, one adapter each (issue 34; calc's `--lora-targets` names their parts together,
-q,k,v and gate,up) (the tiny model of §13.1, its own config.json passed as `--hf-config`, recorded beside the
-row), fine-tuned the way a
-user's code does it: peft's `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules,
+q,k,v and gate,up), and the mixtures of experts whose attention peft adapts (issue 34: Qwen3-MoE, with dense
+layers among its experts too, Mixtral, Qwen2-MoE and GPT-OSS, their experts and router frozen) (the tiny model
+of §13.1, its own config.json passed as `--hf-config`, recorded beside the row), fine-tuned the way a user's
+code does it: peft's `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules,
 lora_dropout=0.0))` (its fp32 adapters; on a checkpointed model transformers and peft make the embedding's
 output require grad), or
 `requires_grad_(False)` on the embedding and the first N layers; `torch.optim.AdamW` over the parameters that
@@ -742,10 +743,14 @@ requires grad made it; an op records a node, and saves what the needed gradients
 then; backward stops where nothing below needs a gradient; frozen parameters get no gradient and no AdamW
 state, and AdamW's temporaries and step counters cover the trainable tensors only; autocast caches the 16-bit
 casts of trainable weights only, so a frozen weight's cast is made at each call and, where the input needs a
-gradient, saved; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters, peft's default
+gradient, saved; frozen experts' grouped matmuls save no input, as `GroupedMmBackward0` keeps its input
+only for the weight's gradient (without that, the mixtures of experts' steps above read 4 to 16% high); peft's
+adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters, peft's default
 and calc's; with `--adapter-dtype model` they keep a 16-bit model's dtype, as half of §12.5's runs do). Not
 modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter (refused by the eager walk),
-and QLoRA on Phi-3's fused 4-bit layers (refused, unmeasured). bitsandbytes' 4-bit layers (`--finetune qlora`)
+QLoRA on Phi-3's fused 4-bit layers (refused, unmeasured), and LoRA on the experts themselves (peft's
+`target_parameters`, whose `ParamWrapper` its `all-linear` adds on Qwen3-MoE and Mixtral: refused naming
+`--lora-targets`). bitsandbytes' 4-bit layers (`--finetune qlora`)
 are §12.5's.
 """
 

@@ -87,9 +87,15 @@ def attention_lacks(shape: Shape, attention: str) -> str | None:
 
 def tuning_lacks(shape: Shape, mode: str = "lora") -> str | None:
     """Why the eager walk cannot replay this fine-tuning (`mode`: peft's LoRA, QLoRA, or frozen layers) on this
-    shape, or None."""
+    shape, or None. Where the model has experts, neither walk fine-tunes it otherwise (calc.finetune.check)."""
     fam = FAMILIES[shape.family]
-    if fam.finetune and not shape.experts:
+    if shape.experts:
+        if mode == "lora" and fam.expert_lora:
+            return None
+        moe = listing([m for f in FAMILIES.values() for m in f.expert_lora])
+        return (f"a mixture of experts is fine-tuned by the eager walk only as peft's LoRA on the attention of "
+                f"{moe}, and by no walk otherwise")
+    if fam.finetune:
         if mode == "qlora" and fam.qlora_refused:
             return f"the eager walk does not replay QLoRA on {fam.qlora_refused}: use the deck walk"
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..inventory import Tensor, block
-from ..parts.experts import routing_weighted, sorted_pairs, summed_back
+from ..parts.experts import for_weight, routing_weighted, sorted_pairs, summed_back
 from ..parts.ops import Ops
 from ..replay import T
 from ..shape import Shape
@@ -186,14 +186,14 @@ def experts(ops: Ops, x: T, scores: T, index: T, layer: str) -> T:
     name = f"{layer} mlp.experts"
     unit = max(a, pb if st.autocast else st.act)  # grouped_mm runs in the weights' dtype (not autocast's)
     proj = ops.new(s * 2 * f, unit, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
-    rp.node("grouped_mm", proj, saved=[gathered],
+    rp.node("grouped_mm", proj, saved=for_weight(ops, f"{name}.gate_up_proj", gathered),
             inputs=[(f"{name}.gate_up_proj", e * 2 * f * h * pb, "param"),
                     (gathered, gathered.nbytes, "new")])  # fmt: skip
     proj, bias = biased(ops, proj, ids, f"{name}.gate_up_proj_bias", 2 * f, f"{layer}: experts' gate and up")
     inner = clamped_swiglu(ops, proj, layer)
     rp.drop(proj)
     down = ops.new(s * h, unit, f"{layer}: experts' output", "grouped_mm: k x tokens x h")
-    rp.node("grouped_mm", down, saved=[inner],
+    rp.node("grouped_mm", down, saved=for_weight(ops, f"{name}.down_proj", inner),
             inputs=[(f"{name}.down_proj", e * h * f * pb, "param"), (inner, inner.nbytes, "new")])  # fmt: skip
     rp.drop(inner)
     down, down_bias = biased(ops, down, ids, f"{name}.down_proj_bias", h, f"{layer}: experts' output")
@@ -261,7 +261,7 @@ def sliding(shape: Shape, layer: int) -> bool:
 MODEL_TYPES = (ModelType("gpt_oss", read_gpt_oss, "gpt_oss", (("num_experts", "num_local_experts"),)),)  # attribute_map
 FAMILY = Family("gpt_oss", ("GPT-OSS",), layer, experts=True, window_mask=window_mask, tensors=tensors,
                 expert_bias=True, rotary_width=half_head, window_layer=sliding, attentions=("eager",),
-                problem=problem)  # fmt: skip
+                problem=problem, expert_lora=("GPT-OSS",))  # fmt: skip
 FAMILIES = (FAMILY,)
 ORDER = 120  # where the registry lists it (calc.families)
 # calc/configs/NAME.json -> its group in the list. gpt-oss-20b.json: the config.json of the EchoCog/gpt-oss-20b

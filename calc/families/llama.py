@@ -102,7 +102,8 @@ def window_mask(shape) -> bool:
 MODEL_TYPES = (ModelType("llama", read_llama, "llama"),)
 FAMILIES = (
     Family("llama", ("Llama", "Mistral", "Qwen2"), decoder_layer, experts=True, finetune=True, window_mask=window_mask,
-           dense_among_experts=True),  # Qwen2-MoE's decoder_sparse_step and mlp_only_layers
+           dense_among_experts=True,  # Qwen2-MoE's decoder_sparse_step and mlp_only_layers
+           expert_lora=("Mixtral", "Qwen2-MoE")),
 )
 ORDER = 10  # where the registry lists it (calc.families)
 PRESETS = {"llama-3.1-8b": "Llama", "llama-3.1-70b": "Llama", "llama-3.1-405b": "Llama", "llama-3.2-1b": "Llama",

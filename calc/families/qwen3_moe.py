@@ -55,7 +55,8 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
 
 
 MODEL_TYPES = (ModelType("qwen3_moe", read_qwen3_moe, "qwen3_moe", ALIASES),)
-# fine-tuning: unmeasured
-FAMILIES = (Family("qwen3_moe", ("Qwen3-MoE",), layer, experts=True, tensors=tensors, dense_among_experts=True),)
+# fine-tuning: peft's LoRA on the attention (measure_lora.py)
+FAMILIES = (Family("qwen3_moe", ("Qwen3-MoE",), layer, experts=True, tensors=tensors, dense_among_experts=True,
+                   expert_lora=("Qwen3-MoE",)),)
 ORDER = 105  # where the registry lists it (calc.families)
 PRESETS = {"qwen3-30b-a3b": "Qwen", "qwen3-235b-a22b": "Qwen"}  # calc/configs/NAME.json -> its group in the list

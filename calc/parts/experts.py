@@ -160,6 +160,13 @@ def summed_back(ops: Ops, weighted: T, layer: str) -> tuple[T, T, T]:
     return moe, ordered, inverse
 
 
+def for_weight(ops: Ops, weight: str, x: T) -> list[T]:
+    """What a grouped matmul of `x` by the experts' `weight` saves: GroupedMmBackward0 keeps x only for the
+    weight's gradient, so frozen experts (LoRA on the attention) keep none (the weight, a parameter, is
+    resident)."""
+    return [x] if ops.rp.needs(weight) else []
+
+
 def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     """transformers' default experts implementation, "grouped_mm" (integrations/moe.py,
     grouped_mm_experts_forward), on the tokens `x` and their k routing `weights` (tokens x k): the k x tokens
@@ -175,7 +182,8 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     name = f"{layer} mlp.experts"
     proj = ops.new(s * 2 * f, a, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
     up_weight = (f"{name}.gate_up_proj", e * 2 * f * h * pb, "param")
-    rp.node("grouped_mm", proj, saved=[gathered], inputs=[up_weight, (gathered, gathered.nbytes, "new")])
+    rp.node("grouped_mm", proj, saved=for_weight(ops, up_weight[0], gathered),
+            inputs=[up_weight, (gathered, gathered.nbytes, "new")])  # fmt: skip
     gate, up = (rp.view(proj, s * f, f"{layer}: experts' {what}") for what in ("gate", "up"))
     rp.node("split", None, inputs=[(proj, proj.nbytes, "new")], outs=(gate, up))
     rp.drop(proj)
@@ -183,7 +191,7 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     inner = ops.mul(act, up, f"{layer}: experts' act(gate) * up")
     rp.drop(act, gate, up)
     down = ops.new(s * h, a, f"{layer}: experts' output", "grouped_mm: k x tokens x h")
-    rp.node("grouped_mm", down, saved=[inner],
+    rp.node("grouped_mm", down, saved=for_weight(ops, f"{name}.down_proj", inner),
             inputs=[(f"{name}.down_proj", e * h * f * pb, "param"), (inner, inner.nbytes, "new")])  # fmt: skip
     rp.drop(inner)
     moe, ordered, inverse = summed_back(ops, routing_weighted(ops, down, sample, layer), layer)

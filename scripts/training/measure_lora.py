@@ -120,6 +120,17 @@ RUNS += [  # issue 34: Phi-3's fused qkv_proj and gate_up_proj, one adapter each
     (FAMILIES["phi3"], 128, 2, Tune("lora", 8, 16, ALL)),  # all-linear: qkv_proj, o_proj, gate_up_proj, down_proj
     (FAMILIES["phi3"], 128, 2, Tune("lora", 16, 32, ("q", "k", "v", "o"))),
 ]
+ATTENTION = ("q", "k", "v", "o")
+MIXTRAL = hf_models.mixtral(2, 64, 4, 2, 96, 256, 4, 2)
+QWEN2_MOE = hf_models.qwen2_moe(2, 64, 4, 2, 96, 256, 4, 2, 160)
+RUNS += [  # issue 34: LoRA on a mixture of experts' attention, the experts and the router frozen (from config.json)
+    (FAMILIES["qwen3_moe"], 128, 2, Tune("lora", 8, 16, ATTENTION)),
+    (FAMILIES["qwen3_moe"], 128, 2, Tune("lora", 16, 32, ("q", "v"))),
+    (FAMILIES["qwen3_moe_mlp_only"], 128, 2, Tune("lora", 8, 16, ATTENTION)),  # dense layers among the experts
+    (MIXTRAL, 128, 2, Tune("lora", 8, 16, ATTENTION)),
+    (QWEN2_MOE, 128, 2, Tune("lora", 8, 16, ("q", "v"))),  # the shared expert frozen too
+    (FAMILIES["gpt_oss"], 128, 2, Tune("lora", 8, 16, ATTENTION)),  # biased projections, sinks, sliding layers
+]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 

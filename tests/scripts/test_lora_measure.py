@@ -65,6 +65,9 @@ FAMILY_CASES = [
     ("olmo3", ("lora", 8, 16, ("v", "down")), "autocast", "eager", "none"),
     ("granite", ("lora", 2, 4, ALL), "fp32-full", "sdpa", "full"),
     ("phi3", ("lora", 4, 8, ("gate", "up", "down")), "autocast", "eager", "full"),  # one adapter on gate_up_proj
+    # issue 34: LoRA on a mixture of experts' attention, its experts frozen (grouped_mm then saves no input)
+    ("qwen3_moe", ("lora", 8, 16, ("q", "k", "v", "o")), "autocast", "sdpa", "none"),
+    ("gpt_oss", ("lora", 4, 8, ("q", "v")), "fp32-full", "eager", "none"),
 ]
 TENTH = 0.001  # the families' band on the step's tensors
 
@@ -172,7 +175,10 @@ def test_every_family_s_recorded_fine_tuning_is_within_a_tenth_of_a_percent():
         assert r["trainable_params"] == r["measured_trainable"], r["command"]
         assert 0 <= r["measured_peak"] - r["measured_peak_tensors"] <= r["workspace_peak"], r["command"]
     measured = {MODEL_TYPES[r["model_type"]].family for r in rows}
-    assert measured == {name for name, fam in FAMILIES.items() if fam.finetune}
+    assert measured == {name for name, fam in FAMILIES.items() if fam.finetune or fam.expert_lora}
+    with_experts = {r["model_type"] for r in rows if "num_experts" in str(r.get("config")) or r["model_type"] in
+                    ("mixtral", "qwen2_moe")}  # fmt: skip
+    assert with_experts == {"qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss"}  # every model Family.expert_lora names
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -210,3 +216,59 @@ def test_a_trained_embedding_under_frozen_blocks_is_measured_and_refused_where_i
     page = json.loads(calc.web.handle(json.dumps({"inputs": {"finetune": "freeze", "freeze-layers": "2",
                                                               "freeze-embedding": "false"}, "sweep": False})))
     assert (page["ok"], page["field"]) == (False, "freeze-embedding")  # the page's deck walk, inline
+
+
+def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_naming_the_field(capsys):
+    """Issue 34: peft's LoRA on the attention of a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE, GPT-OSS) is
+    replayed by the eager walk, its experts and router frozen (lora.json: every such step within 0.01%). The deck
+    walk refuses it naming the eager walk, which answers; LoRA on the experts (their fused weights: peft's
+    target_parameters, which its all-linear adds), QLoRA, frozen layers, another optimizer and DeepSeek-V3's and
+    Llama 4's attention are refused naming the field, saying that no walk answers."""
+    from calc.cli import main
+
+    base = ["--preset", "qwen3-30b-a3b", "--seq", "512", "--finetune", "lora"]
+    assert main([*base, "--walk", "eager", "--lora-targets", "q,k,v,o", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    shape = calc.PRESETS["qwen3-30b-a3b"]
+    # q, k, v, o: A (8 x its input), B (its output x 8): 8 (4h + 2 x the queries' width + 2 x the keys')
+    assert out["trainable_params"] == shape.layers * 8 * (4 * shape.hidden + 2 * shape.q_width + 2 * shape.kv_width)
+    grads = [e for e in out["events"] if e["category"] == "gradients" and e["label"].startswith("gradient of ")]
+    assert grads and all(".lora_" in e["label"] for e in grads)  # the experts and the router get none
+
+    def refused(*flags: str) -> str:
+        assert main([*flags, "--json"]) == 2
+        return capsys.readouterr().err.strip()
+
+    assert refused(*base) == "error: --finetune: the deck walk does not fine-tune a mixture of experts: --walk eager " \
+                             "replays this LoRA"
+    err = refused(*base, "--walk", "eager", "--lora-targets", "all-linear")
+    assert err.startswith("error: --lora-targets: in a mixture of experts the FFN is the experts' fused weights"), err
+    assert "gate, up and down" in err
+    assert refused(*base[:-1], "qlora", "--walk", "eager").startswith("error: --finetune: not modelled for a mixture")
+    for optimizer in (base[:-2], base):  # full training or LoRA, with another optimizer
+        said = refused(*optimizer, "--optimizer", "adafactor", "--walk", "eager")
+        assert said.startswith("error: --optimizer: a mixture of experts is modelled with AdamW"), said
+    for preset in ("deepseek-v3", "mixtral-8x7b"):
+        flags = ["--preset", preset, "--seq", "512", "--finetune", "lora"]
+        if preset == "deepseek-v3":
+            err = refused(*flags, "--walk", "eager")
+            assert err.endswith("Mixtral, Qwen2-MoE, Qwen3-MoE and GPT-OSS, and by no walk otherwise"), err
+            assert refused(*flags) == err  # the deck walk names no walk that would answer
+        else:
+            assert main([*flags, "--walk", "eager", "--json"]) == 0
+            capsys.readouterr()
+
+
+def test_frozen_experts_keep_no_input_for_their_weights():
+    """GroupedMmBackward0 saves its input only for the weight's gradient: under LoRA on the attention the
+    experts' gathered tokens and their act(gate) * up are freed as the block returns, so the step keeps less
+    than full training's activations by at least those two a layer (k x tokens x (h + expert width) values)."""
+    shape = calc.PRESETS["qwen3-30b-a3b"].replace(layers=2, vocab=1000)
+    lora = Tuning("lora", targets=("q", "k", "v", "o"))
+    saved = {}
+    for name, tune in (("full", Tuning()), ("lora", lora)):
+        s = calc.step(shape, 64, 1, "fp32-full", "none", walk="eager", device="cpu", tune=tune)
+        fwd = [e for e in s["events"] if e["phase"] == "forward"]
+        saved[name] = max(e["totals"]["activations"] for e in fwd)
+    k_tokens = 64 * shape.experts_per_token
+    assert saved["full"] - saved["lora"] >= shape.layers * k_tokens * (shape.hidden + shape.expert_width) * 4

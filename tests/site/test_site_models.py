@@ -454,3 +454,27 @@ def test_lora_on_phi_4s_fused_projections_is_named_inline_and_answers_as_peft_pu
     assert want["trainable_params"] == shape.layers * 8 * (shape.hidden + shape.q_width + 2 * shape.kv_width)
     assert page.get_attribute('[data-calc-form] [name="lora-targets"]', "aria-invalid") != "true"
     assert recorder.errors == []
+
+
+def test_lora_on_a_mixture_of_experts_is_the_eager_walks_and_agrees_with_the_cli(open_page):
+    """Issue 34: LoRA on Qwen3-30B-A3B's attention. The deck walk refuses it inline, naming the walk that answers;
+    choosing that walk ("what PyTorch allocates") gives calc's answer, its experts frozen, and the address then
+    reproduces it."""
+    page, recorder = open_page("?preset=qwen3-30b-a3b&seq=1024")
+    page.select_option('[data-calc-form] [name="finetune"]', "lora")
+    page.locator('[data-error-for="finetune"]').wait_for(state="visible")
+    said = page.locator('[data-error-for="finetune"]').inner_text()
+    assert "the deck walk does not fine-tune a mixture of experts" in said, said
+    page.fill('[data-calc-form] [name="lora-targets"]', "q,k,v,o")
+    page.select_option('[data-calc-form] [name="walk"]', "eager")
+    want = answer_for({"preset": "qwen3-30b-a3b", "seq": "1024", "finetune": "lora", "lora-targets": "q,k,v,o",
+                       "walk": "eager"})  # fmt: skip
+    page.wait_for_function(f"""() => document.querySelector('[data-out="peak"]').dataset.bytes ===
+                               '{want["step"]["peak"]}'""", timeout=LIVE_TIMEOUT_MS)
+    assert page.locator('[data-error-for="finetune"]').is_hidden()
+    shape = calc.PRESETS["qwen3-30b-a3b"]
+    assert want["trainable_params"] == shape.layers * 8 * (4 * shape.hidden + 2 * shape.q_width + 2 * shape.kv_width)
+    again, recorder2 = open_page("?" + urlparse(settled_url(page)).query)
+    again.wait_for_function(f"""() => document.querySelector('[data-out="peak"]')?.dataset.bytes ===
+                                '{want["step"]["peak"]}'""", timeout=LIVE_TIMEOUT_MS)
+    assert recorder.errors == [] and recorder2.errors == []

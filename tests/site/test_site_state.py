@@ -143,7 +143,7 @@ def test_a_links_fine_tuning_refused_takes_its_own_fields_along(open_page):
     page, recorder = open_page("?preset=mixtral-8x7b&finetune=lora&lora-rank=64")
     settle(page)
     line = page.text_content("[data-calc-notice]:not([hidden])")
-    assert "not modelled for a mixture of experts" in line
+    assert "the deck walk does not fine-tune a mixture of experts" in line
     assert "LoRA rank (r) dropped with it" in line
     assert page.input_value('[name="finetune"]') == "full"
     assert not page.locator('[data-calc-form] [name="lora-rank"]').is_visible()
