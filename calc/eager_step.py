@@ -96,7 +96,8 @@ class Forward:
                  tune: finetune.Tuning, accumulate: bool, tp: int = 1):  # fmt: skip
         r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
         act = r.activations if not r.autocast else 4
-        adapted = frozenset(module for module, _, _ in finetune.adapted(shape, tune.targets))  # q_proj, qkv_proj...
+        adapted = frozenset(module for module, _, _ in finetune.adapted(shape, tune.targets) +  # q_proj, qkv_proj...
+                            finetune.expert_adapted(shape, tune.targets))  # experts.gate_up_proj, experts.down_proj
         lora = (tune.rank, adapted) if tune.adapters else (0, frozenset())
         self.st = st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora,
                             tr.weights, tune.mode == "qlora", tp)  # fmt: skip

@@ -110,11 +110,23 @@ def _adapted(shape: Shape, targets: tuple[str, ...], own) -> tuple[tuple[str, in
     whole = FAMILIES[shape.family].lora_fused
     out: dict[str, tuple[int, int]] = {}
     for t in counts.layer_tensors(shape):
-        if t.target in targets:
+        if t.target in targets and (t.target in ATTENTION or not shape.moe_layers):  # experts: expert_adapted
             key = t.fused if whole and t.fused else f"{t.target}_proj"
             d_in, d_out = out.get(key, (t.rows, 0))
             out[key] = (d_in, d_out + t.cols)
     return tuple((key.rsplit(".", 1)[-1], d_in, d_out) for key, (d_in, d_out) in out.items())
+
+
+def expert_adapted(shape: Shape, targets: tuple[str, ...]) -> list[tuple[str, int, int]]:
+    """The experts' fused weights peft's LoRA adapts through target_parameters (its ParamWrapper, one adapter of
+    rank r an expert on each), as (module name, d_in, d_out) of one expert: experts.gate_up_proj for gate and up
+    (one weight, named together: check), experts.down_proj for down; none on a model without experts, whose
+    gate, up and down are linears (adapted)."""
+    if not shape.moe_layers:
+        return []
+    f, h = shape.expert_width, shape.hidden
+    return ([("experts.gate_up_proj", h, 2 * f)] if "gate" in targets else []) + (
+        [("experts.down_proj", f, h)] if "down" in targets else [])
 
 
 def fused_apart(shape: Shape, targets: tuple[str, ...]) -> tuple[str, list[str]] | None:
@@ -144,6 +156,9 @@ def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
     out = []
     for _, d_in, d_out in adapted(shape, tune.targets):
         out += [(1, tune.rank, d_in), (1, d_out, tune.rank)]
+    ranks = tune.rank * shape.experts  # a ParamWrapper's A is (r E) x d_in, its B d_out x (r E)
+    for _, d_in, d_out in expert_adapted(shape, tune.targets):
+        out += [(1, ranks, d_in), (1, d_out, ranks)]
     return out
 
 
@@ -301,7 +316,7 @@ def _par(flash: bool) -> Parallel:
 def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     """(field, reason) where this fine-tuning does not apply to this shape, or None."""
     if shape.moe_layers and not tune.default:
-        return moe_problem(tune)
+        return moe_problem(shape, tune)
     if tune.adapters:
         missing = [t for t in tune.targets if t not in linears(shape)]
         if missing:
@@ -319,22 +334,24 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     return None
 
 
-def moe_problem(tune: Tuning) -> tuple[str, str] | None:
+def moe_problem(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     """(field, reason) where this fine-tuning of a mixture of experts is not modelled, or None: peft's LoRA with
-    AdamW on the attention's linears, which the eager walk replays (calc.families.tuning_lacks says on which
-    models). In transformers 5 the experts are fused parameters (gate_up_proj, down_proj: E x rows x cols), not
-    linears: target_modules finds none of them, and peft adapts them only through target_parameters (its
-    ParamWrapper, which its all-linear adds on Qwen3-MoE), not modelled yet."""
+    AdamW on the attention's linears and on the experts' weights, which the eager walk replays
+    (calc.families.tuning_lacks says on which models). In transformers 5 the experts are fused parameters
+    (gate_up_proj, down_proj: E x rows x cols), not linears: target_modules finds none of them, and peft adapts
+    them through target_parameters (its ParamWrapper: expert_adapted)."""
     if tune.optimizer != "adamw" or tune.paged:
         return ("optimizer" if tune.optimizer != "adamw" else "paged-optimizer",
                 "a mixture of experts is modelled with AdamW on the device only")  # fmt: skip
     if tune.mode != "lora":
         return "finetune", "not modelled for a mixture of experts yet (the eager walk replays LoRA on its attention)"
     experts = [t for t in tune.targets if t not in ATTENTION]
-    if experts:
-        return "lora-targets", (f"in a mixture of experts the FFN is the experts' fused weights, not linears: LoRA on "
-                                f"{listing(experts)} (peft's target_parameters, which its all-linear adds) is not "
-                                "modelled yet; name the attention's q, k, v and o")
+    if experts and (shape.shared_expert_ffn or shape.moe_layers < shape.layers):
+        return "lora-targets", ("LoRA on the experts of a model with a shared expert or dense layers among them is not "
+                                "modelled yet: name the attention's q, k, v and o")
+    if experts and ("gate" in experts) != ("up" in experts):
+        return "lora-targets", ("the experts' gate and up are one weight (gate_up_proj), which peft's "
+                                "target_parameters adapts whole: name gate and up together")
     return None
 
 

@@ -717,8 +717,10 @@ The eager walk (§10.8) with `--finetune lora` and `--finetune freeze`, against 
 Qwen2 (their shape as flags) and each family issue 18 adds that peft adapts by its q_proj ... down_proj (Qwen3,
 Granite, Gemma 1 to 3, OLMo 2 and 3, SmolLM3, Ministral and Ministral 3), and Phi-3, whose fused qkv_proj and
 gate_up_proj peft adapts whole, one adapter each (issue 34; calc's `--lora-targets` names their parts together,
-q,k,v and gate,up), and the mixtures of experts whose attention peft adapts (issue 34: Qwen3-MoE, with dense
-layers among its experts too, Mixtral, Qwen2-MoE and GPT-OSS, their experts and router frozen) (the tiny model
+q,k,v and gate,up), and mixtures of experts (issue 34): LoRA on the attention of Qwen3-MoE, with dense layers
+among its experts too, Mixtral, Qwen2-MoE and GPT-OSS, the experts and router frozen, and on the experts' fused
+weights too through peft's `target_parameters` (`mlp.experts.gate_up_proj` for calc's gate,up and
+`mlp.experts.down_proj` for down: a `ParamWrapper` on each) of Qwen3-MoE, Mixtral and GPT-OSS (the tiny model
 of §13.1, its own config.json passed as `--hf-config`, recorded beside the row), fine-tuned the way a user's
 code does it: peft's `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules,
 lora_dropout=0.0))` (its fp32 adapters; on a checkpointed model transformers and peft make the embedding's
@@ -740,18 +742,20 @@ Worst of {runs} runs: **{worst_ratio:.4f}** ({worst[model_type]}, {worst[tune]},
 LORA_FOLLOWS = """\
 What the walk follows for fine-tuning: a tensor requires grad only where a trainable parameter or an input that
 requires grad made it; an op records a node, and saves what the needed gradients use (derivatives.yaml), only
-then; backward stops where nothing below needs a gradient; frozen parameters get no gradient and no AdamW
-state, and AdamW's temporaries and step counters cover the trainable tensors only; autocast caches the 16-bit
-casts of trainable weights only, so a frozen weight's cast is made at each call and, where the input needs a
-gradient, saved; frozen experts' grouped matmuls save no input, as `GroupedMmBackward0` keeps its input
-only for the weight's gradient (without that, the mixtures of experts' steps above read 4 to 16% high); peft's
-adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters, peft's default
-and calc's; with `--adapter-dtype model` they keep a 16-bit model's dtype, as half of §12.5's runs do). Not
-modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter (refused by the eager walk),
-QLoRA on Phi-3's fused 4-bit layers (refused, unmeasured), and LoRA on the experts themselves (peft's
-`target_parameters`, whose `ParamWrapper` its `all-linear` adds on Qwen3-MoE and Mixtral: refused naming
-`--lora-targets`). bitsandbytes' 4-bit layers (`--finetune qlora`)
-are §12.5's.
+then; backward stops where nothing below needs a gradient; frozen parameters get no gradient and no AdamW state,
+and AdamW's temporaries and step counters cover the trainable tensors only; autocast caches the 16-bit casts of
+trainable weights only, so a frozen weight's cast is made at each call and, where the input needs a gradient,
+saved; frozen experts' grouped matmuls save no input, as `GroupedMmBackward0` keeps its input only for the
+weight's gradient (without that, the mixtures of experts' steps above read 4 to 16% high); where the experts are
+adapted, peft's `ParamWrapper` makes W + scaling x B A of every expert with `torch.baddbmm` when the experts'
+forward reads the weight, which the grouped matmul saves with its input, and backward makes its full-size
+gradient before the adapters'; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters,
+peft's default and calc's; with `--adapter-dtype model` they keep a 16-bit model's dtype, as half of §12.5's
+runs do). Not modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter (refused by the
+eager walk), QLoRA on Phi-3's fused 4-bit layers (refused, unmeasured), and peft's `all-linear` on a mixture of
+experts, which on Qwen3-MoE and Mixtral adapts the router too and gives `gate_up_proj` twice the rank (refused
+naming `--lora-targets`). The checkpointed steps with adapted experts read up to 1,896 bytes high (1.0007 at
+most), which is left. bitsandbytes' 4-bit layers (`--finetune qlora`) are §12.5's.
 """
 
 

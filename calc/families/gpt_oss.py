@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..inventory import Tensor, block
-from ..parts.experts import for_weight, routing_weighted, sorted_pairs, summed_back
+from ..parts.experts import expert_weight, for_weight, routing_weighted, sorted_pairs, summed_back
 from ..parts.ops import Ops
 from ..replay import T
 from ..shape import Shape
@@ -134,18 +134,24 @@ def router(ops: Ops, x: T, layer: str) -> tuple[T, T, T]:
     return logits, scores, index
 
 
-def biased(ops: Ops, y: T, ids: T, name: str, width: int, label: str) -> T:
-    """_grouped_linear's bias: the bias of each pair's expert gathered (bias[expert_ids_g], saving the ids),
-    added in place into the grouped matmul's output (AddBackward0 saves nothing). Returns the output, now
-    holding the sum, and the gathered biases."""
+def expert_biases(ops: Ops, ids: T, name: str, width: int, label: str) -> T:
+    """_grouped_linear's bias, taken before the grouped matmul runs (selected_biases = bias[expert_ids_g], saving
+    the ids): the bias of each pair's expert, gathered."""
     rp, st = ops.rp, ops.st
     s = ids.nbytes // ids.unit
     b = ops.new(s * width, st.act, f"{label} biases", f"{name}[expert_ids_g]")
     rp.node("index", b, saved=[ids], inputs=[(name, st.shape.experts * width * st.param_bytes, "param")])
+    return b
+
+
+def biased(ops: Ops, y: T, b: T, label: str) -> T:
+    """The gathered biases `b` added in place into the grouped matmul's output `y` (AddBackward0 saves nothing):
+    the output, now holding the sum."""
+    rp = ops.rp
     out = rp.view(y, y.nbytes // y.unit, f"{label} + biases")
     rp.node("add_", out, inputs=[(y, y.nbytes, "pass"), (b, b.nbytes, "pass")])
     rp.drop(y)
-    return out, b
+    return out
 
 
 def clamped_swiglu(ops: Ops, proj: T, layer: str) -> T:
@@ -180,27 +186,32 @@ def experts(ops: Ops, x: T, scores: T, index: T, layer: str) -> T:
     moe_block, every tensor has k x tokens rows whatever the routing."""
     rp, st = ops.rp, ops.st
     sh = st.shape
-    h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
+    h, n, k, f = sh.hidden, st.tokens, sh.experts_per_token, sh.expert_width
     s, a, pb = n * k, x.unit, st.param_bytes
     ids, perm, rows, gathered, sample, counts = sorted_pairs(ops, x, scores, layer)
     name = f"{layer} mlp.experts"
     unit = max(a, pb if st.autocast else st.act)  # grouped_mm runs in the weights' dtype (not autocast's)
-    proj = ops.new(s * 2 * f, unit, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
-    rp.node("grouped_mm", proj, saved=for_weight(ops, f"{name}.gate_up_proj", gathered),
-            inputs=[(f"{name}.gate_up_proj", e * 2 * f * h * pb, "param"),
-                    (gathered, gathered.nbytes, "new")])  # fmt: skip
-    proj, bias = biased(ops, proj, ids, f"{name}.gate_up_proj_bias", 2 * f, f"{layer}: experts' gate and up")
+    up_weight, up_merged = expert_weight(ops, f"{name}.gate_up_proj", h, 2 * f, layer)
+    label = f"{layer}: experts' gate and up"
+    bias = expert_biases(ops, ids, f"{name}.gate_up_proj_bias", 2 * f, label)
+    proj = ops.new(s * 2 * f, unit, label, "grouped_mm: k x tokens x 2 x expert width")
+    saved = [gathered, up_merged] if up_merged else for_weight(ops, up_weight[0], gathered)
+    rp.node("grouped_mm", proj, saved=saved, inputs=[up_weight, (gathered, gathered.nbytes, "new")])
+    proj = biased(ops, proj, bias, label)
     inner = clamped_swiglu(ops, proj, layer)
     rp.drop(proj)
+    down_weight, down_merged = expert_weight(ops, f"{name}.down_proj", f, h, layer)
+    down_bias = expert_biases(ops, ids, f"{name}.down_proj_bias", h, f"{layer}: experts' output")
+    rp.drop(bias)  # selected_biases is rebound to the down projection's, before its grouped matmul
     down = ops.new(s * h, unit, f"{layer}: experts' output", "grouped_mm: k x tokens x h")
-    rp.node("grouped_mm", down, saved=for_weight(ops, f"{name}.down_proj", inner),
-            inputs=[(f"{name}.down_proj", e * h * f * pb, "param"), (inner, inner.nbytes, "new")])  # fmt: skip
+    saved = [inner, down_merged] if down_merged else for_weight(ops, down_weight[0], inner)
+    rp.node("grouped_mm", down, saved=saved, inputs=[down_weight, (inner, inner.nbytes, "new")])
     rp.drop(inner)
-    down, down_bias = biased(ops, down, ids, f"{name}.down_proj_bias", h, f"{layer}: experts' output")
-    rp.drop(bias)  # selected_biases is rebound to the down projection's
+    down = biased(ops, down, down_bias, f"{layer}: experts' output")
     moe, ordered, inverse = summed_back(ops, routing_weighted(ops, down, sample, layer), layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, down_bias,
             why="grouped_mm_experts_forward returns")  # fmt: skip
+    rp.drop(up_merged, down_merged, why="the LoRA wrappers' parametrize cache is cleared")
     if moe.unit != a:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
         rp.drop(moe)

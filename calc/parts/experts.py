@@ -167,6 +167,32 @@ def for_weight(ops: Ops, weight: str, x: T) -> list[T]:
     return [x] if ops.rp.needs(weight) else []
 
 
+def expert_weight(ops: Ops, name: str, d_in: int, d_out: int, layer: str) -> tuple[tuple, T | None]:
+    """The experts' weight `name` (E x d_in x d_out values) as their grouped matmul reads it: the parameter, or,
+    where peft's LoRA adapts it through target_parameters (calc.finetune.expert_adapted: a ParamWrapper),
+    W + scaling x (B A of each expert), which nn.utils.parametrize makes when the experts' forward first reads
+    the weight: torch.baddbmm(W, lhs, rhs) outside autocast (_LoraFactorsProxy), in the weight's dtype, from
+    views of lora_A and lora_B (copies where the adapters are wider). It is cached until the wrappers' forward
+    returns (the caller drops it then) and, as it requires grad, the matmul saves it beside its input; backward
+    makes its full-size gradient, from which baddbmm's makes the adapters'. (The matmul's input entry, the
+    merged weight or None.)"""
+    rp, st = ops.rp, ops.st
+    e, module = st.shape.experts, name.rsplit(" mlp.", 1)[-1]
+    if module not in st.lora_targets:
+        return (name, e * d_in * d_out * st.param_bytes, "param"), None
+    ranks, w = st.lora_rank * e, st.act  # the weights' dtype (outside autocast)
+    factors = [(f"{name}.lora_A", ranks * d_in * st.adapter, "param"), (f"{name}.lora_B", d_out * ranks * st.adapter,
+                                                                         "param")]  # fmt: skip
+    copies = []
+    if st.adapter != w:  # get_delta_factors: lhs.to(param.dtype), rhs.to(param.dtype)
+        copies = [ops.new(n // st.adapter, w, f"{layer}: {module}'s LoRA factor in the weight's dtype", "to(dtype)")
+                  for _, n, _ in factors]  # fmt: skip
+    merged = ops.new(e * d_in * d_out, w, f"{layer}: {module} + LoRA", "peft ParamWrapper: torch.baddbmm(W, B, A)")
+    rp.node("baddbmm", merged, saved=copies, inputs=factors, work=[e * ranks * (d_in + d_out) * w])  # fmt: skip
+    rp.drop(*copies)
+    return (merged, merged.nbytes, "new"), merged
+
+
 def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     """transformers' default experts implementation, "grouped_mm" (integrations/moe.py,
     grouped_mm_experts_forward), on the tokens `x` and their k routing `weights` (tokens x k): the k x tokens
@@ -176,26 +202,28 @@ def grouped_experts(ops: Ops, x: T, weights: T, layer: str) -> T:
     the router spreads them. grouped_mm is not autocast's: it runs in the weights' dtype."""
     rp, st = ops.rp, ops.st
     sh = st.shape
-    h, n, e, k, f = sh.hidden, st.tokens, sh.experts, sh.experts_per_token, sh.expert_width
-    s, a, pb = n * k, x.unit, st.param_bytes
+    h, n, k, f = sh.hidden, st.tokens, sh.experts_per_token, sh.expert_width
+    s, a = n * k, x.unit
     ids, perm, rows, gathered, sample, counts = sorted_pairs(ops, x, weights, layer)
     name = f"{layer} mlp.experts"
+    up_weight, up_merged = expert_weight(ops, f"{name}.gate_up_proj", h, 2 * f, layer)
     proj = ops.new(s * 2 * f, a, f"{layer}: experts' gate and up", "grouped_mm: k x tokens x 2 x expert width")
-    up_weight = (f"{name}.gate_up_proj", e * 2 * f * h * pb, "param")
-    rp.node("grouped_mm", proj, saved=for_weight(ops, up_weight[0], gathered),
-            inputs=[up_weight, (gathered, gathered.nbytes, "new")])  # fmt: skip
+    saved = [gathered, up_merged] if up_merged else for_weight(ops, up_weight[0], gathered)
+    rp.node("grouped_mm", proj, saved=saved, inputs=[up_weight, (gathered, gathered.nbytes, "new")])
     gate, up = (rp.view(proj, s * f, f"{layer}: experts' {what}") for what in ("gate", "up"))
     rp.node("split", None, inputs=[(proj, proj.nbytes, "new")], outs=(gate, up))
     rp.drop(proj)
     act = activation(ops, gate, f"{layer}: experts' act(gate)")
     inner = ops.mul(act, up, f"{layer}: experts' act(gate) * up")
     rp.drop(act, gate, up)
+    down_weight, down_merged = expert_weight(ops, f"{name}.down_proj", f, h, layer)
     down = ops.new(s * h, a, f"{layer}: experts' output", "grouped_mm: k x tokens x h")
-    rp.node("grouped_mm", down, saved=for_weight(ops, f"{name}.down_proj", inner),
-            inputs=[(f"{name}.down_proj", e * h * f * pb, "param"), (inner, inner.nbytes, "new")])  # fmt: skip
+    saved = [inner, down_merged] if down_merged else for_weight(ops, down_weight[0], inner)
+    rp.node("grouped_mm", down, saved=saved, inputs=[down_weight, (inner, inner.nbytes, "new")])
     rp.drop(inner)
     moe, ordered, inverse = summed_back(ops, routing_weighted(ops, down, sample, layer), layer)
     rp.drop(ids, counts, ordered, inverse, perm, rows, sample, gathered, why="grouped_mm_experts_forward returns")
+    rp.drop(up_merged, down_merged, why="the LoRA wrappers' parametrize cache is cleared")
     if moe.unit != a:
         cast = ops.unary(f"{layer}: experts' output in the input's dtype", moe, [], a)
         rp.drop(moe)

@@ -51,10 +51,23 @@ MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "
 FUSED = {"phi3": {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "gate": "gate_up_proj", "up": "gate_up_proj"}}
 
 
+# A mixture of experts' gate, up and down are its experts' fused weights, which peft adapts through
+# target_parameters (a ParamWrapper on each), not target_modules
+MOE_TYPES = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")
+EXPERT_PARAMETERS = {"gate": "mlp.experts.gate_up_proj", "up": "mlp.experts.gate_up_proj",
+                     "down": "mlp.experts.down_proj"}  # fmt: skip
+
+
 def peft_modules(m: hf_models.Model, targets: tuple[str, ...]) -> list[str]:
     """peft's target_modules for calc's targets on this model: its module names, each once."""
     names = {**MODULES, **FUSED.get(m.model_type, {})}
-    return list(dict.fromkeys(names[t] for t in targets))
+    return list(dict.fromkeys(names[t] for t in targets if m.model_type not in MOE_TYPES or t not in EXPERT_PARAMETERS))
+
+
+def peft_parameters(m: hf_models.Model, targets: tuple[str, ...]) -> list[str] | None:
+    """peft's target_parameters for calc's targets on this model (a mixture of experts' gate, up, down), or None."""
+    names = list(dict.fromkeys(EXPERT_PARAMETERS[t] for t in targets if t in EXPERT_PARAMETERS))
+    return names if m.model_type in MOE_TYPES and names else None
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,12 @@ RUNS += [  # issue 34: LoRA on a mixture of experts' attention, the experts and 
     (QWEN2_MOE, 128, 2, Tune("lora", 8, 16, ("q", "v"))),  # the shared expert frozen too
     (FAMILIES["gpt_oss"], 128, 2, Tune("lora", 8, 16, ATTENTION)),  # biased projections, sinks, sliding layers
 ]
+RUNS += [  # issue 34: LoRA on the experts' fused weights too (peft's target_parameters: a ParamWrapper on each)
+    (FAMILIES["qwen3_moe"], 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["qwen3_moe"], 128, 2, Tune("lora", 4, 8, ("q", "v", "down"))),
+    (MIXTRAL, 128, 2, Tune("lora", 8, 16, ALL)),
+    (FAMILIES["gpt_oss"], 128, 2, Tune("lora", 8, 16, ALL)),  # the experts of TRL's gpt-oss recipe
+]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 
@@ -150,7 +169,8 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0,
-                            target_modules=peft_modules(m, tune.targets))  # fmt: skip
+                            target_modules=peft_modules(m, tune.targets),
+                            target_parameters=peft_parameters(m, tune.targets))  # fmt: skip
         with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated is_gradient_checkpointing
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
             return get_peft_model(net, config)

@@ -68,6 +68,8 @@ FAMILY_CASES = [
     # issue 34: LoRA on a mixture of experts' attention, its experts frozen (grouped_mm then saves no input)
     ("qwen3_moe", ("lora", 8, 16, ("q", "k", "v", "o")), "autocast", "sdpa", "none"),
     ("gpt_oss", ("lora", 4, 8, ("q", "v")), "fp32-full", "eager", "none"),
+    # and on the experts' fused weights (peft's target_parameters): each merged weight made, kept and differentiated
+    ("mixtral", ("lora", 4, 8, ("q", "v", "gate", "up", "down")), "autocast", "sdpa", "full"),
 ]
 TENTH = 0.001  # the families' band on the step's tensors
 
@@ -83,7 +85,7 @@ def test_eager_walk_predicts_peft_step_on_other_families(case):
     import measure_lora
 
     name, tune, precision, attention, checkpointing = case
-    m, tune = measure_families.FAMILIES[name], measure_lora.Tune(*tune)
+    m, tune = measure_families.FAMILIES.get(name, measure_lora.MIXTRAL), measure_lora.Tune(*tune)
     got = measure_lora.measure_cpu(m, precision, attention, checkpointing, 96, 2, tune)
     assert_cli_predicts(measure_lora.cli_args(m, 96, 2, precision, attention, checkpointing, tune), got, TENTH)
 
@@ -219,21 +221,28 @@ def test_a_trained_embedding_under_frozen_blocks_is_measured_and_refused_where_i
 
 
 def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_naming_the_field(capsys):
-    """Issue 34: peft's LoRA on the attention of a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE, GPT-OSS) is
-    replayed by the eager walk, its experts and router frozen (lora.json: every such step within 0.01%). The deck
-    walk refuses it naming the eager walk, which answers; LoRA on the experts (their fused weights: peft's
-    target_parameters, which its all-linear adds), QLoRA, frozen layers, another optimizer and DeepSeek-V3's and
-    Llama 4's attention are refused naming the field, saying that no walk answers."""
+    """Issue 34: peft's LoRA on a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE, GPT-OSS) is replayed by the
+    eager walk: on the attention's linears, and on the experts' fused weights through peft's target_parameters
+    (gate,up: gate_up_proj; down: down_proj; A (r E) x d_in and B d_out x (r E) each), the router frozen
+    (lora.json: every such step within 0.1%). The deck walk refuses it naming the eager walk, which answers;
+    all-linear (peft resolves it by model type), gate apart from up, the experts of a model with a shared expert,
+    QLoRA, another optimizer and DeepSeek-V3's attention are refused naming the field."""
     from calc.cli import main
 
     base = ["--preset", "qwen3-30b-a3b", "--seq", "512", "--finetune", "lora"]
-    assert main([*base, "--walk", "eager", "--lora-targets", "q,k,v,o", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
     shape = calc.PRESETS["qwen3-30b-a3b"]
-    # q, k, v, o: A (8 x its input), B (its output x 8): 8 (4h + 2 x the queries' width + 2 x the keys')
-    assert out["trainable_params"] == shape.layers * 8 * (4 * shape.hidden + 2 * shape.q_width + 2 * shape.kv_width)
-    grads = [e for e in out["events"] if e["category"] == "gradients" and e["label"].startswith("gradient of ")]
-    assert grads and all(".lora_" in e["label"] for e in grads)  # the experts and the router get none
+    # A (8 x its input) and B (its output x 8) on q, k, v and o
+    attention = shape.layers * 8 * (4 * shape.hidden + 2 * shape.q_width + 2 * shape.kv_width)
+    experts = shape.layers * 8 * shape.experts * ((shape.hidden + 2 * shape.expert_width) +  # gate_up_proj
+                                                  (shape.expert_width + shape.hidden))  # down_proj  # fmt: skip
+    for targets, trained in (("q,k,v,o", attention), ("q,k,v,o,gate,up,down", attention + experts)):
+        assert main([*base, "--walk", "eager", "--lora-targets", targets, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["trainable_params"] == trained, targets
+        grads = [e for e in out["events"] if e["category"] == "gradients" and e["label"].startswith("gradient of ")]
+        assert grads and all(".lora_" in e["label"] for e in grads)  # the experts and the router get none
+        merged = [e for e in out["events"] if e["label"].endswith("_proj + LoRA")]
+        assert bool(merged) == ("gate" in targets)  # W + B A of each expert, made in every layer's forward
 
     def refused(*flags: str) -> str:
         assert main([*flags, "--json"]) == 2
@@ -242,21 +251,42 @@ def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_na
     assert refused(*base) == "error: --finetune: the deck walk does not fine-tune a mixture of experts: --walk eager " \
                              "replays this LoRA"
     err = refused(*base, "--walk", "eager", "--lora-targets", "all-linear")
-    assert err.startswith("error: --lora-targets: in a mixture of experts the FFN is the experts' fused weights"), err
-    assert "gate, up and down" in err
+    assert err.startswith("error: --lora-targets: peft's all-linear on a mixture of experts depends on its model"), err
+    err = refused(*base, "--walk", "eager", "--lora-targets", "q,gate")
+    assert err.endswith("name gate and up together"), err
+    qwen2_moe = ["--hf-config", str(ROOT / "tests" / "hf_configs" / "qwen1.5-moe-a2.7b.json"), *base[2:], "--walk",
+                 "eager"]  # fmt: skip
+    assert "shared expert" in refused(*qwen2_moe, "--lora-targets", "down")
+    assert main([*qwen2_moe, "--lora-targets", "q,k,v,o", "--json"]) == 0
+    capsys.readouterr()
     assert refused(*base[:-1], "qlora", "--walk", "eager").startswith("error: --finetune: not modelled for a mixture")
     for optimizer in (base[:-2], base):  # full training or LoRA, with another optimizer
         said = refused(*optimizer, "--optimizer", "adafactor", "--walk", "eager")
         assert said.startswith("error: --optimizer: a mixture of experts is modelled with AdamW"), said
-    for preset in ("deepseek-v3", "mixtral-8x7b"):
-        flags = ["--preset", preset, "--seq", "512", "--finetune", "lora"]
-        if preset == "deepseek-v3":
-            err = refused(*flags, "--walk", "eager")
-            assert err.endswith("Mixtral, Qwen2-MoE, Qwen3-MoE and GPT-OSS, and by no walk otherwise"), err
-            assert refused(*flags) == err  # the deck walk names no walk that would answer
-        else:
-            assert main([*flags, "--walk", "eager", "--json"]) == 0
-            capsys.readouterr()
+    flags = ["--preset", "deepseek-v3", "--seq", "512", "--finetune", "lora"]
+    err = refused(*flags, "--walk", "eager")
+    assert err.endswith("Mixtral, Qwen2-MoE, Qwen3-MoE and GPT-OSS, and by no walk otherwise"), err
+    assert refused(*flags) == err  # the deck walk names no walk that would answer
+    assert main(["--preset", "mixtral-8x7b", "--seq", "512", "--finetune", "lora", "--walk", "eager", "--json"]) == 0
+    capsys.readouterr()
+    for layout in (["--dp", "2"], ["--dp", "2", "--zero", "3"], ["--tp", "2"], ["--pp", "2", "--grad-accum", "4"]):
+        said = refused(*base, "--walk", "eager", "--device", "cpu", "--recipe", "autocast", *layout)
+        assert said.endswith("is measured on one device only: no walk answers it over several processes yet"), said
+
+
+def test_lora_on_the_experts_keeps_each_layers_merged_weights_for_backward():
+    """peft's ParamWrapper makes W + B A of every expert (torch.baddbmm) when the experts' forward reads the weight,
+    and the grouped matmul saves it with its input: each layer keeps a whole copy of its experts' adapted weights
+    until its backward, where attention-only LoRA keeps none of them."""
+    shape = calc.PRESETS["qwen3-30b-a3b"].replace(layers=3, vocab=1000)
+    kept = {}
+    for targets in (("q", "v"), ("q", "v", "gate", "up", "down")):
+        s = calc.step(shape, 32, 1, "fp32-full", "none", walk="eager", device="cpu",
+                      tune=Tuning("lora", targets=targets))  # fmt: skip
+        last = max(i for i, e in enumerate(s["events"]) if e["phase"] == "forward")
+        kept[targets[-1]] = s["events"][last]["totals"]["activations"]
+    copy = shape.experts * (2 * shape.expert_width * shape.hidden + shape.hidden * shape.expert_width) * 4
+    assert kept["down"] - kept["v"] >= shape.layers * copy
 
 
 def test_frozen_experts_keep_no_input_for_their_weights():
