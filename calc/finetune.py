@@ -344,7 +344,7 @@ def moe_problem(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
         return ("optimizer" if tune.optimizer != "adamw" else "paged-optimizer",
                 "a mixture of experts is modelled with AdamW on the device only")  # fmt: skip
     if tune.mode != "lora":
-        return "finetune", "not modelled for a mixture of experts yet (the eager walk replays LoRA on its attention)"
+        return "finetune", "not modelled for a mixture of experts yet (the eager walk replays peft's LoRA on one)"
     experts = [t for t in tune.targets if t not in ATTENTION]
     if experts and (shape.shared_expert_ffn or shape.moe_layers < shape.layers):
         return "lora-targets", ("LoRA on the experts of a model with a shared expert or dense layers among them is not "

@@ -93,8 +93,8 @@ def tuning_lacks(shape: Shape, mode: str = "lora") -> str | None:
         if mode == "lora" and fam.expert_lora:
             return None
         moe = listing([m for f in FAMILIES.values() for m in f.expert_lora])
-        return (f"a mixture of experts is fine-tuned by the eager walk only as peft's LoRA on the attention of "
-                f"{moe}, and by no walk otherwise")
+        return (f"a mixture of experts is fine-tuned by the eager walk only with peft's LoRA, on {moe}, and by no "
+                "walk otherwise")
     if fam.finetune:
         if mode == "qlora" and fam.qlora_refused:
             return f"the eager walk does not replay QLoRA on {fam.qlora_refused}: use the deck walk"

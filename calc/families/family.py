@@ -55,8 +55,8 @@ class Family:
     closed_form: bool = False  # the eager walk has a closed form of its own for it (calc.eager: the Decoder)
     experts: bool = False  # the eager walk replays its mixture of experts (Mixtral's, Qwen2-MoE's)
     finetune: bool = False  # the eager walk replays peft's LoRA and frozen layers on it
-    expert_lora: tuple[str, ...] = ()  # the models with experts of its code on whose attention's linears the eager
-    # walk replays peft's LoRA, the experts and the router frozen (calc.finetune.check says which targets)
+    expert_lora: tuple[str, ...] = ()  # the models with experts of its code that the eager walk fine-tunes with
+    # peft's LoRA, on the attention's linears and the experts' weights (calc.finetune.check says which targets)
     window_mask: Callable | None = None  # (shape) -> whether its model also makes a sliding-window mask, used or
     # not, under eager attention
     embed: Callable | None = None  # (ops, x) -> x: what its model does to the token embeddings first

@@ -55,7 +55,7 @@ def layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None) -> T:
 
 
 MODEL_TYPES = (ModelType("qwen3_moe", read_qwen3_moe, "qwen3_moe", ALIASES),)
-# fine-tuning: peft's LoRA on the attention (measure_lora.py)
+# fine-tuning: peft's LoRA on the attention and the experts (measure_lora.py)
 FAMILIES = (Family("qwen3_moe", ("Qwen3-MoE",), layer, experts=True, tensors=tensors, dense_among_experts=True,
                    expert_lora=("Qwen3-MoE",)),)
 ORDER = 105  # where the registry lists it (calc.families)

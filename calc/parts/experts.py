@@ -188,7 +188,7 @@ def expert_weight(ops: Ops, name: str, d_in: int, d_out: int, layer: str) -> tup
         copies = [ops.new(n // st.adapter, w, f"{layer}: {module}'s LoRA factor in the weight's dtype", "to(dtype)")
                   for _, n, _ in factors]  # fmt: skip
     merged = ops.new(e * d_in * d_out, w, f"{layer}: {module} + LoRA", "peft ParamWrapper: torch.baddbmm(W, B, A)")
-    rp.node("baddbmm", merged, saved=copies, inputs=factors, work=[e * ranks * (d_in + d_out) * w])  # fmt: skip
+    rp.node("baddbmm", merged, saved=copies, inputs=factors, work=[ranks * (d_in + d_out) * w])  # fmt: skip
     rp.drop(*copies)
     return (merged, merged.nbytes, "new"), merged
 
