@@ -311,6 +311,9 @@ def validated(args: argparse.Namespace) -> tuple[Run, dict | None]:
             inputs, beside = _validated(args, given, raw)
         except InputError as again:
             raise InputError(*trainers.blame(again.field, again.message, reading, raw)) from None
+    problem = trainers.moe_targets(reading, raw, bool(inputs.shape.moe_layers))
+    if problem:
+        raise InputError(*trainers.blame("lora-targets", problem, reading, raw))
     args.reading = reading
     return inputs, beside
 

@@ -20,7 +20,7 @@ from functools import lru_cache
 from . import activations as act
 from . import counts, inventory, phases
 from .counts import param_counts
-from .families import FAMILIES, listing
+from .families import FAMILIES, listing, tuning_lacks
 from .optimizers import OPTIMIZERS, ceil_div, state_bytes
 from .parallel import SINGLE, Parallel
 from .parts.linear import NF4_BLOCK, NF4_DQ_BLOCK  # bitsandbytes' NF4 format, with its 4-bit layer
@@ -338,13 +338,17 @@ def moe_problem(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     """(field, reason) where this fine-tuning of a mixture of experts is not modelled, or None: peft's LoRA with
     AdamW on the attention's linears and on the experts' weights, which the eager walk replays
     (calc.families.tuning_lacks says on which models). In transformers 5 the experts are fused parameters
-    (gate_up_proj, down_proj: E x rows x cols), not linears: target_modules finds none of them, and peft adapts
-    them through target_parameters (its ParamWrapper: expert_adapted)."""
+    (gate_up_proj, down_proj: E x rows x cols), not linears, which peft adapts through target_parameters (its
+    ParamWrapper: expert_adapted, at the rank given). Named in target_modules, peft 0.21 converts them by model
+    type (calc.trainers.moe_targets)."""
     if tune.optimizer != "adamw" or tune.paged:
         return ("optimizer" if tune.optimizer != "adamw" else "paged-optimizer",
                 "a mixture of experts is modelled with AdamW on the device only")  # fmt: skip
     if tune.mode != "lora":
         return "finetune", "not modelled for a mixture of experts yet (the eager walk replays peft's LoRA on one)"
+    lacks = tuning_lacks(shape, tune.mode)  # the model before its targets: a fix the next refusal would refuse
+    if lacks:
+        return "finetune", lacks
     experts = [t for t in tune.targets if t not in ATTENTION]
     if experts and (shape.shared_expert_ffn or shape.moe_layers < shape.layers):
         return "lora-targets", ("LoRA on the experts of a model with a shared expert or dense layers among them is not "

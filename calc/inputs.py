@@ -218,6 +218,14 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
     capacity = parse_capacity(given)
     tune = parse_tuning(given, shape)
     problem = not tune.default and tuning_problem(tune, walk, par, shape)
+    if problem and problem[1] == DECK_MOE:  # named only where the eager walk answers these inputs
+        eager = eager_problem(shape, run["recompute"], par, grad_accum, attention) or engine_problem(
+            shape, par, run["recipe"], run["device"], tune, loops.BARE)
+        if eager:
+            why = DECK_SUGGESTED.sub("", eager[1])  # it would send the reader back to the deck walk
+            problem = eager[0] if eager[0] != "walk" else problem[0], (
+                f"no walk fine-tunes a mixture of experts with these inputs: the deck walk fine-tunes none, and the "
+                f"eager walk, which replays peft's LoRA on one, refuses them ({why})")
     if problem:
         raise InputError(*problem)
     loop = parse_loop(given, "eager" if eager_beside else walk, shape, tune, grad_accum)
@@ -479,6 +487,10 @@ def _targets(raw: object, shape: Shape) -> tuple[str, ...]:
     return tuple(t for t in finetune.TARGETS if t in names)
 
 
+DECK_MOE = "the deck walk does not fine-tune a mixture of experts: --walk eager replays this LoRA"
+DECK_SUGGESTED = re.compile(r"(:|,|;)? (or )?(use )?the deck walk$")  # an eager refusal's pointer to the deck walk
+
+
 def tuning_problem(tune: finetune.Tuning, walk: str, par: Parallel, shape: Shape | None = None
                    ) -> tuple[str, str] | None:
     """(field, message) where a fine-tuning step (anything but full AdamW) cannot be walked, or None."""
@@ -487,7 +499,7 @@ def tuning_problem(tune: finetune.Tuning, walk: str, par: Parallel, shape: Shape
         return eager_tuning_problem(tune, shape)
     if shape is not None and shape.moe_layers:  # finetune.check let only what the eager walk may replay through
         lacks = families.tuning_lacks(shape, tune.mode)
-        return field, lacks or "the deck walk does not fine-tune a mixture of experts: --walk eager replays this LoRA"
+        return field, lacks or DECK_MOE
     if par.tp > 1 or par.pp > 1 or par.zero or par.sequence_parallel:
         return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero and --sequence-parallel unset"
     return None

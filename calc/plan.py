@@ -357,5 +357,6 @@ def fit_problem(shape: Shape, walk: str = "deck") -> tuple[str, str] | None:
     if walk != "deck":
         return "walk", f"{walk} walks one step; --fit-card uses the deck walk"
     if shape.moe_layers:
-        return "fit-card", "fine-tuning a mixture of experts is not modelled yet"
+        return "fit-card", ("the fit list (the deck walk's) does not fine-tune a mixture of experts: --walk eager "
+                            "replays peft's LoRA on one, a step at a time")
     return None

@@ -23,7 +23,7 @@ from . import accelerate, axolotl, deepspeed, hf_args, llamafactory, torchtitan
 from .models import preset_of
 from .reading import Reading, Refused, shown
 
-__all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "parse", "read"]
+__all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "moe_targets", "parse", "read"]
 
 MAX_CHARS = 200_000  # a trainer config is a few kB
 NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "hf_args": "TrainingArguments or SFTConfig",
@@ -193,6 +193,22 @@ EAGER_ONLY = ("engine", "loop", "adamw-impl", "loss")  # fields the deck walk re
 def _several(r: Reading, raw: Mapping[str, object]) -> bool:
     """Whether the step runs on several devices, by the flags given or the configs' fields."""
     return any(str(raw.get(k) or r.fields.get(k) or "1") != "1" for k in ("dp", "tp", "pp"))
+
+
+def moe_targets(r: Reading, raw: Mapping[str, object], experts: bool) -> str | None:
+    """Why a trainer config's LoRA targets on a model with `experts` are not what calc's --lora-targets of the same
+    names count, or None. The tools name linear modules (peft's target_modules); in transformers 5 the experts are
+    fused parameters, and peft 0.21 reads gate_proj, up_proj and down_proj by model type
+    (utils/transformers_weight_conversion.py: on Qwen3-MoE as the experts' weights, gate_up_proj at twice the rank;
+    on GPT-OSS as nothing), where calc's gate, up and down are target_parameters at the rank given."""
+    if not experts or "lora-targets" not in r.origin or raw.get("lora-targets") not in (None, ""):
+        return None
+    if {"gate", "up", "down"} & set(r.fields["lora-targets"].split(",")):
+        return ("on a mixture of experts peft reads gate_proj, up_proj and down_proj by model type (Qwen3-MoE's as "
+                "the experts' weights, gate_up_proj at twice the rank; GPT-OSS's as nothing): not modelled yet; name "
+                "the attention's q_proj, k_proj, v_proj and o_proj, or give --lora-targets (gate,up,down: peft's "
+                "target_parameters at the rank given)")
+    return None
 
 
 def blame(field: str, message: str, r: Reading, raw: Mapping[str, object]) -> tuple[str, str]:

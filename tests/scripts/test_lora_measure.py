@@ -302,3 +302,38 @@ def test_frozen_experts_keep_no_input_for_their_weights():
         saved[name] = max(e["totals"]["activations"] for e in fwd)
     k_tokens = 64 * shape.experts_per_token
     assert saved["full"] - saved["lora"] >= shape.layers * k_tokens * (shape.hidden + shape.expert_width) * 4
+
+
+def test_a_refusal_of_lora_on_a_mixture_of_experts_names_no_walk_that_refuses_it_too(capsys, tmp_path):
+    """A fresh reviewer's findings: the deck walk's refusal named the eager walk, which then refused the same
+    inputs (an expert capacity, expert or sequence parallelism, several processes); a model the eager walk does
+    not fine-tune was refused on its targets first, naming a fix refused in turn; a trainer config's gate_proj,
+    up_proj and down_proj, which peft reads by model type on a mixture of experts (Qwen3-MoE's at twice the rank,
+    GPT-OSS's as nothing), were counted as calc's target_parameters at the rank given."""
+    from calc.cli import main
+
+    base = ["--preset", "qwen3-30b-a3b", "--finetune", "lora", "--lora-targets", "q,k,v,o"]
+    for extra in (["--capacity-factor", "1.25"], ["--dp", "2", "--ep", "2"], ["--tp", "2", "--sequence-parallel"],
+                  ["--dp", "2"], ["--pp", "2"]):  # fmt: skip
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "no walk fine-tunes a mixture of experts with these inputs" in err and "deck walk)" not in err, err
+        assert "--walk eager" not in err and "use the deck walk" not in err, err
+    assert main(base) == 2
+    assert capsys.readouterr().err.strip().endswith("--walk eager replays this LoRA")  # and it does:
+    assert main([*base, "--walk", "eager", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["--preset", "deepseek-v3", "--finetune", "lora", "--lora-targets", "q,k,v,o,gate,up,down", "--walk",
+                 "eager"]) == 2  # fmt: skip
+    assert "by no walk otherwise" in capsys.readouterr().err
+    text = "model_name_or_path: Qwen/Qwen3-30B-A3B\nstage: sft\nfinetuning_type: lora\nbf16: true\n"
+    for target, code in (("q_proj,v_proj,down_proj", 2), ("q_proj,k_proj,v_proj,o_proj", 0)):
+        path = tmp_path / "moe-lora.yaml"  # LLaMA-Factory's YAML
+        path.write_text(f"{text}lora_target: {target}\n")
+        assert main(["--trainer-config", str(path), "--walk", "eager", "--json"]) == code, target
+        out = capsys.readouterr()
+        if code:
+            assert out.err.startswith("error: --trainer-config: lora_target gives --lora-targets q,v,down: on a "
+                                      "mixture of experts peft reads gate_proj, up_proj and down_proj by model type")
+        else:
+            assert json.loads(out.out)["config"]["finetune"]["targets"] == ["q", "k", "v", "o"]
