@@ -63,7 +63,9 @@ def test_one_layer_of_each_kind_is_the_whole_replay(
     args = (seq, b, recipe, recompute, attention, device, tune)
     spans = same_as_whole(shape, args, accumulate=accumulate, loss_kind=loss_kind)
     kinds = len(set(eager_step.layer_kinds(shape, tune)))
-    assert len(spans) <= kinds * eager_step.SMALL and spans[-1][1] == shape.layers
+    # at most SMALL periods of each kind replayed whole, and a period's remainder after them (Qwen2-MoE's dense and
+    # expert layers alternating over 9 layers: 4 periods and one layer, 9 spans)
+    assert len(spans) <= kinds * (eager_step.SMALL + 1) and spans[-1][1] == shape.layers
 
 
 def test_a_family_declares_its_kinds_of_layer(monkeypatch):

@@ -55,7 +55,9 @@ def periodic_shapes(draw) -> calc.Shape:
     family = draw(st.sampled_from(["gemma2", "gemma3_text", "smollm3", "gpt_oss", "deepseek_v3", "llama", "qwen2_moe"]))
     layers = draw(st.one_of(st.integers(1, DEEP), st.integers(20, DEEP)))  # deep enough to stretch, often
     if family in ("gemma2", "gemma3_text", "llama", "qwen2_moe"):
-        shape = as_family(draw(shapes(max_layers=DEEP)), family).replace(layers=layers)
+        # the layers set before the family's own fields, which read them (Qwen2-MoE's dense_at: a fresh-clone run
+        # drew 2 layers with dense_at (1, 3), placed for the drawn shape's 3)
+        shape = as_family(draw(shapes(max_layers=DEEP)).replace(layers=layers), family)
         if family in ("gemma2", "gemma3_text"):
             shape = shape.replace(layer_types=pattern_of(draw, layers, "sf"), sliding_window=draw(st.sampled_from(
                 [1, 16, 4096])))  # fmt: skip

@@ -110,8 +110,10 @@ def test_a_sample_measures_as_recorded(engine, precision):
     for i, (a, b) in enumerate(zip(old["ranks"], new["ranks"], strict=True)):
         # A matmul's workspace (the CPU kernel's scratch, which calc does not count) at the peak depends on the
         # CPU: oneDNN picks its kernels by the instruction set (an AVX512-BF16 EPYC keeps 74,752 bytes where the
-        # recording machine kept 21,504 for this stage's bf16 mm). The tensors' own peak does not.
-        workspace = b["measured_peak"] - b["measured_peak_tensors"] == b["workspace_at_peak"] > 0
+        # recording machine kept 21,504 for this stage's bf16 mm), and whether it is there at the peak at all
+        # varies from run to run on one machine (a fresh-clone run read 3,407,760 bytes, the recorded tensors'
+        # peak, with none). The tensors' own peak does not vary.
+        workspace = any(r["measured_peak"] - r["measured_peak_tensors"] == r["workspace_at_peak"] > 0 for r in (a, b))
         if not (unseen(old, i) or unseen(new, i)):
             # the peak, not the rise from the start: a block of the step before, freed unseen and handed out
             # again before the peak, raises a start and not the peak
