@@ -497,9 +497,8 @@ def tuning_problem(tune: finetune.Tuning, walk: str, par: Parallel, shape: Shape
     field = "finetune" if tune.mode != "full" else "optimizer" if tune.optimizer != "adamw" else "paged-optimizer"
     if walk != "deck":
         return eager_tuning_problem(tune, shape)
-    if shape is not None and shape.moe_layers:  # finetune.check let only what the eager walk may replay through
-        lacks = families.tuning_lacks(shape, tune.mode)
-        return field, lacks or DECK_MOE
+    if shape is not None and shape.moe_layers:  # finetune.check let through only what the eager walk replays
+        return field, DECK_MOE
     if par.tp > 1 or par.pp > 1 or par.zero or par.sequence_parallel:
         return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero and --sequence-parallel unset"
     return None

@@ -201,7 +201,7 @@ def moe_targets(r: Reading, raw: Mapping[str, object], experts: bool) -> str | N
     fused parameters, and peft 0.21 reads gate_proj, up_proj and down_proj by model type
     (utils/transformers_weight_conversion.py: on Qwen3-MoE as the experts' weights, gate_up_proj at twice the rank;
     on GPT-OSS as nothing), where calc's gate, up and down are target_parameters at the rank given."""
-    if not experts or "lora-targets" not in r.origin or raw.get("lora-targets") not in (None, ""):
+    if not experts or not from_file("lora-targets", r, raw):
         return None
     if {"gate", "up", "down"} & set(r.fields["lora-targets"].split(",")):
         return ("on a mixture of experts peft reads gate_proj, up_proj and down_proj by model type (Qwen3-MoE's as "
@@ -211,8 +211,13 @@ def moe_targets(r: Reading, raw: Mapping[str, object], experts: bool) -> str | N
     return None
 
 
+def from_file(field: str, r: Reading, raw: Mapping[str, object]) -> bool:
+    """Whether the trainer config set `field`, no flag given for it."""
+    return field in r.origin and raw.get(field) in (None, "")
+
+
 def blame(field: str, message: str, r: Reading, raw: Mapping[str, object]) -> tuple[str, str]:
     """(field, message) for an error about `field`: the trainer config's key where the config set it."""
-    if field in r.origin and raw.get(field) in (None, ""):
+    if from_file(field, r, raw):
         return "trainer-config", f"{r.origin[field]} gives --{field} {r.fields[field]}: {message}"
     return field, message

@@ -85,7 +85,7 @@ def test_eager_walk_predicts_peft_step_on_other_families(case):
     import measure_lora
 
     name, tune, precision, attention, checkpointing = case
-    m, tune = measure_families.FAMILIES.get(name, measure_lora.MIXTRAL), measure_lora.Tune(*tune)
+    m, tune = {**measure_families.FAMILIES, "mixtral": measure_lora.MIXTRAL}[name], measure_lora.Tune(*tune)
     got = measure_lora.measure_cpu(m, precision, attention, checkpointing, 96, 2, tune)
     assert_cli_predicts(measure_lora.cli_args(m, 96, 2, precision, attention, checkpointing, tune), got, TENTH)
 
