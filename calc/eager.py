@@ -299,6 +299,12 @@ def segments(
         raise ValueError("the eager walk runs the course's Decoder on one device only")
     if loop is not None and loop != loops.BARE:
         raise ValueError("the course's Decoder is walked in a bare loop only")
+    return _decoder_segments(shape, seq, micro_batch, recipe, recompute, activation_bytes)
+
+
+def _decoder_segments(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str,
+                      activation_bytes: int | None) -> list[Segment]:  # fmt: skip
+    """The course's Decoder's step, by the counts below."""
     if activation_bytes is None:
         activation_bytes = RECIPES[recipe].activations
     p, g, b, h = activation_bytes, RECIPES[recipe].gradients, micro_batch, shape.hidden

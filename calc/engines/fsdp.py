@@ -85,6 +85,78 @@ def shares(params: list[Param], dp: int) -> list[tuple[Param, ...]]:
     return [tuple(local(p, dp, r) for p in params) for r in range(dp)]
 
 
+ROOT = "the root (embedding, final norm, head)"  # a layer's events name layers as the replay's do, by "{layer}"
+# and relative to it, so that alike layers' chunks stay equal (calc.eager_step._stretch, _merge)
+
+
+class _Groups:
+    """FSDP2's events for one step's groups: `grouped`, `unit` and `blocks` as `around` takes them."""
+
+    def __init__(self, engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]], unit: int, blocks):
+        groups, self.trains = [g for g, _ in grouped], [t for _, t in grouped]
+        self.mixed, dp, self.last = engine.mixed, engine.dp, len(groups) - 1
+        cast = 2 if engine.mixed else unit  # bytes of a gathered parameter's value and of its unsharded gradient
+        self.whole = [blocks(dp * engine.padded(g) * cast) for g in groups]  # a group's all-gather: its flat output
+        self.flat = [blocks(dp * engine.padded(t) * unit) for t in self.trains]  # its reduce-scatter's flat input
+        self.mine = [blocks(engine.padded(t) * unit) for t in self.trains]  # its reduce-scatter output: the shard
+        self.cast_in = [blocks(engine.padded(g) * cast) for g in groups]  # bf16 policy: the shards cast, flat
+        self.chunked = [[blocks(dp * engine.padded([p]) * cast) for p in t] for t in self.trains]  # chunk_cat's
+
+    @staticmethod
+    def name(g: int, at: int) -> str:
+        """How the events of layer `at`'s chunk (0: the root's) name group `g`."""
+        if not g:
+            return ROOT
+        if not at:  # the root's chunks name the first layer (reduced just before it) and the last (prefetched)
+            return "layer 1" if g == 1 else "the last layer"
+        return {at: "layer {layer}", at - 1: "the layer below", at + 1: "the layer above"}.get(g, "layer {layer}")
+
+    def gather(self, phase: str, g: int, at: int, ahead: bool = False) -> list[Event]:
+        what = f"all-gather {self.name(g, at)}" + (" (backward prefetch)" if ahead else "")
+        whole, cast_in = self.whole[g], self.cast_in[g]
+        cast = [_ev(phase, f"{what}: the rank's shards cast to bf16 (one flat input)", "weights", cast_in)]
+        out = [*(cast if self.mixed else []), _ev(phase, f"{what}: flat output", "weights", whole),
+               _ev(phase, f"{what}: gloo's copy and receive buffer", "weights", whole),
+               _ev(phase, f"{what}: gloo's buffers freed", "weights", -whole)]  # fmt: skip
+        return out + ([_ev(phase, f"{what}: the bf16 input freed", "weights", -cast_in)] if self.mixed else [])
+
+    def copy_out(self, phase: str, g: int) -> list[Event]:
+        return [_ev(phase, f"{self.name(g, g)}: unsharded parameters (copy-out)", "weights", self.whole[g])]
+
+    def drop_gathered(self, phase: str, g: int, at: int) -> list[Event]:
+        return [_ev(phase, f"free the all-gather output of {self.name(g, at)}", "weights", -self.whole[g])]
+
+    def reshard(self, phase: str, g: int) -> list[Event]:
+        return [_ev(phase, f"reshard {self.name(g, g)}: free its unsharded parameters", "weights", -self.whole[g])]
+
+    def reduce(self, g: int, grads: int) -> list[Event]:
+        out = self.reshard("backward", g)
+        up = g + 1 if g else 1  # the group reduced just before it: the layer above (the root's: layer 1)
+        if g != self.last and self.trains[up]:
+            out.append(_ev("backward", f"free the reduce-scatter input of {self.name(up, g)}", "gradients",
+                           -self.flat[up]))  # fmt: skip
+        if not self.trains[g]:  # nothing of it trains: no reduce-scatter (post_backward returns)
+            return out
+        it, flat = self.name(g, g), self.flat[g]
+        copy = f"reduce-scatter {it}: chunk_cat's bf16 copy of a gradient"
+        copies = [e for n in self.chunked[g] for e in (_ev("backward", copy, "gradients", n),
+                                                       _ev("backward", "chunk_cat's copy freed", "gradients", -n))]
+        return [
+            *out,
+            _ev("backward", f"reduce-scatter {it}: flat input (its gradients copied in)", "gradients", flat),
+            *(copies if self.mixed else []),
+            _ev("backward", f"free the unsharded gradients of {it}", "gradients", -grads),
+            _ev("backward", f"reduce-scatter {it}: this rank's shard (its gradients from here)", "gradients",
+                self.mine[g]),
+            _ev("backward", f"reduce-scatter {it}: gloo's clone of the input", "gradients", flat),
+            _ev("backward", f"reduce-scatter {it}: gloo's clone freed", "gradients", -flat),
+        ]
+
+
+def _ev(phase: str, label: str, category: str, nbytes: int) -> Event:
+    return Event(phase, label, category, nbytes, SOURCE)
+
+
 def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]],
            unit: int, blocks) -> list[tuple[int, list[Event]]]:  # fmt: skip
     """The replayed step's chunks (calc.eager_step._chunks: runs of one layer's events, 0 outside the layers)
@@ -93,98 +165,38 @@ def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped: l
     (the frozen root under LoRA) reduces nothing;
     `unit`: bytes of a shard's value (and of a reduced gradient's); `blocks`: bytes -> the allocator's
     (calc.replay.Replay.blocks). Under the bf16 policy (engine.mixed) a gathered value is bf16's 2 bytes."""
-    groups, trains = [g for g, _ in grouped], [t for _, t in grouped]
-    dp, last = engine.dp, len(groups) - 1
-    cast = 2 if engine.mixed else unit  # bytes of a gathered parameter's value and of its unsharded gradient
-    root = "the root (embedding, final norm, head)"  # a layer's events name layers as the replay's do, by
-    # "{layer}" and relative to it, so that alike layers' chunks stay equal (calc.eager_step._stretch, _merge)
-
-    def name(g: int, at: int) -> str:
-        """How the events of layer `at`'s chunk (0: the root's) name group `g`."""
-        if not g:
-            return root
-        if not at:  # the root's chunks name the first layer (reduced just before it) and the last (prefetched)
-            return "layer 1" if g == 1 else "the last layer"
-        return {at: "layer {layer}", at - 1: "the layer below", at + 1: "the layer above"}.get(g, "layer {layer}")
-
-    whole = [blocks(dp * engine.padded(g) * cast) for g in groups]  # a group's all-gather: its flat output
-    flat = [blocks(dp * engine.padded(t) * unit) for t in trains]  # its reduce-scatter's flat input
-    mine = [blocks(engine.padded(t) * unit) for t in trains]  # its reduce-scatter output: the rank's shard
-    cast_in = [blocks(engine.padded(g) * cast) for g in groups]  # the bf16 policy: the shards cast, one flat input
-    chunked = [[blocks(dp * engine.padded([p]) * cast) for p in t] for t in trains]  # chunk_cat's copy of each
-
-    def ev(phase: str, label: str, category: str, nbytes: int) -> Event:
-        return Event(phase, label, category, nbytes, SOURCE)
-
-    def gather(phase: str, g: int, at: int, ahead: bool = False) -> list[Event]:
-        what = f"all-gather {name(g, at)}" + (" (backward prefetch)" if ahead else "")
-        cast_ = [ev(phase, f"{what}: the rank's shards cast to bf16 (one flat input)", "weights", cast_in[g])]
-        out = [*(cast_ if engine.mixed else []), ev(phase, f"{what}: flat output", "weights", whole[g]),
-               ev(phase, f"{what}: gloo's copy and receive buffer", "weights", whole[g]),
-               ev(phase, f"{what}: gloo's buffers freed", "weights", -whole[g])]  # fmt: skip
-        return out + ([ev(phase, f"{what}: the bf16 input freed", "weights", -cast_in[g])] if engine.mixed else [])
-
-    def copy_out(phase: str, g: int) -> list[Event]:
-        return [ev(phase, f"{name(g, g)}: unsharded parameters (copy-out)", "weights", whole[g])]
-
-    def drop_gathered(phase: str, g: int, at: int) -> list[Event]:
-        return [ev(phase, f"free the all-gather output of {name(g, at)}", "weights", -whole[g])]
-
-    def reshard(phase: str, g: int) -> list[Event]:
-        return [ev(phase, f"reshard {name(g, g)}: free its unsharded parameters", "weights", -whole[g])]
-
-    def reduce(g: int, grads: int) -> list[Event]:
-        out = reshard("backward", g)
-        if g != last and trains[g + 1 if g else 1]:  # the group reduced just before it: the layer above (the
-            up = g + 1 if g else 1  # root's: layer 1)
-            out.append(ev("backward", f"free the reduce-scatter input of {name(up, g)}", "gradients", -flat[up]))
-        if not trains[g]:  # nothing of it trains: no reduce-scatter (post_backward returns)
-            return out
-        it = name(g, g)
-        copies = [e for n in chunked[g] for e in (ev("backward", f"reduce-scatter {it}: chunk_cat's bf16 copy of a "
-                  "gradient", "gradients", n), ev("backward", "chunk_cat's copy freed", "gradients", -n))]  # fmt: skip
-        return [
-            *out,
-            ev("backward", f"reduce-scatter {it}: flat input (its gradients copied in)", "gradients", flat[g]),
-            *(copies if engine.mixed else []),
-            ev("backward", f"free the unsharded gradients of {it}", "gradients", -grads),
-            ev("backward", f"reduce-scatter {it}: this rank's shard (its gradients from here)", "gradients", mine[g]),
-            ev("backward", f"reduce-scatter {it}: gloo's clone of the input", "gradients", flat[g]),
-            ev("backward", f"reduce-scatter {it}: gloo's clone freed", "gradients", -flat[g]),
-        ]
-
+    gs, last, reshard = _Groups(engine, grouped, unit, blocks), len(grouped) - 1, engine.reshard
     out: list[tuple[int, list[Event]]] = []
     backward = [i for i, (_, evs) in enumerate(chunks) if evs[0].phase != "forward"]
     seen: set[int] = set()  # the layers whose forward has run (autocast's cache is freed in later chunks of them)
     returned = False  # whether the root's forward has returned (its chunk after the layers: the head, the loss)
     for i, (layer, evs) in enumerate(chunks):
         before, after = [], []
-        grads = sum(e.bytes for e in evs if e.category == "gradients")
         if evs[0].phase == "forward":
             if i == 0:  # the root's pre-forward
-                before = gather("forward", 0, 0) + copy_out("forward", 0)
+                before = gs.gather("forward", 0, 0) + gs.copy_out("forward", 0)
             elif layer and layer not in seen:
-                before = gather("forward", layer, layer) + copy_out("forward", layer)
-                before += drop_gathered("forward", layer - 1, layer)
-                after = reshard("forward", layer) if engine.reshard else []
+                before = gs.gather("forward", layer, layer) + gs.copy_out("forward", layer)
+                before += gs.drop_gathered("forward", layer - 1, layer)
+                after = gs.reshard("forward", layer) if reshard else []
             elif not layer and seen and not returned:  # the first chunk outside the layers after them
-                after = (reshard("forward", 0) if engine.reshard else []) + drop_gathered("forward", last, 0)
+                after = (gs.reshard("forward", 0) if reshard else []) + gs.drop_gathered("forward", last, 0)
                 returned = True
             seen |= {layer} - {0}
         elif layer:
-            if engine.reshard:
-                before = copy_out("backward", layer) + drop_gathered("backward", layer, layer)
-                before += gather("backward", layer - 1, layer, True) if layer > 1 else []
-            after = reduce(layer, grads)
+            if reshard:
+                before = gs.copy_out("backward", layer) + gs.drop_gathered("backward", layer, layer)
+                before += gs.gather("backward", layer - 1, layer, True) if layer > 1 else []
+            after = gs.reduce(layer, sum(e.bytes for e in evs if e.category == "gradients"))
         else:
-            if i == backward[0] and engine.reshard:  # the root's pre-backward, at the loss's backward
-                before = gather("backward", 0, 0) + copy_out("backward", 0) + drop_gathered("backward", 0, 0)
-                before += gather("backward", last, 0, True) if last else []
+            if i == backward[0] and reshard:  # the root's pre-backward, at the loss's backward
+                before = gs.gather("backward", 0, 0) + gs.copy_out("backward", 0) + gs.drop_gathered("backward", 0, 0)
+                before += gs.gather("backward", last, 0, True) if last else []
             if i == backward[-1]:  # the root's post-backward, when backward ends
                 grads = sum(e.bytes for j in backward if not chunks[j][0] for e in chunks[j][1]
                             if e.category == "gradients")  # fmt: skip
-                after = reduce(0, grads)
-                freed = ev("backward", f"free the reduce-scatter input of {root}", "gradients", -flat[0])
-                after += [freed] if trains[0] else []
+                after = gs.reduce(0, grads)
+                freed = _ev("backward", f"free the reduce-scatter input of {ROOT}", "gradients", -gs.flat[0])
+                after += [freed] if gs.trains[0] else []
         out.append((layer, before + evs + after))
     return out
