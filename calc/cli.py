@@ -291,29 +291,9 @@ def validated(args: argparse.Namespace) -> tuple[Run, dict | None]:
         unread.update({f: why for f in BESIDE_FIELDS if f not in unread})
     if mode == "fit_card":  # it chooses the fine-tuning, and so what only a fine-tuning reads
         unread.update({f.name: CHOOSES["fit-card"] for f in TABLE if f.finetune and f.name not in unread})
-    try:
-        given, reading = trainers.apply(raw, [read_config(path, "trainer-config") for path in args.trainer_config],
-                                        unread=unread)
-    except trainers.Refused as e:
-        raise InputError("trainer-config", e.why if e.key == "trainer-config" else f"{e.key}: {e.why}") from None
-    try:
-        inputs, beside = _validated(args, given, raw)
-    except InputError as e:
-        # The file's loop fields ask the deck walk for the eager figure beside it; where that figure cannot be
-        # had (a paged optimizer, say), the step is answered without it and the reading says why.
-        from_file = [f for f in BESIDE_FIELDS if f in reading.fields and raw.get(f) in (None, "")]
-        if e.field not in from_file or given.get("walk") == "eager":
-            raise InputError(*trainers.blame(e.field, e.message, reading, raw)) from None
-        for name in from_file:
-            reading.drop(name, f"no eager figure beside the deck walk's: {e.message}")
-            given.pop(name)
-        try:
-            inputs, beside = _validated(args, given, raw)
-        except InputError as again:
-            raise InputError(*trainers.blame(again.field, again.message, reading, raw)) from None
-    problem = trainers.moe_targets(reading, raw, bool(inputs.shape.moe_layers))
-    if problem:
-        raise InputError(*trainers.blame("lora-targets", problem, reading, raw))
+    _, reading, (inputs, beside) = trainers.checked(
+        raw, [read_config(path, "trainer-config") for path in args.trainer_config],
+        lambda given: _validated(args, given, raw), unread=unread)
     args.reading = reading
     return inputs, beside
 

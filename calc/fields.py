@@ -48,7 +48,7 @@ OUTPUTS = ("step", "table", "plan", "fit-card")
 PLANNERS = ("plan", "fit-card")  # the output modes that choose a layout themselves
 SECTIONS = ("Model", "Training step", "Several devices", "Fine-tuning", "Device and planner")
 # The page's blocks that are no field (hooks/calculator.html draws each): their fieldset and place in it.
-PAGE_BLOCKS = {"loop-preset": ("Training step", 8), "targets-note": ("Fine-tuning", 8),
+PAGE_BLOCKS = {"trainer-config": ("Model", 3), "loop-preset": ("Training step", 8), "targets-note": ("Fine-tuning", 8),
                "capacity-presets": ("Device and planner", 3)}  # fmt: skip
 
 

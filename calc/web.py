@@ -8,6 +8,7 @@ from collections.abc import Generator
 from dataclasses import replace
 from functools import lru_cache
 
+from . import trainers
 from .api import eager_peak, run_step, sweep, table
 from .engines.pipeline import SCHEDULE_NAMES, layer_passes
 from .fields import FIELD, page_unread
@@ -338,17 +339,40 @@ class Sliced:
                 return None
 
 
+TRAINER_KEEPS = ("walk", "device", "hf-config")  # the page's fields a trainer config is read beside, as flags
+
+
+def trainer_answer(texts: object, raw: dict) -> dict:
+    """The page's trainer box: the trainer configs `texts` (one text, or a list of them: an axolotl YAML and the
+    DeepSpeed JSON it names) read as the CLI's --trainer-config reads them (calc.trainers.checked), beside the
+    page's walk, device and config.json in `raw` as if given by flag; {"ok": true, "trainer": {"fields": the
+    fields to set (the rest at their defaults, as the CLI leaves them), "reading": what each key gave}}."""
+    texts = [texts] if isinstance(texts, str) else texts
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise InputError("trainer-config", "the request must give the trainer config's text")
+    if not any(t.strip() for t in texts):
+        raise InputError("trainer-config", "empty: paste a trainer's config")
+    flags = {k: raw[k] for k in TRAINER_KEEPS if raw.get(k) not in (None, "")}
+    given, reading, (inputs,) = trainers.checked(flags, texts, lambda given: (accepted(given),))
+    if inputs.hf_config:  # the config in short form, as the address holds it
+        given["hf-config"] = inputs.hf_config
+    return {"ok": True, "trainer": {"fields": given, "reading": reading.as_dict()}}
+
+
 def answer_steps(request: str) -> Generator[None, None, str]:
     """{"inputs": {field: value}, "sweep": bool, "plan": bool, "fit": bool, "numbers": bool} -> {"ok": true, ...}
     or {"ok": false, "field", "message"}. With "numbers": false (and "sweep": true) the answer is
     {"ok": true, "sweep": ...} alone: the page asks for the numbers first, then for their sweep. With
-    "numbers": false, "sweep": false and "plan" or "fit", it is plan_only's: the planner's rows alone. A
+    "numbers": false, "sweep": false and "plan" or "fit", it is plan_only's: the planner's rows alone. With
+    "trainer" (a trainer config's text), it is trainer_answer's: the fields the config gives. A
     generator that returns the answer: it yields between the planner's slices (Sliced runs them)."""
     try:
         payload = json.loads(request)
         if not isinstance(payload, dict) or not isinstance(payload.get("inputs", {}), dict):
             return json.dumps({"ok": False, "field": None, "message": "the request must be a JSON object of inputs"})
         raw = payload.get("inputs", {})
+        if "trainer" in payload:
+            return json.dumps(trainer_answer(payload["trainer"], raw))
         inputs = accepted(raw)
         if payload.get("numbers", True) is False and payload.get("sweep", True):
             return json.dumps({"ok": True, "sweep": sweep_for(inputs)})

@@ -118,6 +118,7 @@ def runtime_files() -> dict[str, bytes]:
     out = {f"assets/pyodide/{name}": (pyodide / name).read_bytes() for name in PYODIDE_FILES}
     out["assets/pyodide/python_stdlib.zip"] = (built / pyodide_site.STDLIB).read_bytes()
     out[f"assets/wheels/{wheel.filename()}"] = (built / wheel.filename()).read_bytes()
+    out[f"assets/wheels/{wheel.yaml_filename()}"] = (built / wheel.yaml_filename()).read_bytes()
     out[f"assets/wheels/{pyodide_site.LOCK}"] = (built / pyodide_site.LOCK).read_bytes()
     scripts = {f"javascripts/{p.relative_to(JAVASCRIPTS).as_posix()}": p.read_bytes()
                for pattern in PAGE_SCRIPTS for p in sorted(JAVASCRIPTS.glob(pattern))}  # fmt: skip

@@ -61,11 +61,26 @@ def requests() -> list[str]:
         {"inputs": {"layers": "12", "hidden": "768", "heads": "12", "kv-heads": "4", "ffn": "3072", "vocab": "50257",
                     "seq": "1,024", "micro-batch": "8", "norm": "layer", "positions": "learned", "context": "2048",
                     "tied": "true", "gated-ffn": "false", "bias": "true"}, "sweep": True, "plan": True},
+        *trainer_requests(),
         {"inputs": {"heads": "33"}},
         {"inputs": {"seq": "-1"}},
         {"inputs": {"preset": "nope"}},
     ]
     return [json.dumps(a, sort_keys=True) for a in asks] + ["not json", "[1, 2]"]
+
+
+TRAINER_EXAMPLES = ROOT / "tests" / "trainer_configs"
+# The trainer box's requests (calc.web.trainer_answer): YAML (PyYAML's reader, and the standard library it
+# imports), JSON and TOML files, and refusals (YAML that does not parse, TOML of no tool's).
+TRAINER_FILES = (("axolotl/qlora.yml",), ("llamafactory/llama3_lora_sft.yaml",), ("torchtitan/llama3_8b.toml",),
+                 ("llamafactory/deepspeed/ds_z0_config.json",), ("accelerate/trl_zero3.yaml",))  # fmt: skip
+
+
+def trainer_requests() -> list[dict]:
+    asks: list[dict] = [{"trainer": [(TRAINER_EXAMPLES / name).read_text() for name in names],
+                         "inputs": {"walk": "deck", "device": "cuda"}} for names in TRAINER_FILES]  # fmt: skip
+    asks += [{"trainer": "base_model: x\n  bad: [", "inputs": {}}, {"trainer": ["[a]\nb = 1"], "inputs": {}}]
+    return asks
 
 
 def pyodide_tool() -> Path:
@@ -87,7 +102,7 @@ def _run(args: list[str], what: str, **kwargs) -> str:
 
 def _key(requests_json: str) -> str:
     digest = hashlib.sha256(requests_json.encode())
-    for path in [*wheel.sources(), *PREPARE, PYODIDE / "package.json", TOOL_VENV / "pyvenv.cfg"]:
+    for path in [*wheel.sources(), *wheel.yaml_sources(), *PREPARE, PYODIDE / "package.json", TOOL_VENV / "pyvenv.cfg"]:
         digest.update(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path).encode())
         digest.update(path.read_bytes() if path.exists() else b"-")
     return digest.hexdigest()[:20]
@@ -105,14 +120,17 @@ def build(out: Path) -> None:
         (tmp / "dist").mkdir()
         source_wheel = tmp / "dist" / wheel.filename()
         source_wheel.write_bytes(wheel.build())
+        yaml_wheel = tmp / "dist" / wheel.yaml_filename()
+        yaml_wheel.write_bytes(wheel.yaml_wheel())
         (tmp / "requests.json").write_text(json.dumps(requests()))
-        _run(["node", str(HERE / "pyodide_prepare.mjs"), str(PYODIDE), str(source_wheel), str(tmp / "requests.json"),
-              str(out)], "compiling calc and the standard library in Pyodide")
-        # The site's lock file: Pyodide's own, less its packages (the page loads none of them), plus calc.
+        _run(["node", str(HERE / "pyodide_prepare.mjs"), str(PYODIDE), str(source_wheel), str(yaml_wheel),
+              str(tmp / "requests.json"), str(out)], "compiling calc, PyYAML and the standard library in Pyodide")
+        # The site's lock file: Pyodide's own, less its packages (the page loads none of them), plus calc and
+        # PyYAML.
         base = json.loads((PYODIDE / LOCK).read_text())
         (tmp / "base-lock.json").write_text(json.dumps({**base, "packages": {}}))
         _run([str(tool), "lockfile", "add-wheels", "--input", str(tmp / "base-lock.json"), "--output",
-              str(out / LOCK), "--base-path", str(out), str(out / wheel.filename())],
+              str(out / LOCK), "--base-path", str(out), str(out / wheel.filename()), str(out / wheel.yaml_filename())],
              "pyodide lockfile add-wheels", cwd=tmp)
         check = _run(["node", str(HERE / "pyodide_prepare.mjs"), "--check", str(PYODIDE), str(out / STDLIB),
                       str(out / LOCK), str(tmp / "requests.json")], "starting the cut runtime")

@@ -70,3 +70,57 @@ def build(root: Path = ROOT) -> bytes:
         if not wheel.is_file():
             raise RuntimeError(f"python -m build made {sorted(p.name for p in dist.iterdir())}, not {wheel.name}")
         return wheel.read_bytes()
+
+
+# PyYAML for the page: the pure-Python `yaml` package of the PyYAML installed here (the one the CLI reads trainer
+# configs with: calc.trainers), as a py3-none-any wheel. Its C extension (_yaml, libyaml's) is left out; `yaml`
+# falls back to its own Python reader without it (yaml/__init__.py: __with_libyaml__ False), which is what
+# yaml.safe_load uses in CPython too (SafeLoader is the pure-Python one; CSafeLoader is only used when asked).
+YAML_DIST = "PyYAML"
+
+
+def _yaml_dist():
+    from importlib.metadata import distribution
+
+    return distribution(YAML_DIST)
+
+
+def yaml_sources() -> list[Path]:
+    """The installed PyYAML's files that go into the page's wheel (its Python modules and its licence)."""
+    dist = _yaml_dist()
+    keep = [f for f in dist.files or [] if (f.parts[0] == "yaml" and f.name.endswith(".py"))
+            or f.name in ("LICENSE", "METADATA")]  # fmt: skip
+    return sorted(Path(dist.locate_file(f)) for f in keep)
+
+
+def yaml_filename() -> str:
+    return f"pyyaml-{_yaml_dist().version}-{TAG}.whl"
+
+
+def yaml_wheel() -> bytes:
+    """The page's PyYAML wheel: the same bytes for the same installed PyYAML."""
+    import base64
+    import hashlib
+    import io
+    import zipfile
+
+    dist = _yaml_dist()
+    info = f"pyyaml-{dist.version}.dist-info"
+    entries = []
+    for path in yaml_sources():
+        name = (f"yaml/{path.name}" if path.parent.name == "yaml" else f"{info}/{path.name}")
+        entries.append((name, path.read_bytes()))
+    entries.append((f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: hooks/wheel.py\nRoot-Is-Purelib: true\n"
+                                     f"Tag: {TAG}\n".encode()))  # fmt: skip
+    entries.append((f"{info}/top_level.txt", b"yaml\n"))
+    lines = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+             for n, d in entries]  # fmt: skip
+    entries.append((f"{info}/RECORD", ("\n".join([*lines, f"{info}/RECORD,,"]) + "\n").encode()))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in sorted(entries):
+            item = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
+            item.external_attr = 0o644 << 16
+            item.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(item, data, compresslevel=9)
+    return out.getvalue()

@@ -23,7 +23,7 @@ from . import accelerate, axolotl, deepspeed, hf_args, llamafactory, torchtitan
 from .models import preset_of
 from .reading import Reading, Refused, shown
 
-__all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "moe_targets", "parse", "read"]
+__all__ = ["MAX_CHARS", "TOOLS", "Reading", "Refused", "apply", "blame", "checked", "moe_targets", "parse", "read"]
 
 MAX_CHARS = 200_000  # a trainer config is a few kB
 NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "hf_args": "TrainingArguments or SFTConfig",
@@ -214,6 +214,39 @@ def moe_targets(r: Reading, raw: Mapping[str, object], experts: bool) -> str | N
 def from_file(field: str, r: Reading, raw: Mapping[str, object]) -> bool:
     """Whether the trainer config set `field`, no flag given for it."""
     return field in r.origin and raw.get(field) in (None, "")
+
+
+def checked(raw: dict, texts: list[str], validate, unread: Mapping[str, str] | None = None
+            ) -> tuple[dict, Reading, tuple]:  # fmt: skip
+    """(the fields, the Reading, validate's answer) for the flags `raw` with the trainer configs `texts` under
+    them, as the CLI's --trainer-config and the page's trainer box both read them; or calc.inputs.InputError,
+    naming the file's key where the file set the field refused. `validate(fields)` checks the fields and gives a
+    tuple whose first member is the Run (calc.run.Run). The file's loop fields ask the deck walk for the eager
+    figure beside it; where that figure cannot be had (a paged optimizer, say), the step is answered without
+    it and the reading says why."""
+    from ..inputs import BESIDE_FIELDS, InputError
+
+    try:
+        given, reading = apply(raw, texts, unread=unread)
+    except Refused as e:
+        raise InputError("trainer-config", e.why if e.key == "trainer-config" else f"{e.key}: {e.why}") from None
+    try:
+        answer = validate(given)
+    except InputError as e:
+        from_file = [f for f in BESIDE_FIELDS if f in reading.fields and raw.get(f) in (None, "")]
+        if e.field not in from_file or given.get("walk") == "eager":
+            raise InputError(*blame(e.field, e.message, reading, raw)) from None
+        for name in from_file:
+            reading.drop(name, f"no eager figure beside the deck walk's: {e.message}")
+            given.pop(name)
+        try:
+            answer = validate(given)
+        except InputError as again:
+            raise InputError(*blame(again.field, again.message, reading, raw)) from None
+    problem = moe_targets(reading, raw, bool(answer[0].shape.moe_layers))
+    if problem:
+        raise InputError(*blame("lora-targets", problem, reading, raw))
+    return given, reading, answer
 
 
 def blame(field: str, message: str, r: Reading, raw: Mapping[str, object]) -> tuple[str, str]:

@@ -109,7 +109,11 @@ const web = (async () => {
   progress(1);
   const module = pyodide.pyimport("calc.web");
   progress(STEPS.length, "Ready");
-  return { handle: module.handle, Sliced: module.Sliced };
+  // PyYAML (hooks/wheel.py's pure-Python wheel, in the site's lock file) is loaded when a trainer config is
+  // first read, not before: nothing else needs it.
+  let yaml = null;
+  const loadYaml = () => (yaml ??= pyodide.loadPackage("pyyaml", { messageCallback: () => {} }));
+  return { handle: module.handle, Sliced: module.Sliced, loadYaml };
 })();
 
 web.then(
@@ -117,7 +121,7 @@ web.then(
   (error) => postMessage({ type: "failed", message: String(error?.message ?? error) }),
 );
 
-const KINDS = ["numbers", "sweep", "plan"];  // most urgent first (calculator/worker.js asks them)
+const KINDS = ["trainer", "numbers", "sweep", "plan"];  // most urgent first (calculator/worker.js asks them)
 const SLICE_S = 0.004;  // a plan's slice, in seconds: what a reader's change may wait for (at least one layout)
 const waiting = new Map();  // kind -> {id, request}: its newest question not yet begun
 let sliced = null;  // the plan being worked out: {id, job} (job: a calc.web.Sliced)
@@ -211,11 +215,12 @@ async function work() {
     const { id, request } = waiting.get(kind);
     waiting.delete(kind);
     try {
+      if (kind === "trainer") await calc.loadYaml();
       const began = performance.now();
       const answer = calc.handle(request);
       postMessage({ id, answer });
       // a refused input's answer runs none of a change's code: only answers given are warmed
-      if (performance.now() - began <= WARM_MAX_MS && answer.startsWith('{"ok": true')) {
+      if (kind !== "trainer" && performance.now() - began <= WARM_MAX_MS && answer.startsWith('{"ok": true')) {
         lastAsked.set(kind, request);
         const model = modelOf(request);
         if (warmedFor !== null && model !== warmedFor && warmLeft === 0) {

@@ -369,3 +369,34 @@ def test_torchtitan_toml_and_its_json_read_alike():
     with pytest.raises(trainers.Refused) as e:
         trainers.apply({}, [json.dumps(doc)])
     assert e.value.key == "parallelism.tensor_parallel_degree"
+
+
+EXAMPLES = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*") if p.is_file() and p.suffix != ".md")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_page_reads_every_shipped_file_as_the_cli_does(name, capsys):
+    """The page's trainer box (calc.web.trainer_answer, beside the page's walk and device) gives, for every
+    shipped example, what `python -m calc --trainer-config FILE --json` gives: the same reading (the keys read,
+    the defaults, the keys ignored) and, with the fields it sets, the same step; or the same refusal."""
+    from calc.web import handle
+
+    page = json.loads(handle(json.dumps({"trainer": text(name), "inputs": {"walk": "deck", "device": "cuda"}})))
+    rc = main(["--trainer-config", str(CONFIGS / name), "--json"])
+    out, err = capsys.readouterr()
+    if rc:
+        assert not page["ok"] and err == f"error: --{page['field']}: {page['message']}\n"
+        return
+    cli = json.loads(out)
+    assert page["ok"] and page["trainer"]["reading"] == cli["trainer_config"]
+    step = json.loads(handle(json.dumps({"inputs": page["trainer"]["fields"], "sweep": False})))
+    assert step["step"]["peak"] == cli["peak"] and step["step"]["events"] == cli["events"]
+
+
+def test_the_page_refuses_what_is_no_trainer_config():
+    """No text, an empty one, or not a list of texts: refused naming the box, never an exception."""
+    from calc.web import handle
+
+    for sent in ([], "  \n", [1], {"a": 1}, None):
+        answer = json.loads(handle(json.dumps({"trainer": sent, "inputs": {}})))
+        assert answer["ok"] is False and answer["field"] == "trainer-config", sent

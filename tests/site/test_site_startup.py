@@ -95,7 +95,9 @@ def test_the_wheel_comes_from_the_build_front_end_with_every_module_and_package_
 
 def test_the_site_wheel_is_calc_precompiled_and_the_lock_file_holds_its_sha256():
     """The site's wheel has a .pyc for each module of the built wheel and the same other files; the
-    site's pyodide-lock.json lists calc alone, with that wheel's sha256, for Pyodide's Python 3.14."""
+    site's pyodide-lock.json lists calc and PyYAML (the trainer box's parser, hooks/wheel.py), each with its
+    wheel's sha256, for Pyodide's Python 3.14. PyYAML's wheel is the installed PyYAML's pure-Python modules,
+    precompiled: the same modules the CLI reads YAML with."""
     site = built_site()
     data = (site / "assets" / "wheels" / wheel.filename()).read_bytes()
     names = wheel_record_is_valid(data)
@@ -106,10 +108,16 @@ def test_the_site_wheel_is_calc_precompiled_and_the_lock_file_holds_its_sha256()
         header = archive.read("calc/web.pyc")[:8]
     assert int.from_bytes(header[4:8], "little") == 0b01  # PEP 552: hash-based, unchecked: no timestamp
     lock = json.loads((site / "assets" / "wheels" / "pyodide-lock.json").read_text())
-    assert list(lock["packages"]) == ["calc"]
+    assert sorted(lock["packages"]) == ["calc", "pyyaml"]
     entry = lock["packages"]["calc"]
     assert entry["file_name"] == wheel.filename()
     assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    yaml_data = (site / "assets" / "wheels" / wheel.yaml_filename()).read_bytes()
+    assert lock["packages"]["pyyaml"]["sha256"] == hashlib.sha256(yaml_data).hexdigest()
+    yaml_names = sorted(wheel_record_is_valid(yaml_data))
+    source = zipfile.ZipFile(BytesIO(wheel.yaml_wheel())).namelist()
+    assert yaml_names == sorted(n + "c" if n.endswith(".py") else n for n in source)
+    assert "yaml/scanner.pyc" in yaml_names and not [n for n in yaml_names if n.endswith(".so")]
     stock = json.loads((ROOT / "node_modules" / "pyodide" / "pyodide-lock.json").read_text())
     assert lock["info"] == stock["info"] and lock["info"]["python"].startswith("3.14")
 
@@ -130,8 +138,9 @@ def test_pyodide_build_writes_the_lock_file_on_python_312_or_newer(tmp_path):
     site = built_site()
     stock = json.loads((ROOT / "node_modules" / "pyodide" / "pyodide-lock.json").read_text())
     (tmp_path / "base.json").write_text(json.dumps({**stock, "packages": {}}))
-    wheel_path = tmp_path / wheel.filename()
-    wheel_path.write_bytes((site / "assets" / "wheels" / wheel.filename()).read_bytes())
+    wheels = [tmp_path / wheel.filename(), tmp_path / wheel.yaml_filename()]
+    for path in wheels:
+        path.write_bytes((site / "assets" / "wheels" / path.name).read_bytes())
     subprocess.run(
         [
             str(pyodide_site.pyodide_tool()),
@@ -143,7 +152,7 @@ def test_pyodide_build_writes_the_lock_file_on_python_312_or_newer(tmp_path):
             str(tmp_path / "lock.json"),
             "--base-path",
             str(tmp_path),
-            str(wheel_path),
+            *map(str, wheels),
         ],
         capture_output=True,
         text=True,

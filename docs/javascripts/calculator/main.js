@@ -7,6 +7,7 @@ import { createForm } from "./form.js";
 import { createLink } from "./link.js";
 import { createMessages, seqResetNote } from "./messages.js";
 import { createPlanner } from "./planner.js";
+import { createTrainerBox } from "./trainer-box.js";
 import { HF_CONFIG } from "./values.js";
 import { createView } from "./view.js";
 import { cannotStart, connect } from "./worker.js";
@@ -34,6 +35,15 @@ function mount(root) {
     { ask: (kind, request) => ask(kind, request), update: () => { choose(); update(); } });
   const box = createConfigBox(root, config, f, msg);
   const link = createLink(root, config, f, msg.notice, box.take, () => update());
+  // A trainer config's fields: an address of their own, read as a link is (restore), a history entry.
+  createTrainerBox(root, config, f, {
+    ask: (request) => (ask ? ask("trainer", request)
+      : Promise.resolve({ ok: false, message: "the live calculator has not started yet: read it once it has" })),
+    apply: (query) => {
+      history.pushState(null, "", `${location.pathname}${query ? `?${query}` : ""}#${root.id}`);
+      restore();
+    },
+  });
 
   // "calc:live": the worker's first answer drawn (the benchmark's time to live); "calc:ready": its sweep too.
   function markLive() {

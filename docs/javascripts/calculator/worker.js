@@ -6,7 +6,7 @@
 // error restarts the worker, and the question is answered with an error that says so.
 
 // Most urgent first: what a change draws at once, then its sweep, then the planner's layouts and fit list.
-export const KINDS = ["numbers", "sweep", "plan"];
+export const KINDS = ["trainer", "numbers", "sweep", "plan"];
 export const SUPERSEDED = Object.freeze({ ok: false, superseded: true, field: null, message: "superseded" });
 
 // Why the live calculator cannot start here, before trying; null when it may.
