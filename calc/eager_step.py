@@ -461,7 +461,7 @@ def _resident(shape: Shape, recipe: str, tune: finetune.Tuning) -> tuple[list[Ev
     start = [Event("start", "weights resident (frozen where they do not train)", "weights",
                    weights["base"] + weights["adapters"], r.source)]  # fmt: skip
     if tune.mode == "qlora":
-        books = CODE_BOOKS * shape.layers * len(finetune.linears(shape))
+        books = CODE_BOOKS * len(finetune.quantized(shape))
         start.append(Event("start", "bitsandbytes' code books (NF4 and the absmax's 8-bit code, fp32)", "weights",
                            books, "QuantState.code and state2.code: 1,088 bytes a 4-bit linear"))  # fmt: skip
     if state and tune.optimizer == "adamw":

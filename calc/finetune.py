@@ -30,6 +30,8 @@ from .walk import Event, Reps, Segment
 
 MODES = ("full", "lora", "qlora", "freeze")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_proj in transformers' Llama
+QLORA_EXPERTS = ("qwen3_moe", "llama")  # the families whose mixtures of experts QLoRA was measured on (Mixtral's
+# code is the llama family's; Qwen2-MoE's too, refused by its shared expert)
 ATTENTION = ("q", "k", "v", "o")  # the linears LoRA adapts in a mixture of experts' blocks (moe_problem)
 ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head)
 # The adapters' dtype. fp32: peft's default, get_peft_model(..., autocast_adapter_dtype=True) upcasts adapters
@@ -229,11 +231,20 @@ def _weight_bytes(shape: Shape, recipe: str, tune: Tuning) -> dict[str, int]:
     adapters = shape.layers * numel(adapter_tensors(shape, tune)) if tune.adapters else 0
     if tune.mode != "qlora":
         return {"base": w * total, "adapters": wa * adapters}
-    quantized = [d_in * d_out for d_in, d_out in linears(shape).values()]
-    return {
-        "base": shape.layers * sum(map(nf4_bytes, quantized)) + w * (total - shape.layers * sum(quantized)),
-        "adapters": wa * adapters,
-    }
+    four = quantized(shape)
+    return {"base": sum(map(nf4_bytes, four)) + w * (total - sum(four)), "adapters": wa * adapters}
+
+
+def quantized(shape: Shape) -> list[int]:
+    """The weights of each linear of the blocks that transformers' bitsandbytes integration stores in NF4 (every
+    nn.Linear but the head), one entry a linear over every block. In a mixture of experts' sparse layers only
+    the attention's: the experts are fused parameters (gate_up_proj, down_proj) and the router is no
+    nn.Linear in transformers 5, so both stay in the compute dtype (a Qwen3-MoE or Mixtral loaded with
+    BitsAndBytesConfig(load_in_4bit=True), bitsandbytes 0.50); a dense layer among them has its MLP in NF4."""
+    sizes = {t: d_in * d_out for t, (d_in, d_out) in linears(shape).items()}
+    attention = [n for t, n in sizes.items() if t in ATTENTION]
+    mlp = [n for t, n in sizes.items() if t not in ATTENTION]
+    return attention * shape.layers + mlp * (shape.layers - shape.moe_layers)
 
 
 @counts.per_shape
@@ -344,8 +355,12 @@ def moe_problem(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     if tune.optimizer != "adamw" or tune.paged:
         return ("optimizer" if tune.optimizer != "adamw" else "paged-optimizer",
                 "a mixture of experts is modelled with AdamW on the device only")  # fmt: skip
-    if tune.mode != "lora":
-        return "finetune", "not modelled for a mixture of experts yet (the eager walk replays peft's LoRA on one)"
+    if tune.mode not in ("lora", "qlora"):
+        return "finetune", ("not modelled for a mixture of experts yet (the eager walk replays peft's LoRA and QLoRA "
+                            "on one)")  # fmt: skip
+    if tune.mode == "qlora" and (shape.shared_expert_ffn or shape.family not in QLORA_EXPERTS):
+        return "finetune", ("QLoRA on a mixture of experts is modelled on Qwen3-MoE and Mixtral (no shared expert): "
+                            "--finetune lora on this one")  # fmt: skip
     lacks = tuning_lacks(shape, tune.mode)  # the model before its targets: a fix the next refusal would refuse
     if lacks:
         return "finetune", lacks

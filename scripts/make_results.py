@@ -689,6 +689,60 @@ def qlora_section() -> list[str]:
                        held_checkpointing=" or ".join(sorted(held)),
                        eager_command=runs[0]["eager_command"],
                        deck_command=runs[0]["command"])]  # fmt: skip
+    return [*out, "", *qlora_moe(data.get("moe_runs", []))]
+
+
+QLORA_MOE_PROSE = """\
+QLoRA on mixtures of experts (issue 34), loaded as above from each model's saved config.json: Qwen3-MoE (every
+layer with experts, and with dense layers among them: `mlp_only_layers`) and Mixtral. transformers 5 keeps a
+layer's experts as two fused parameters (`experts.gate_up_proj`, `experts.down_proj`) and its router as no
+`nn.Linear`, so bitsandbytes quantizes only the attention's linears and a dense layer's MLP: **the experts and the
+router stay bf16**, and they are most of such a model. calc counts them so (`calc.finetune.quantized`):
+Qwen3-30B-A3B under `--finetune qlora` on q, k, v and o stores {big_qlora} of weights (the adapters included),
+against {big_bf16} for the whole model in bf16.
+The deck walk fine-tunes no mixture of experts, so only the eager walk is shown, each run beside the same step on a
+bf16 base (`--finetune lora`). Eager walk / the step's tensors, QLoRA: **{low:.4f} to {high:.4f}** over {runs} runs,
+worst **{worst_ratio:.4f}** ({worst[tune]}, {worst[model_type]}, {worst[attention]} attention, checkpointing
+{worst[checkpointing]}); on a bf16 base: {lora_low:.4f} to {lora_high:.4f}. *Model held* less calc's weights is
+RoPE's two inverse-frequency buffers (fp32, head size / 2 each): {rope}. The first row's command: `{command}`.
+These bf16 steps showed two things the eager walk had missed, in any step of 16-bit weights, and which it now
+follows: ATen's `softmax(x, dtype=float32)` of 16-bit scores copies them to fp32 first (`_softmax(x.toType(...))`;
+the fused half-to-float kernel is CUDA's, for fp16 only), and in backward makes their gradient in fp32 before
+casting it back; and Mixtral's router keeps its renormalised weights in fp32, so the experts' bf16 output is
+promoted for the product with them, on the CPU through a copy (`calc.parts.experts.routing_weighted`). Before,
+the steps with checkpointing read 0.93 to 0.96.
+"""
+
+
+def qlora_moe(runs: list[dict]) -> list[str]:
+    """§12.5's QLoRA on mixtures of experts (docs/data/qlora.json's moe_runs), eager walk only."""
+    if not runs:
+        return []
+    eager, lora = [_qlora_eager(r) for r in runs], [_qlora_eager(r["lora"]) for r in runs]
+    worst = max(runs, key=lambda r: abs(_qlora_eager(r) - 1))
+    rope = {r["model_bytes"] - r["predicted_weights"] for r in runs}
+    big = calc.PRESETS["qwen3-30b-a3b"]
+    qlora = calc.finetune.weight_bytes(big, "bf16", calc.finetune.Tuning("qlora", targets=calc.finetune.ATTENTION))
+    out = prose(QLORA_MOE_PROSE, big_qlora=gb(sum(qlora.values())), big_bf16=gb(2 * calc.param_counts(big)["total"]),
+                low=min(eager), high=max(eager), runs=len(runs), worst=worst,
+                worst_ratio=_qlora_eager(worst), lora_low=min(lora), lora_high=max(lora),
+                rope=", ".join(f"{n:,} bytes" for n in sorted(rope)), command=runs[0]["eager_command"])  # fmt: skip
+    out += [
+        "",
+        "| Model | Tokens | Fine-tuning | Adapters | Attention | Checkpointing | Model held (bytes) | calc's weights "
+        "(bytes) | QLoRA tensors | QLoRA eager walk | Eager / tensors | bf16 base tensors | bf16 eager walk "
+        "| Eager / tensors |",
+        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        lo = r["lora"]
+        out.append(
+            f"| {r['model_type']}, {_short_shape(r['model'])} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
+            f"| {ADAPTER_CELLS[r['adapter_dtype']]} | {r['attention']} | {r['checkpointing']} | {r['model_bytes']:,} "
+            f"| {r['predicted_weights']:,} | {r['measured_peak_tensors']:,} | {r['eager_predicted_peak']:,} "
+            f"| {_qlora_eager(r):.4f} | {lo['measured_peak_tensors']:,} | {lo['eager_predicted_peak']:,} "
+            f"| {_qlora_eager(lo):.4f} |"
+        )
     return [*out, ""]
 
 

@@ -90,11 +90,11 @@ def tuning_lacks(shape: Shape, mode: str = "lora") -> str | None:
     shape, or None. Where the model has experts, neither walk fine-tunes it otherwise (calc.finetune.check)."""
     fam = FAMILIES[shape.family]
     if shape.experts:
-        if mode == "lora" and fam.expert_lora:
+        if mode in ("lora", "qlora") and fam.expert_lora:
             return None
         moe = listing([m for f in FAMILIES.values() for m in f.expert_lora])
-        return (f"a mixture of experts is fine-tuned by the eager walk only with peft's LoRA, on {moe}, and by no "
-                "walk otherwise")
+        return (f"a mixture of experts is fine-tuned by the eager walk only with peft's LoRA (and QLoRA), on {moe}, "
+                "and by no walk otherwise")
     if fam.finetune:
         if mode == "qlora" and fam.qlora_refused:
             return f"the eager walk does not replay QLoRA on {fam.qlora_refused}: use the deck walk"

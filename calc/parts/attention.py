@@ -82,8 +82,16 @@ class Attention:
 
     def probabilities(self, x: T, unit: int, layer: str) -> T:
         """eager_attention_forward's softmax of the scores `x` in fp32 (which lets them go), .to(query.dtype)
-        (`unit`), and dropout: the attention weights."""
+        (`unit`), and dropout: the attention weights. Scores in 16 bits are first copied to fp32: ATen's
+        softmax(x, dtype=float32) is _softmax(x.toType(float32)) on the CPU and for bf16 on CUDA too (its fused
+        half_to_float path takes fp16 on CUDA only), the copy freed once _softmax returns (it saves its result, not
+        its input); in backward, _softmax_backward_data gives the fp32 gradient of the copy, and the copy's
+        ToCopyBackward0 the scores' in 16 bits."""
         rp = self.rp
+        if x.unit != 4:
+            wide = self.unary(f"{layer}: scores in fp32 for softmax", x, [], 4)
+            rp.drop(x)
+            x = wide
         probs = self.new(x.nbytes // x.unit, 4, f"{layer}: softmax (fp32)", "softmax saves its result")
         rp.node("softmax", probs, saved=[probs], inputs=[(x, x.nbytes, "new")])
         rp.drop(x)

@@ -121,21 +121,29 @@ def sorted_pairs(ops: Ops, x: T, weights: T, layer: str) -> tuple[T, T, T, T, T,
 
 def routing_weighted(ops: Ops, down: T, sample: T, layer: str) -> T:
     """grouped_mm_experts_forward's proj_out * sample_weights_g.unsqueeze(-1): each pair's output times its
-    routing weight (the mul saves both); `down` is let go. Routing weights narrower than the output (a 16-bit
-    router's under autocast, where grouped_mm runs in the fp32 weights' dtype: Qwen2-MoE's cast weights,
-    GPT-OSS's softmax in the logits' dtype) are promoted for the product, and again in backward, where
-    MulBackward0's grad x weights (mul_tensor_backward) is a CPU op of two dtypes: TensorIterator copies the
-    narrower input to the common dtype (TensorIteratorBase::compute_types), alive beside grad x the output
-    before its sum to one value a pair."""
+    routing weight (the mul saves both); `down` is let go. Where the two differ in dtype, the product is the
+    wider one's, and on the CPU TensorIterator copies the narrower input to it first (TensorIteratorBase::
+    compute_types), alive beside the product until the kernel returns; in backward MulBackward0's two products
+    (mul_tensor_backward) again copy the narrower input, each product in the wider dtype:
+    - weights narrower than the output (a 16-bit router's under autocast, where grouped_mm runs in the fp32
+      weights' dtype: Qwen2-MoE's cast weights, GPT-OSS's softmax in the logits' dtype): grad x the weights
+      (the copy of the weights beside it) and grad x the output, before its sum to one value a pair;
+    - the output narrower than the weights (Mixtral's router keeps its renormalised weights in fp32 while the
+      experts run in bf16): grad x the weights is made in fp32 and cast to the output's dtype once the node
+      returns (the engine's validate_outputs), and grad x the output beside its fp32 copy."""
     rp, st = ops.rp, ops.st
     s, h = sample.nbytes // sample.unit, st.shape.hidden
     unit = max(down.unit, sample.unit)
-    promoted = sample.unit != unit
-    if promoted:  # the 16-bit weights promoted for the product
-        rp.drop(ops.new(s, unit, f"{layer}: routing weights promoted", "type promotion"))
+    narrow = down if down.unit != unit else sample if sample.unit != unit else None
+    what = "experts' output" if narrow is down else "routing weights"
+    copy = narrow and ops.new(narrow.nbytes // narrow.unit, unit, f"{layer}: {what} promoted", "type promotion")
     weighted = ops.new(s * h, unit, f"{layer}: experts' output x routing weight", "mul saves both operands")
-    # backward: grad x the weights (promoted again where they are 16-bit) and grad x the output, before its sum
-    work = [s * h * unit] + ([s * unit] if promoted else [])
+    rp.drop(copy)
+    # backward: grad x the weights and grad x the output (before its sum), with the narrower input promoted
+    if narrow is down:  # the output's gradient in fp32 beyond the 16-bit one counted, its copy, grad x it
+        work = [s * h * (unit - down.unit), s * h * unit, s * h * unit]
+    else:
+        work = [s * h * unit] + ([s * unit] if narrow is sample else [])
     rp.node("mul", weighted, saved=ops.pair(down, sample),
             inputs=[(down, down.nbytes, "new"), (sample, sample.nbytes, "new")], work=work)  # fmt: skip
     rp.drop(down)

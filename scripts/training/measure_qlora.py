@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import calc_cli  # noqa: E402
 import hf_models  # noqa: E402
 import measure_lora  # noqa: E402
 import measure_transformers  # noqa: E402
@@ -61,6 +62,16 @@ RUNS = [  # (model, seq, micro-batch, tuning); bitsandbytes needs widths that ar
     (hf_models.Model("llama", 4, 128, 4, 4, 384, 512), 128, 2, measure_lora.Tune("qlora", 16, 32, ALL)),
     (hf_models.Model("llama", 4, 256, 4, 2, 704, 1024), 256, 1, measure_lora.Tune("qlora", 8, 16, ALL)),
 ]
+# Issue 34: QLoRA on a mixture of experts, loaded as above. transformers 5's experts are fused parameters and its
+# routers no nn.Linear, so bitsandbytes quantizes only the attention's linears (and a dense layer's MLP): the
+# experts and the router stay bf16 (calc.finetune.quantized). Eager walk only (the deck walk fine-tunes no mixture
+# of experts), from the model's config.json as measure_lora predicts it; each beside the same step on a bf16 base.
+MOE_RUNS = [
+    (measure_lora.FAMILIES["qwen3_moe"], 128, 2, measure_lora.Tune("qlora", 8, 16, measure_lora.ATTENTION)),
+    (measure_lora.FAMILIES["qwen3_moe_mlp_only"], 128, 2, measure_lora.Tune("qlora", 8, 16, measure_lora.ATTENTION)),
+    (measure_lora.MIXTRAL, 128, 2, measure_lora.Tune("qlora", 8, 16, measure_lora.ATTENTION)),
+    (measure_lora.FAMILIES["qwen3_moe"], 128, 2, measure_lora.Tune("qlora", 8, 16, ALL)),  # the experts' LoRA too
+]
 ATTENTIONS, CHECKPOINTING = ("eager", "sdpa"), ("none", "full")
 ADAPTER_DTYPES = ("model", "fp32")  # calc's --adapter-dtype: autocast_adapter_dtype=False, then peft's default
 
@@ -72,7 +83,7 @@ def saved(m: hf_models.Model) -> str:
     return folder
 
 
-def tuned(folder: str, attention: str, checkpointing: str, tune, device: str, precision: str = "bf16"):
+def tuned(folder: str, attention: str, checkpointing: str, tune, device: str, precision: str = "bf16", m=None):
     """The model as a QLoRA user's code leaves it (see the module's docstring). `precision` other than bf16
     (calc's fp32-full and autocast recipes): the model loaded in fp32 (the 4-bit layers still compute in bf16)
     and trained so, with peft's default fp32 adapters (autocast_adapter_dtype=True; without it peft makes the
@@ -92,8 +103,10 @@ def tuned(folder: str, attention: str, checkpointing: str, tune, device: str, pr
     if checkpointing == "full":
         net.activation_checkpointing_enable()
     net.train()
-    config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0,
-                        target_modules=[measure_lora.MODULES[t] for t in tune.targets])  # fmt: skip
+    by_name = [measure_lora.MODULES[t] for t in tune.targets]
+    modules = by_name if m is None else measure_lora.peft_modules(m, tune.targets)
+    config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0, target_modules=modules,
+                        target_parameters=m and measure_lora.peft_parameters(m, tune.targets))  # fmt: skip
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
         upcast = precision != "bf16" or tune.adapter_dtype != "model"  # peft's default: True
@@ -120,13 +133,13 @@ def resident(net: torch.nn.Module) -> int:
     return total
 
 
-def measure_step(folder, attention, checkpointing, seq, b, tune, device, precision: str = "bf16") -> dict:
+def measure_step(folder, attention, checkpointing, seq, b, tune, device, precision: str = "bf16", m=None) -> dict:
     """The second step's peak and start, and what the model holds, in bytes."""
     vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
     batches = [hf_models.tokens(vocab, seq, b, seed).to(device) for seed in (0, 1)]
 
     def make():
-        net = tuned(folder, attention, checkpointing, tune, device, precision)
+        net = tuned(folder, attention, checkpointing, tune, device, precision, m)
         return net, torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
 
     body = profile_step.two_steps(make, lambda s, x: hf_models.train_step(*s, x, precision), batches)
@@ -203,9 +216,35 @@ def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
     }
 
 
+def measure_moe(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
+    """One QLoRA (or bf16-base LoRA) step of a mixture of experts, measured, and the eager walk's prediction from
+    the flags a user types with the model's config.json."""
+    t0 = time.perf_counter()
+    got = measure_step(folder, attention, checkpointing, seq, b, tune, device, m=m)
+    row = {"model_type": m.model_type, "model": asdict(m), "tune": f"{tune.mode} r{tune.rank} {','.join(tune.targets)}",
+           "adapter_dtype": tune.adapter_dtype, "seq": seq, "micro_batch": b, "precision": "bf16",
+           "attention": attention, "checkpointing": checkpointing, "device": device, **got,
+           "config": m.config()}  # fmt: skip
+    args = measure_lora.cli_args(m, seq, b, "bf16", attention, checkpointing, tune, device)
+    row["eager_command"] = "python -m calc " + " ".join(calc_cli._shown(a) for a in args)
+    return {**row, **moe_predictions(row), "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def moe_predictions(row: dict) -> dict:
+    """A mixture of experts' row predicted by the eager walk, from its recorded command and config.json."""
+    walked = measure_transformers.predict(measure_lora.recorded_args({**row, "command": row["eager_command"]}))
+    start = [e for e in walked["events"] if e["phase"] == "start" and e["category"] == "weights"]
+    return {"eager_trainable_params": walked["trainable_params"], "eager_predicted_peak": walked["peak"],
+            "eager_peak_event": walked["peak_event"], "eager_ratio": round(walked["peak"] / row["measured_peak"], 4),
+            "predicted_weights": sum(e["bytes"] for e in start)}  # fmt: skip
+
+
 def repredict() -> dict:
     """docs/data/qlora.json with every run predicted again (both walks), its measurements kept."""
     data = json.loads(RESULTS.read_text())
+    for row in data.get("moe_runs", []):
+        for r in (row, row["lora"]):
+            r.update(moe_predictions(r))
     for row in data["runs"]:
         row.update(predictions(row))
         row["lora"].update(predictions(row["lora"]))
@@ -220,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     p.add_argument("--only", type=int, action="append", help="only these runs (indices into RUNS)")
     p.add_argument("--repredict", action="store_true", help="predict the recorded runs again, measuring nothing")
+    p.add_argument("--moe", action="store_true", help="measure MOE_RUNS (QLoRA on mixtures of experts) into the "
+                                                      "recorded file's moe_runs, keeping its other runs")
     args = p.parse_args(argv)
     if args.repredict:
         data = repredict()
@@ -229,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     import bitsandbytes
     import peft
 
+    if args.moe:
+        return measure_moes(args)
     rows = []
     for i, (m, seq, b, tune) in enumerate(RUNS):
         if args.only and i not in args.only:
@@ -253,6 +296,31 @@ def main(argv: list[str] | None = None) -> int:
         env += f"bitsandbytes {bitsandbytes.__version__}"
         out = RESULTS if args.device == "cpu" else RESULTS_CUDA
         out.write_text(json.dumps({"environment": env, "runs": rows}, indent=1) + "\n")
+    return 0
+
+
+def measure_moes(args) -> int:
+    """MOE_RUNS measured, each with both adapter dtypes, attentions and checkpointing, and on a bf16 base."""
+    rows = []
+    for i, (m, seq, b, tune) in enumerate(MOE_RUNS):
+        if args.only and i not in args.only:
+            continue
+        folder = saved(m)
+        for adapter, attention, checkpointing in itertools.product(ADAPTER_DTYPES, ATTENTIONS, CHECKPOINTING):
+            run = replace(tune, adapter_dtype=adapter)
+            row = measure_moe(folder, m, seq, b, run, attention, checkpointing, args.device)
+            row["lora"] = measure_moe(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing,
+                                      args.device)  # fmt: skip
+            rows.append(row)
+            print(f"{i} {m.model_type:10} {row['tune']:26} {adapter:5} {attention:5} {checkpointing:4} model "
+                  f"{row['model_bytes']:>10,} / {row['predicted_weights']:>10,} "
+                  f"qlora {row['measured_peak_tensors']:>11,} "
+                  f"{row['eager_predicted_peak'] / row['measured_peak_tensors']:.4f} bf16 base "
+                  f"{row['lora']['eager_predicted_peak'] / row['lora']['measured_peak_tensors']:.4f}", flush=True)
+    if args.write:
+        data = json.loads(RESULTS.read_text())
+        data["moe_runs"] = rows
+        RESULTS.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 
 

@@ -335,3 +335,24 @@ def test_the_deck_walk_fine_tunes_with_accumulation():
         assert many["peak"] == one["peak"] + grads, tune
         start = sum(e["bytes"] for e in many["events"] if e["phase"] == "start")
         assert many["events"][-1]["total"] == start - grads  # zero_grad frees every gradient held, resident ones too
+
+
+def test_qlora_on_a_mixture_of_experts_leaves_the_experts_in_16_bits():
+    """Issue 34: bitsandbytes quantizes nn.Linear layers only, and transformers 5's experts are fused parameters
+    (its routers no nn.Linear): QLoRA on Qwen3-30B-A3B stores its attention in NF4 and nothing else, so its base
+    is the bf16 base less what NF4 saves on 4 linears a layer; a dense layer among the experts has its MLP in
+    NF4 too. Refused where not measured: a shared expert (Qwen2-MoE), GPT-OSS."""
+    big = calc.PRESETS["qwen3-30b-a3b"]
+    attention = tuple(n for t, n in ((t, a * b) for t, (a, b) in finetune.linears(big).items()) if t in "qkvo")
+    assert finetune.quantized(big) == list(attention) * big.layers  # 4 a layer, the experts none
+    lora = finetune.weight_bytes(big, "bf16", Tuning("lora", targets=("q", "k", "v", "o")))
+    qlora = finetune.weight_bytes(big, "bf16", Tuning("qlora", targets=("q", "k", "v", "o")))
+    saved = big.layers * sum(2 * n - finetune.nf4_bytes(n) for n in attention)
+    assert lora["base"] - qlora["base"] == saved and qlora["base"] > 0.95 * lora["base"]
+    dense = len(finetune.quantized(replace(big, dense_layers=2))) - len(finetune.quantized(big))
+    assert dense == 2 * 3  # two dense layers: gate, up and down each
+    every = [a * b for a, b in finetune.linears(LLAMA).values()] * LLAMA.layers  # a dense model: every linear
+    assert sorted(finetune.quantized(LLAMA)) == sorted(every)
+    for name in ("gpt-oss-20b",):
+        problem = finetune.moe_problem(calc.PRESETS[name], Tuning("qlora", targets=("q", "k", "v", "o")))
+        assert problem and problem[0] == "finetune" and "--finetune lora" in problem[1]

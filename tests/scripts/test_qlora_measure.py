@@ -133,3 +133,40 @@ def test_eager_walk_predicts_qlora_on_other_families(case):
     tune = measure_lora.Tune("qlora", 8, 16, ALL, adapter_dtype=adapter)
     got = measure_qlora.measure_step(measure_qlora.saved(m), attention, checkpointing, 128, 2, tune, "cpu")
     assert_cli_predicts(measure_lora.cli_args(m, 128, 2, "bf16", attention, checkpointing, tune), got, TENTH)
+
+
+# Issue 34: QLoRA on mixtures of experts (measure_qlora.MOE_RUNS): the attention in NF4, the experts and router bf16
+MOE_CASES = [(2, "sdpa", "full", "model"), (1, "eager", "full", "")]  # Mixtral's fp32 routing; dense layers in NF4
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", MOE_CASES, ids=lambda c: "-".join(map(str, filter(None, c))))
+def test_eager_walk_predicts_qlora_on_a_mixture_of_experts(case):
+    """A QLoRA step of Mixtral (its routing weights fp32 beside bf16 experts) and of Qwen3-MoE with dense layers
+    among its experts, measured, is predicted by `--walk eager --finetune qlora` from its config.json within
+    0.1% of the step's tensors, and the model held is calc's weights (the code books included) and RoPE's two
+    inverse-frequency buffers: bitsandbytes left the experts and the router in bf16, as calc counts them."""
+    import measure_qlora
+
+    i, attention, checkpointing, adapter = case
+    m, seq, b, tune = measure_qlora.MOE_RUNS[i]
+    tune = replace(tune, adapter_dtype=adapter)
+    row = measure_qlora.measure_moe(measure_qlora.saved(m), m, seq, b, tune, attention, checkpointing, "cpu")
+    assert row["eager_trainable_params"] == row["measured_trainable"]
+    assert_predicts_tensors(row["eager_predicted_peak"], row, TENTH)
+    head = dict(m.extra).get("head_dim", m.hidden // m.heads)
+    assert row["model_bytes"] == row["predicted_weights"] + 2 * 4 * (head // 2)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_recorded_moe_qlora_commands_still_predict_their_peaks(part):
+    """Every MoE row of docs/data/qlora.json (and its bf16 base), run again from its command and config.json,
+    predicts the bytes recorded beside it (the core: the first row of each model, targets and checkpointing)."""
+    import measure_qlora
+
+    rows = json.loads((ROOT / "docs" / "data" / "qlora.json").read_text())["moe_runs"]
+    for row in part_of(rows, part, lambda r: (r["model_type"], str(r["model"]), r["tune"], r["checkpointing"])):
+        for r in (row, row["lora"]):
+            again = measure_qlora.moe_predictions(r)
+            assert (again["eager_predicted_peak"], again["predicted_weights"]) == (
+                r["eager_predicted_peak"], r["predicted_weights"]), r["eager_command"]
