@@ -241,9 +241,12 @@ def quantized(shape: Shape) -> list[int]:
     the attention's: the experts are fused parameters (gate_up_proj, down_proj) and the router is no
     nn.Linear in transformers 5, so both stay in the compute dtype (a Qwen3-MoE or Mixtral loaded with
     BitsAndBytesConfig(load_in_4bit=True), bitsandbytes 0.50); a dense layer among them has its MLP in NF4."""
-    sizes = {t: d_in * d_out for t, (d_in, d_out) in linears(shape).items()}
-    attention = [n for t, n in sizes.items() if t in ATTENTION]
-    mlp = [n for t, n in sizes.items() if t not in ATTENTION]
+    stores: dict[str, list] = {}  # a fused store (Phi-3's qkv_proj, gate_up_proj) is one Linear4bit of its parts
+    for t in counts.layer_tensors(shape):
+        if t.target:
+            stores.setdefault(t.fused or t.target, [0, t.target in ATTENTION])[0] += t.rows * t.cols
+    attention = [n for n, attends in stores.values() if attends]
+    mlp = [n for n, attends in stores.values() if not attends]
     return attention * shape.layers + mlp * (shape.layers - shape.moe_layers)
 
 

@@ -689,7 +689,7 @@ def qlora_section() -> list[str]:
                        held_checkpointing=" or ".join(sorted(held)),
                        eager_command=runs[0]["eager_command"],
                        deck_command=runs[0]["command"])]  # fmt: skip
-    return [*out, "", *qlora_moe(data.get("moe_runs", []))]
+    return [*out, "", *qlora_configs(data.get("config_runs", []))]
 
 
 QLORA_MOE_PROSE = """\
@@ -714,19 +714,31 @@ the steps with checkpointing read 0.93 to 0.96.
 """
 
 
-def qlora_moe(runs: list[dict]) -> list[str]:
-    """§12.5's QLoRA on mixtures of experts (docs/data/qlora.json's moe_runs), eager walk only."""
+QLORA_PHI3_PROSE = """\
+Phi-3's fused stores under QLoRA, in the same table: bitsandbytes makes `qkv_proj` and `gate_up_proj` one
+`Linear4bit` each, and peft puts one adapter on each (`--lora-targets q,k,v,o,gate,up,down`, as for its LoRA in
+§12.4), so calc counts one NF4 store and one set of code books for each (`calc.finetune.quantized`). Eager walk /
+the step's tensors, QLoRA and its bf16 base together: **{low:.4f} to {high:.4f}** over {runs} steps.
+"""
+
+
+def qlora_configs(runs: list[dict]) -> list[str]:
+    """§12.5's QLoRA on mixtures of experts and on Phi-3 (docs/data/qlora.json's config_runs), eager walk only."""
     if not runs:
         return []
-    eager, lora = [_qlora_eager(r) for r in runs], [_qlora_eager(r["lora"]) for r in runs]
-    worst = max(runs, key=lambda r: abs(_qlora_eager(r) - 1))
+    moe = [r for r in runs if r["model_type"] != "phi3"]
+    eager, lora = [_qlora_eager(r) for r in moe], [_qlora_eager(r["lora"]) for r in moe]
+    worst = max(moe, key=lambda r: abs(_qlora_eager(r) - 1))
     rope = {r["model_bytes"] - r["predicted_weights"] for r in runs}
+    phi = [_qlora_eager(x) for r in runs if r["model_type"] == "phi3" for x in (r, r["lora"])]
     big = calc.PRESETS["qwen3-30b-a3b"]
     qlora = calc.finetune.weight_bytes(big, "bf16", calc.finetune.Tuning("qlora", targets=calc.finetune.ATTENTION))
     out = prose(QLORA_MOE_PROSE, big_qlora=gb(sum(qlora.values())), big_bf16=gb(2 * calc.param_counts(big)["total"]),
-                low=min(eager), high=max(eager), runs=len(runs), worst=worst,
+                low=min(eager), high=max(eager), runs=len(moe), worst=worst,
                 worst_ratio=_qlora_eager(worst), lora_low=min(lora), lora_high=max(lora),
-                rope=", ".join(f"{n:,} bytes" for n in sorted(rope)), command=runs[0]["eager_command"])  # fmt: skip
+                rope=" or ".join(f"{n:,} bytes" for n in sorted(rope)), command=moe[0]["eager_command"])  # fmt: skip
+    if phi:
+        out += ["", *prose(QLORA_PHI3_PROSE, low=min(phi), high=max(phi), runs=len(phi))]
     out += [
         "",
         "| Model | Tokens | Fine-tuning | Adapters | Attention | Checkpointing | Model held (bytes) | calc's weights "
@@ -806,7 +818,7 @@ forward reads the weight, which the grouped matmul saves with its input, and bac
 gradient before the adapters'; peft's adapter casts a 16-bit input to fp32 before `lora_A` (fp32 adapters,
 peft's default and calc's; with `--adapter-dtype model` they keep a 16-bit model's dtype, as half of §12.5's
 runs do). Not modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter (refused by the
-eager walk), QLoRA on Phi-3's fused 4-bit layers (refused, unmeasured), and peft's `all-linear` on a mixture of
+eager walk) and peft's `all-linear` on a mixture of
 experts, which on Qwen3-MoE and Mixtral adapts the router too and gives `gate_up_proj` twice the rank (refused
 naming `--lora-targets`). The checkpointed steps with adapted experts read up to 1,896 bytes high (1.0007 at
 most), which is left. bitsandbytes' 4-bit layers (`--finetune qlora`) are §12.5's.

@@ -96,8 +96,6 @@ def tuning_lacks(shape: Shape, mode: str = "lora") -> str | None:
         return (f"a mixture of experts is fine-tuned by the eager walk only with peft's LoRA (and QLoRA), on {moe}, "
                 "and by no walk otherwise")
     if fam.finetune:
-        if mode == "qlora" and fam.qlora_refused:
-            return f"the eager walk does not replay QLoRA on {fam.qlora_refused}: use the deck walk"
         return None
     tuned = listing([m for f in FAMILIES.values() if f.finetune for m in f.models])
     return f"the eager walk fine-tunes dense {tuned} only: use the deck walk"

@@ -90,8 +90,6 @@ class Family:
     # tensor (Llama 4's chunked one), which the window layers are given
     lora_fused: bool = False  # peft's LoRA adapts its fused stores whole (Phi-3's qkv_proj and gate_up_proj, one
     # adapter each: calc.finetune.adapted), not each part (calc.inventory.Tensor.fused)
-    qlora_refused: str = ""  # why the eager walk does not replay QLoRA on its model, whose LoRA and frozen layers it
-    # replays (calc.families.tuning_lacks says it)
     embed_module: bool = False  # its `embed` is the embedding module's own forward (Gemma's scaled embedding), so
     # enable_input_require_grads' hook on that module makes embed's output the leaf, not the lookup's
 

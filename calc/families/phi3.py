@@ -131,8 +131,8 @@ def sdpa_mask(shape: Shape, seq: int) -> bool:
 
 MODEL_TYPES = (ModelType("phi3", read_phi3, "phi3"),)
 # peft's LoRA targets Phi3Attention's qkv_proj and Phi3MLP's gate_up_proj whole (one A and one B each): calc's
-# --lora-targets names them q,k,v and gate,up together (lora_fused); bitsandbytes' 4-bit fused layers are unmeasured
-QLORA = "Phi-3's fused qkv_proj and gate_up_proj (4-bit, unmeasured)"
+# --lora-targets names them q,k,v and gate,up together (lora_fused); under QLoRA each is one bitsandbytes Linear4bit
+# (calc.finetune.quantized, calc.parts.linear.QUANTIZED)
 
 
 def problem(shape) -> tuple[str, str] | None:
@@ -141,6 +141,6 @@ def problem(shape) -> tuple[str, str] | None:
 
 
 FAMILIES = (Family("phi3", ("Phi-3",), layer, finetune=True, tensors=tensors, sdpa_mask=sdpa_mask, lora_fused=True,
-                   qlora_refused=QLORA, problem=problem),)  # fmt: skip
+                   problem=problem),)  # fmt: skip
 ORDER = 70  # where the registry lists it (calc.families)
 PRESETS = {"phi-4": "Phi"}  # calc/configs/NAME.json -> its group in the list

@@ -15,7 +15,8 @@ NF4_BLOCK = 64
 NF4_DQ_BLOCK = 256
 AUTOCAST = 2  # bytes a value of torch.autocast(bfloat16)'s casts and of its matmuls' outputs
 # bitsandbytes' 4-bit layers (QLoRA): transformers quantizes the block linears, not the head
-QUANTIZED = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+QUANTIZED = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj",
+                       "gate_up_proj"})  # Phi-3's fused stores: one Linear4bit each  # fmt: skip
 COMPUTE = 2  # bnb_4bit_compute_dtype: bfloat16, as QLoRA runs it
 CUDA_FUSED_ROWS = 4  # backends/cuda/ops.py: _GEMM_4BIT_CUSTOM_FLOOR_M, rows its fused 4-bit kernel always takes
 

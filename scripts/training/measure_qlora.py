@@ -62,15 +62,19 @@ RUNS = [  # (model, seq, micro-batch, tuning); bitsandbytes needs widths that ar
     (hf_models.Model("llama", 4, 128, 4, 4, 384, 512), 128, 2, measure_lora.Tune("qlora", 16, 32, ALL)),
     (hf_models.Model("llama", 4, 256, 4, 2, 704, 1024), 256, 1, measure_lora.Tune("qlora", 8, 16, ALL)),
 ]
-# Issue 34: QLoRA on a mixture of experts, loaded as above. transformers 5's experts are fused parameters and its
-# routers no nn.Linear, so bitsandbytes quantizes only the attention's linears (and a dense layer's MLP): the
-# experts and the router stay bf16 (calc.finetune.quantized). Eager walk only (the deck walk fine-tunes no mixture
-# of experts), from the model's config.json as measure_lora predicts it; each beside the same step on a bf16 base.
-MOE_RUNS = [
+# Issue 34: QLoRA on models whose own code measure_lora predicts from their config.json, loaded as above, eager walk
+# only; each beside the same step on a bf16 base. A mixture of experts: transformers 5's experts are fused
+# parameters and its routers no nn.Linear, so bitsandbytes quantizes only the attention's linears (and a dense
+# layer's MLP), the experts and the router stay bf16 (calc.finetune.quantized; the deck walk fine-tunes no mixture
+# of experts). Phi-3: its fused qkv_proj and gate_up_proj are one Linear4bit each, one adapter each.
+CONFIG_RUNS = [
     (measure_lora.FAMILIES["qwen3_moe"], 128, 2, measure_lora.Tune("qlora", 8, 16, measure_lora.ATTENTION)),
     (measure_lora.FAMILIES["qwen3_moe_mlp_only"], 128, 2, measure_lora.Tune("qlora", 8, 16, measure_lora.ATTENTION)),
     (measure_lora.MIXTRAL, 128, 2, measure_lora.Tune("qlora", 8, 16, measure_lora.ATTENTION)),
     (measure_lora.FAMILIES["qwen3_moe"], 128, 2, measure_lora.Tune("qlora", 8, 16, ALL)),  # the experts' LoRA too
+    (replace(measure_lora.FAMILIES["phi3"], hidden=128, ffn=384, extra=tuple(  # whole NF4 blocks
+        (k, 32 if k == "head_dim" else v) for k, v in measure_lora.FAMILIES["phi3"].extra)), 128, 2,
+     measure_lora.Tune("qlora", 8, 16, ALL)),
 ]
 ATTENTIONS, CHECKPOINTING = ("eager", "sdpa"), ("none", "full")
 ADAPTER_DTYPES = ("model", "fp32")  # calc's --adapter-dtype: autocast_adapter_dtype=False, then peft's default
@@ -216,7 +220,7 @@ def measure(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
     }
 
 
-def measure_moe(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
+def measure_config(folder, m, seq, b, tune, attention, checkpointing, device) -> dict:
     """One QLoRA (or bf16-base LoRA) step of a mixture of experts, measured, and the eager walk's prediction from
     the flags a user types with the model's config.json."""
     t0 = time.perf_counter()
@@ -227,10 +231,10 @@ def measure_moe(folder, m, seq, b, tune, attention, checkpointing, device) -> di
            "config": m.config()}  # fmt: skip
     args = measure_lora.cli_args(m, seq, b, "bf16", attention, checkpointing, tune, device)
     row["eager_command"] = "python -m calc " + " ".join(calc_cli._shown(a) for a in args)
-    return {**row, **moe_predictions(row), "seconds": round(time.perf_counter() - t0, 2)}
+    return {**row, **config_predictions(row), "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def moe_predictions(row: dict) -> dict:
+def config_predictions(row: dict) -> dict:
     """A mixture of experts' row predicted by the eager walk, from its recorded command and config.json."""
     walked = measure_transformers.predict(measure_lora.recorded_args({**row, "command": row["eager_command"]}))
     start = [e for e in walked["events"] if e["phase"] == "start" and e["category"] == "weights"]
@@ -242,9 +246,9 @@ def moe_predictions(row: dict) -> dict:
 def repredict() -> dict:
     """docs/data/qlora.json with every run predicted again (both walks), its measurements kept."""
     data = json.loads(RESULTS.read_text())
-    for row in data.get("moe_runs", []):
+    for row in data.get("config_runs", []):
         for r in (row, row["lora"]):
-            r.update(moe_predictions(r))
+            r.update(config_predictions(r))
     for row in data["runs"]:
         row.update(predictions(row))
         row["lora"].update(predictions(row["lora"]))
@@ -259,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     p.add_argument("--only", type=int, action="append", help="only these runs (indices into RUNS)")
     p.add_argument("--repredict", action="store_true", help="predict the recorded runs again, measuring nothing")
-    p.add_argument("--moe", action="store_true", help="measure MOE_RUNS (QLoRA on mixtures of experts) into the "
-                                                      "recorded file's moe_runs, keeping its other runs")
+    p.add_argument("--configs", action="store_true", help="measure CONFIG_RUNS (QLoRA on mixtures of experts and "
+                                                          "Phi-3) into the recorded file's config_runs, keeping its "
+                                                          "other runs")  # fmt: skip
     args = p.parse_args(argv)
     if args.repredict:
         data = repredict()
@@ -270,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     import bitsandbytes
     import peft
 
-    if args.moe:
-        return measure_moes(args)
+    if args.configs:
+        return measure_configs(args)
     rows = []
     for i, (m, seq, b, tune) in enumerate(RUNS):
         if args.only and i not in args.only:
@@ -299,27 +304,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure_moes(args) -> int:
-    """MOE_RUNS measured, each with both adapter dtypes, attentions and checkpointing, and on a bf16 base."""
+def measure_configs(args) -> int:
+    """CONFIG_RUNS measured, each with both adapter dtypes, attentions and checkpointing, and on a bf16 base."""
     rows = []
-    for i, (m, seq, b, tune) in enumerate(MOE_RUNS):
+    for i, (m, seq, b, tune) in enumerate(CONFIG_RUNS):
         if args.only and i not in args.only:
             continue
         folder = saved(m)
         for adapter, attention, checkpointing in itertools.product(ADAPTER_DTYPES, ATTENTIONS, CHECKPOINTING):
             run = replace(tune, adapter_dtype=adapter)
-            row = measure_moe(folder, m, seq, b, run, attention, checkpointing, args.device)
-            row["lora"] = measure_moe(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing,
-                                      args.device)  # fmt: skip
+            row = measure_config(folder, m, seq, b, run, attention, checkpointing, args.device)
+            row["lora"] = measure_config(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing,
+                                         args.device)  # fmt: skip
             rows.append(row)
             print(f"{i} {m.model_type:10} {row['tune']:26} {adapter:5} {attention:5} {checkpointing:4} model "
                   f"{row['model_bytes']:>10,} / {row['predicted_weights']:>10,} "
                   f"qlora {row['measured_peak_tensors']:>11,} "
                   f"{row['eager_predicted_peak'] / row['measured_peak_tensors']:.4f} bf16 base "
                   f"{row['lora']['eager_predicted_peak'] / row['lora']['measured_peak_tensors']:.4f}", flush=True)
-    if args.write:
+    if args.write:  # the runs measured now replace theirs; the others (--only) are kept, in CONFIG_RUNS' order
         data = json.loads(RESULTS.read_text())
-        data["moe_runs"] = rows
+        order = [(json.dumps(asdict(m)), f"{t.mode} r{t.rank} {','.join(t.targets)}") for m, _, _, t in CONFIG_RUNS]
+        new = {(json.dumps(r["model"]), r["tune"]) for r in rows}
+        kept = [r for r in data.get("config_runs", []) if (json.dumps(r["model"]), r["tune"]) not in new]
+        data["config_runs"] = sorted(kept + rows, key=lambda r: order.index((json.dumps(r["model"]), r["tune"])))
         RESULTS.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 

@@ -112,7 +112,8 @@ def test_eager_walk_predicts_qlora_step(case):
 
 # (family, attention, checkpointing, calc's --adapter-dtype): each family that fine-tunes in the eager walk but Llama's
 FAMILY_CASES = [("gemma3_text", "eager", "full", "model"), ("granite", "sdpa", "none", ""),
-                ("olmo3", "sdpa", "full", "model"), ("smollm3", "eager", "none", "")]  # fmt: skip
+                ("olmo3", "sdpa", "full", "model"), ("smollm3", "eager", "none", ""),
+                ("phi3", "eager", "full", "model"), ("phi3", "sdpa", "none", "")]  # fmt: skip (Phi-3: fused stores)
 TENTH = 0.001  # the eager walk's band on these steps' tensors
 
 
@@ -131,11 +132,11 @@ def test_eager_walk_predicts_qlora_on_other_families(case):
     m = measure_families.FAMILIES[name]
     m = replace(m, hidden=128, ffn=384, extra=tuple((k, 32 if k == "head_dim" else v) for k, v in m.extra))
     tune = measure_lora.Tune("qlora", 8, 16, ALL, adapter_dtype=adapter)
-    got = measure_qlora.measure_step(measure_qlora.saved(m), attention, checkpointing, 128, 2, tune, "cpu")
+    got = measure_qlora.measure_step(measure_qlora.saved(m), attention, checkpointing, 128, 2, tune, "cpu", m=m)
     assert_cli_predicts(measure_lora.cli_args(m, 128, 2, "bf16", attention, checkpointing, tune), got, TENTH)
 
 
-# Issue 34: QLoRA on mixtures of experts (measure_qlora.MOE_RUNS): the attention in NF4, the experts and router bf16
+# Issue 34: QLoRA on mixtures of experts (measure_qlora.CONFIG_RUNS): the attention in NF4, the experts and router bf16
 MOE_CASES = [(2, "sdpa", "full", "model"), (1, "eager", "full", "")]  # Mixtral's fp32 routing; dense layers in NF4
 
 
@@ -149,9 +150,9 @@ def test_eager_walk_predicts_qlora_on_a_mixture_of_experts(case):
     import measure_qlora
 
     i, attention, checkpointing, adapter = case
-    m, seq, b, tune = measure_qlora.MOE_RUNS[i]
+    m, seq, b, tune = measure_qlora.CONFIG_RUNS[i]
     tune = replace(tune, adapter_dtype=adapter)
-    row = measure_qlora.measure_moe(measure_qlora.saved(m), m, seq, b, tune, attention, checkpointing, "cpu")
+    row = measure_qlora.measure_config(measure_qlora.saved(m), m, seq, b, tune, attention, checkpointing, "cpu")
     assert row["eager_trainable_params"] == row["measured_trainable"]
     assert_predicts_tensors(row["eager_predicted_peak"], row, TENTH)
     head = dict(m.extra).get("head_dim", m.hidden // m.heads)
@@ -164,9 +165,9 @@ def test_recorded_moe_qlora_commands_still_predict_their_peaks(part):
     predicts the bytes recorded beside it (the core: the first row of each model, targets and checkpointing)."""
     import measure_qlora
 
-    rows = json.loads((ROOT / "docs" / "data" / "qlora.json").read_text())["moe_runs"]
+    rows = json.loads((ROOT / "docs" / "data" / "qlora.json").read_text())["config_runs"]
     for row in part_of(rows, part, lambda r: (r["model_type"], str(r["model"]), r["tune"], r["checkpointing"])):
         for r in (row, row["lora"]):
-            again = measure_qlora.moe_predictions(r)
+            again = measure_qlora.config_predictions(r)
             assert (again["eager_predicted_peak"], again["predicted_weights"]) == (
                 r["eager_predicted_peak"], r["predicted_weights"]), r["eager_command"]

@@ -121,3 +121,34 @@ def test_a_refused_file_is_named_and_nothing_is_lost(open_page):
     assert done.returncode == 2 and "load_in_8bit: LoRA on an 8-bit" in done.stderr
     change(page, "micro-batch", "2")  # the calculator works on
     assert page.evaluate(SHOWN)["peak"] != before["peak"]
+
+
+ACCELERATE_CPU = """compute_environment: LOCAL_MACHINE
+debug: false
+distributed_type: 'NO'
+downcast_bf16: 'no'
+enable_cpu_affinity: false
+machine_rank: 0
+main_training_function: main
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 1
+rdzv_backend: static
+same_network: true
+tpu_env: []
+tpu_use_cluster: false
+tpu_use_sudo: false
+use_cpu: true
+"""  # `accelerate config` on a machine without a GPU, as it writes the file
+
+
+def test_a_files_device_is_not_overridden_by_the_pages_default(open_page, tmp_path):
+    """The form always holds a device (cuda by default); the box sends it beside the file only where the reader
+    chose another, as the CLI's flags: accelerate's `use_cpu: true` gives the page --device cpu, as the CLI."""
+    path = tmp_path / "default_config.yaml"
+    path.write_text(ACCELERATE_CPU)
+    want = cli_json(["--trainer-config", str(path)])
+    assert {"key": "use_cpu", "value": "true", "gives": "--device cpu"} in want["trainer_config"]["read"]
+    page, _ = open_page()
+    got = read_box(page, ACCELERATE_CPU)
+    assert "device=cpu" in settled_url(page) and got["peak"] == want["peak"]

@@ -58,11 +58,12 @@ export function createTrainerBox(root, config, f, { ask, apply }) {
     shown.replaceChildren(...parts);
     shown.hidden = !parts.length;
   }
-  // The page's walk, device and config.json stay, as flags given beside --trainer-config.
+  // The page's walk, device and config.json stay, as flags given beside --trainer-config: those chosen, not
+  // a default the form always sends (a file's own device, say, is then the file's, as in the CLI).
   function context() {
     const sent = f.inputs();
-    return Object.fromEntries(["walk", "device", "hf-config"].filter((k) => sent[k] !== undefined)
-      .map((k) => [k, sent[k]]));
+    return Object.fromEntries(["walk", "device", "hf-config"]
+      .filter((k) => sent[k] !== undefined && sent[k] !== config.defaults[k]).map((k) => [k, sent[k]]));
   }
   async function read() {
     const texts = files ?? [text.value];

@@ -148,8 +148,8 @@ def test_issue_18_dense_presets_walk_eagerly(capsys, preset, family):
 
 
 def test_the_families_that_fine_tune_are_the_measured_ones():
-    """Every dense family the eager walk replays fine-tunes there but the course's Decoder (Phi-3's QLoRA apart:
-    its fused 4-bit layers are unmeasured); a refusal lists the families that do."""
+    """Every dense family the eager walk replays fine-tunes there but the course's Decoder (Phi-3's QLoRA too:
+    its fused stores are one Linear4bit each); a refusal lists the families that do."""
     tuned = {name for name, fam in families.FAMILIES.items() if fam.finetune}
     assert tuned == {"llama", "phi3", "qwen3", "granite", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "smollm3",
                      "ministral", "ministral3"}  # fmt: skip
