@@ -221,22 +221,31 @@ def checked(raw: dict, texts: list[str], validate, unread: Mapping[str, str] | N
     """(the fields, the Reading, validate's answer) for the flags `raw` with the trainer configs `texts` under
     them, as the CLI's --trainer-config and the page's trainer box both read them; or calc.inputs.InputError,
     naming the file's key where the file set the field refused. `validate(fields)` checks the fields and gives a
-    tuple whose first member is the Run (calc.run.Run). The file's loop fields ask the deck walk for the eager
-    figure beside it; where that figure cannot be had (a paged optimizer, say), the step is answered without
-    it and the reading says why."""
-    from ..inputs import BESIDE_FIELDS, InputError
+    tuple whose first member is the Run (calc.run.Run)."""
+    from ..inputs import InputError
 
     try:
         given, reading = apply(raw, texts, unread=unread)
     except Refused as e:
         raise InputError("trainer-config", e.why if e.key == "trainer-config" else f"{e.key}: {e.why}") from None
+    return _checked(raw, given, reading, validate)
+
+
+def _checked(raw: dict, given: dict, reading: Reading, validate) -> tuple[dict, Reading, tuple]:
+    """checked's work on the fields the files gave. The file's loop fields ask the deck walk for the eager figure
+    beside it; where that figure cannot be had (a paged optimizer, say), the step is answered without it and the
+    reading says why."""
+    from ..inputs import BESIDE_FIELDS, InputError
+
     try:
         answer = validate(given)
     except InputError as e:
-        from_file = [f for f in BESIDE_FIELDS if f in reading.fields and raw.get(f) in (None, "")]
-        if e.field not in from_file or given.get("walk") == "eager":
+        if e.field == "lora-targets" and reading.linear_names and from_file("lora-targets", reading, raw):
+            return _linear_names(raw, given, reading, validate, e)
+        loop = [f for f in BESIDE_FIELDS if f in reading.fields and raw.get(f) in (None, "")]
+        if e.field not in loop or given.get("walk") == "eager":
             raise InputError(*blame(e.field, e.message, reading, raw)) from None
-        for name in from_file:
+        for name in loop:
             reading.drop(name, f"no eager figure beside the deck walk's: {e.message}")
             given.pop(name)
         try:
@@ -247,6 +256,29 @@ def checked(raw: dict, texts: list[str], validate, unread: Mapping[str, str] | N
     if problem:
         raise InputError(*blame("lora-targets", problem, reading, raw))
     return given, reading, answer
+
+
+ATTENTION_LINEARS = "q,k,v,o"  # what the tools' search for every nn.Linear finds in a sparse layer (transformers 5)
+
+
+def _linear_names(raw: dict, given: dict, reading: Reading, validate, refused) -> tuple[dict, Reading, tuple]:
+    """_checked's answer where the tool's own search for every nn.Linear by name (Reading.linear_names) met a
+    mixture of experts, whose peft all-linear calc refuses (`refused`): in transformers 5 its experts are fused
+    parameters and its router no nn.Linear, so on a model with experts in every layer and no shared expert the
+    search finds the attention's q_proj, k_proj, v_proj and o_proj only, and the fields are checked again with
+    them. A dense layer or a shared expert adds gate_proj, up_proj and down_proj, which peft then reads by model
+    type: refused, as `refused` says."""
+    from ..inputs import InputError, parse_shape
+
+    try:
+        shape = parse_shape({k: v for k, v in given.items() if v not in (None, "")})
+    except InputError:
+        shape = None
+    if not shape or not shape.experts or shape.moe_layers < shape.layers or shape.shared_expert_ffn:
+        raise InputError(*blame(refused.field, refused.message, reading, raw)) from None
+    reading.retarget(ATTENTION_LINEARS, "every nn.Linear's name: on this mixture of experts, the attention's")
+    reading.linear_names = False
+    return _checked(raw, {**given, "lora-targets": ATTENTION_LINEARS}, reading, validate)
 
 
 def blame(field: str, message: str, r: Reading, raw: Mapping[str, object]) -> tuple[str, str]:

@@ -141,6 +141,7 @@ def _tuning(doc: dict, r: Reading) -> None:
         r.set(key, doc[key], **{field: whole(key, doc[key])})
     if truth("lora_target_linear", doc.get("lora_target_linear")):
         r.set("lora_target_linear", True, lora_targets="all-linear")
+        r.linear_names = True  # utils/models.py find_all_linear_names: every nn.Linear's name but the head's
         if doc.get("lora_target_modules"):
             r.ignore("lora_target_modules", "lora_target_linear takes every linear")
     elif doc.get("lora_target_modules"):

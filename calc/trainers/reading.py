@@ -43,6 +43,8 @@ class Reading:
     pending_global: int = 0  # torchtitan's global batch, read once the ranks are known
     engine_key: str = ""  # the key that names DeepSpeed's engine
     sixteen: str = ""  # the trainer's autocast: "bf16", "fp16" or "" (what DeepSpeed's "auto" takes)
+    linear_names: bool = False  # --lora-targets all-linear is the tool's own search: the name of every nn.Linear
+    # but the head (LLaMA-Factory's find_all_linear_modules, axolotl's find_all_linear_names), not peft's all-linear
 
     def set(self, key: str, value: object, **fields: object) -> None:
         """Key `key` (given as `value`) sets `fields` (calc names with _ for -)."""
@@ -72,6 +74,13 @@ class Reading:
         """Key `key` names a DeepSpeed JSON, which must be given as a file of its own (read checks it is)."""
         self.read.append({"key": key, "value": shown(path), "gives": "the DeepSpeed JSON it names"})
         self.needs.append((key, path))
+
+    def retarget(self, value: str, why: str) -> None:
+        """The tool's own search for every nn.Linear (linear_names) finds `value` on this model: --lora-targets
+        becomes it, the key that gave all-linear says so."""
+        self.fields["lora-targets"] = value
+        for entry in (*self.read, *self.defaults):
+            entry["gives"] = entry["gives"].replace("--lora-targets all-linear", f"--lora-targets {value} ({why})")
 
     def ignore(self, key: str, why: str) -> None:
         self.ignored.append({"key": key, "why": why})

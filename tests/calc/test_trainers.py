@@ -400,3 +400,30 @@ def test_the_page_refuses_what_is_no_trainer_config():
     for sent in ([], "  \n", [1], {"a": 1}, None):
         answer = json.loads(handle(json.dumps({"trainer": sent, "inputs": {}})))
         assert answer["ok"] is False and answer["field"] == "trainer-config", sent
+
+
+def test_the_tools_every_linear_on_a_mixture_of_experts_is_its_attention(capsys):
+    """LLaMA-Factory's `lora_target: all` (its default) and axolotl's `lora_target_linear` name every nn.Linear
+    the model has (find_all_linear_modules, find_all_linear_names), not peft's all-linear. In transformers 5 a
+    mixture of experts' experts are fused parameters and its router no nn.Linear, so on Mixtral or Qwen3-MoE they
+    find q_proj, k_proj, v_proj and o_proj: the same step as --lora-targets q,k,v,o, the key saying so. A shared
+    expert (Qwen2-MoE) adds gate_proj, up_proj and down_proj, which peft reads by model type: refused, naming the
+    key."""
+    lora = str(CONFIGS / "llamafactory" / "llama3_lora_sft.yaml")
+    for model in (["--preset", "mixtral-8x7b"], ["--preset", "qwen3-30b-a3b"]):
+        assert main(["--trainer-config", lora, *model, "--walk", "eager", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        given = dict(got["trainer_config"]["fields"], **{"lora-targets": "q,k,v,o"})
+        flags = [a for k, v in given.items() if k != "preset" for a in (f"--{k}", v)]
+        assert main([*flags, *model, "--walk", "eager", "--json"]) == 0
+        want = json.loads(capsys.readouterr().out)
+        assert (got["trainable_params"], got["peak"]) == (want["trainable_params"], want["peak"])
+        entry = next(r for r in got["trainer_config"]["read"] if r["key"] == "lora_target")
+        assert entry["gives"].startswith("--lora-targets q,k,v,o (every nn.Linear's name"), entry
+    qwen2_moe = ["--hf-config", str(ROOT / "tests" / "hf_configs" / "qwen1.5-moe-a2.7b.json"), "--walk", "eager"]
+    assert main(["--trainer-config", lora, *qwen2_moe]) == 2
+    assert capsys.readouterr().err.startswith("error: --trainer-config: lora_target gives --lora-targets all-linear")
+    axolotl = str(CONFIGS / "axolotl" / "qlora.yml")  # lora_target_linear, and a paged optimizer: refused by that
+    assert main(["--trainer-config", axolotl, "--preset", "qwen3-30b-a3b", "--walk", "eager"]) == 2
+    assert capsys.readouterr().err.startswith("error: --trainer-config: optimizer gives --paged-optimizer true: a "
+                                              "mixture of experts is modelled with AdamW on the device only")
