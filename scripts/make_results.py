@@ -701,7 +701,8 @@ router stay bf16**, and they are most of such a model. calc counts them so (`cal
 Qwen3-30B-A3B under `--finetune qlora` on q, k, v and o stores {big_qlora} of weights (the adapters included),
 against {big_bf16} for the whole model in bf16.
 The deck walk fine-tunes no mixture of experts, so only the eager walk is shown, each run beside the same step on a
-bf16 base (`--finetune lora`). Eager walk / the step's tensors, QLoRA: **{low:.4f} to {high:.4f}** over {runs} runs,
+bf16 base (`--finetune lora`); each run {tokens} tokens, its adapters bf16 or fp32 (peft's default). Eager walk /
+the step's tensors, QLoRA: **{low:.4f} to {high:.4f}** over {runs} runs,
 worst **{worst_ratio:.4f}** ({worst[tune]}, {worst[model_type]}, {worst[attention]} attention, checkpointing
 {worst[checkpointing]}); on a bf16 base: {lora_low:.4f} to {lora_high:.4f}. *Model held* less calc's weights is
 RoPE's two inverse-frequency buffers (fp32, head size / 2 each): {rope}. The first row's command: `{command}`.
@@ -734,6 +735,7 @@ def qlora_configs(runs: list[dict]) -> list[str]:
     big = calc.PRESETS["qwen3-30b-a3b"]
     qlora = calc.finetune.weight_bytes(big, "bf16", calc.finetune.Tuning("qlora", targets=calc.finetune.ATTENTION))
     out = prose(QLORA_MOE_PROSE, big_qlora=gb(sum(qlora.values())), big_bf16=gb(2 * calc.param_counts(big)["total"]),
+                tokens=" or ".join(sorted({f"{r['micro_batch']} x {r['seq']}" for r in runs})),
                 low=min(eager), high=max(eager), runs=len(moe), worst=worst,
                 worst_ratio=_qlora_eager(worst), lora_low=min(lora), lora_high=max(lora),
                 rope=" or ".join(f"{n:,} bytes" for n in sorted(rope)), command=moe[0]["eager_command"])  # fmt: skip
@@ -741,19 +743,19 @@ def qlora_configs(runs: list[dict]) -> list[str]:
         out += ["", *prose(QLORA_PHI3_PROSE, low=min(phi), high=max(phi), runs=len(phi))]
     out += [
         "",
-        "| Model | Tokens | Fine-tuning | Adapters | Attention | Checkpointing | Model held (bytes) | calc's weights "
-        "(bytes) | QLoRA tensors | QLoRA eager walk | Eager / tensors | bf16 base tensors | bf16 eager walk "
-        "| Eager / tensors |",
-        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Model (L, h, a, k, f, V) | Fine-tuning | Adapters, attention, checkpointing | Model held (bytes) "
+        "| calc's weights (bytes) | QLoRA tensors | QLoRA eager walk | Eager / tensors | bf16 base tensors "
+        "| bf16 eager walk | Eager / tensors |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
         lo = r["lora"]
         out.append(
-            f"| {r['model_type']}, {_short_shape(r['model'])} | {r['micro_batch']} x {r['seq']} | {r['tune']} "
-            f"| {ADAPTER_CELLS[r['adapter_dtype']]} | {r['attention']} | {r['checkpointing']} | {r['model_bytes']:,} "
-            f"| {r['predicted_weights']:,} | {r['measured_peak_tensors']:,} | {r['eager_predicted_peak']:,} "
-            f"| {_qlora_eager(r):.4f} | {lo['measured_peak_tensors']:,} | {lo['eager_predicted_peak']:,} "
-            f"| {_qlora_eager(lo):.4f} |"
+            f"| {r['model_type']} ({_short_shape(r['model'])}) | {r['tune']} "
+            f"| {'bf16' if r['adapter_dtype'] == 'model' else 'fp32'}, {r['attention']}, {r['checkpointing']} "
+            f"| {r['model_bytes']:,} | {r['predicted_weights']:,} | {r['measured_peak_tensors']:,} "
+            f"| {r['eager_predicted_peak']:,} | {_qlora_eager(r):.4f} | {lo['measured_peak_tensors']:,} "
+            f"| {lo['eager_predicted_peak']:,} | {_qlora_eager(lo):.4f} |"
         )
     return [*out, ""]
 
