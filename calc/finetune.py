@@ -361,12 +361,12 @@ def moe_problem(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     if tune.mode not in ("lora", "qlora"):
         return "finetune", ("not modelled for a mixture of experts yet (the eager walk replays peft's LoRA and QLoRA "
                             "on one)")  # fmt: skip
-    if tune.mode == "qlora" and (shape.shared_expert_ffn or shape.family not in QLORA_EXPERTS):
-        return "finetune", ("QLoRA on a mixture of experts is modelled on Qwen3-MoE and Mixtral (no shared expert): "
-                            "--finetune lora on this one")  # fmt: skip
     lacks = tuning_lacks(shape, tune.mode)  # the model before its targets: a fix the next refusal would refuse
     if lacks:
         return "finetune", lacks
+    if tune.mode == "qlora" and (shape.shared_expert_ffn or shape.family not in QLORA_EXPERTS):
+        return "finetune", ("QLoRA on a mixture of experts is modelled on Qwen3-MoE and Mixtral (no shared expert): "
+                            "--finetune lora on this one")  # fmt: skip
     experts = [t for t in tune.targets if t not in ATTENTION]
     if experts and (shape.shared_expert_ffn or shape.moe_layers < shape.layers):
         return "lora-targets", ("LoRA on the experts of a model with a shared expert or dense layers among them is not "

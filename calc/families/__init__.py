@@ -93,8 +93,8 @@ def tuning_lacks(shape: Shape, mode: str = "lora") -> str | None:
         if mode in ("lora", "qlora") and fam.expert_lora:
             return None
         moe = listing([m for f in FAMILIES.values() for m in f.expert_lora])
-        return (f"a mixture of experts is fine-tuned by the eager walk only with peft's LoRA (and QLoRA), on {moe}, "
-                "and by no walk otherwise")
+        return (f"a mixture of experts is fine-tuned by the eager walk only with peft's LoRA (QLoRA on Qwen3-MoE and "
+                f"Mixtral alone), on {moe}, and by no walk otherwise")
     if fam.finetune:
         return None
     tuned = listing([m for f in FAMILIES.values() if f.finetune for m in f.models])

@@ -76,7 +76,31 @@ def _yaml(text: str) -> list[dict]:
         raise Refused("trainer-config", "not YAML: nested too deeply") from None
     if not docs or not all(isinstance(d, dict) and all(isinstance(k, str) for k in d) for d in docs):
         raise Refused("trainer-config", f"not {KNOWN}: it must be a mapping of keys")
+    if _expands(docs):
+        raise Refused("trainer-config", f"not {KNOWN}: its aliases repeat more than {MAX_VALUES:,} values (a trainer "
+                                        "config holds a few hundred)")  # fmt: skip
     return docs
+
+
+MAX_VALUES = 100_000  # values a YAML's documents may hold, its aliases expanded: safe_load shares an aliased node,
+# so a few hundred characters can make a value whose text (a reader's message, shown()) would never end
+
+
+def _expands(docs: list) -> bool:
+    """Whether the documents hold more than MAX_VALUES values, each alias counted as often as it is used (a
+    recursive alias, endlessly): counted without recursion, stopping at the bound."""
+    stack, seen = list(docs), 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            return True
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple, set)):
+            stack.extend(value)
+    return False
 
 
 def tool_of(doc: dict) -> str:
@@ -274,8 +298,13 @@ def _linear_names(raw: dict, given: dict, reading: Reading, validate, refused) -
         shape = parse_shape({k: v for k, v in given.items() if v not in (None, "")})
     except InputError:
         shape = None
-    if not shape or not shape.experts or shape.moe_layers < shape.layers or shape.shared_expert_ffn:
+    if not shape or not shape.experts:
         raise InputError(*blame(refused.field, refused.message, reading, raw)) from None
+    if shape.moe_layers < shape.layers or shape.shared_expert_ffn:
+        raise InputError(*blame("lora-targets", "the tool names every nn.Linear, which on this mixture of experts (a "
+                                "shared expert, or dense layers among the experts) includes gate_proj, up_proj and "
+                                "down_proj, which peft reads by model type: not modelled yet; name q_proj, k_proj, "
+                                "v_proj and o_proj", reading, raw)) from None  # fmt: skip
     reading.retarget(ATTENTION_LINEARS, "every nn.Linear's name: on this mixture of experts, the attention's")
     reading.linear_names = False
     return _checked(raw, {**given, "lora-targets": ATTENTION_LINEARS}, reading, validate)

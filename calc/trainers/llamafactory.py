@@ -124,7 +124,7 @@ def _tuning(doc: dict, r: Reading) -> None:
         r.set("lora_target", target, lora_targets=value)
     else:
         r.default("LLaMA-Factory: lora_target = all (every linear but the head)", lora_targets=value)
-    r.linear_names = value == "all-linear"  # model/model_utils/misc.py find_all_linear_modules: by module name
+    r.linear_names = target == "all"  # model/model_utils/misc.py find_all_linear_modules: by module name
 
 
 def _precision(doc: dict, r: Reading) -> None:

@@ -111,8 +111,14 @@ const web = (async () => {
   progress(STEPS.length, "Ready");
   // PyYAML (hooks/wheel.py's pure-Python wheel, in the site's lock file) is loaded when a trainer config is
   // first read, not before: nothing else needs it.
+  // loadPackage reports a failed download and resolves: a failure is said, and the next read tries again.
   let yaml = null;
-  const loadYaml = () => (yaml ??= pyodide.loadPackage("pyyaml", { messageCallback: () => {} }));
+  const loadYaml = () => (yaml ??= pyodide.loadPackage("pyyaml", { messageCallback: () => {} }).then(() => {
+    if (!pyodide.loadedPackages.pyyaml) {
+      yaml = null;
+      throw new Error("PyYAML, which reads a YAML file, could not be fetched from this site: try again");
+    }
+  }));
   return { handle: module.handle, Sliced: module.Sliced, loadYaml };
 })();
 

@@ -175,11 +175,17 @@ def test_bad_configs_are_refused_naming_the_key(bad, key):
 
 
 def test_hostile_yaml_is_refused_quickly():
-    """An alias bomb (each list nine of the one before) is read as references, and shown by its size."""
+    """An alias bomb (each list nine of the one before: 9^9 values) is refused before any reader turns one of
+    its values into text (some format a value whole); a large but bounded use of aliases is read as references,
+    and shown by its size."""
     bomb = "dataset_kwargs:\n- &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"- &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
     with pytest.raises(trainers.Refused) as e:
         trainers.apply({}, [bomb + "per_device_train_batch_size: *i\n"])
+    assert e.value.key == "trainer-config" and "aliases repeat more than 100,000 values" in e.value.why
+    small = "dataset_kwargs:\n- &a [x, x, x, x, x, x, x, x, x]\n- &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, [small + "per_device_train_batch_size: *b\n"])
     assert e.value.key == "per_device_train_batch_size" and "a list of 9" in e.value.why
     with pytest.raises(trainers.Refused, match="characters is not a trainer config"):
         trainers.apply({}, ["a: b\n" * 100_000])
@@ -422,8 +428,24 @@ def test_the_tools_every_linear_on_a_mixture_of_experts_is_its_attention(capsys)
         assert entry["gives"].startswith("--lora-targets q,k,v,o (every nn.Linear's name"), entry
     qwen2_moe = ["--hf-config", str(ROOT / "tests" / "hf_configs" / "qwen1.5-moe-a2.7b.json"), "--walk", "eager"]
     assert main(["--trainer-config", lora, *qwen2_moe]) == 2
-    assert capsys.readouterr().err.startswith("error: --trainer-config: lora_target gives --lora-targets all-linear")
+    said = capsys.readouterr().err
+    assert said.startswith("error: --trainer-config: lora_target gives --lora-targets all-linear: the tool names "
+                           "every nn.Linear, which on this mixture of experts") and said.endswith("o_proj\n"), said
     axolotl = str(CONFIGS / "axolotl" / "qlora.yml")  # lora_target_linear, and a paged optimizer: refused by that
     assert main(["--trainer-config", axolotl, "--preset", "qwen3-30b-a3b", "--walk", "eager"]) == 2
     assert capsys.readouterr().err.startswith("error: --trainer-config: optimizer gives --paged-optimizer true: a "
                                               "mixture of experts is modelled with AdamW on the device only")
+
+
+def test_yaml_aliases_that_repeat_without_end_are_refused():
+    """A few hundred characters of YAML aliases (a "billion laughs") make a value of millions of items, and a
+    recursive alias one without end: refused before any reader turns a value into text, in the CLI and the page."""
+    from calc.web import handle
+
+    laughs = "finetuning_type: &l0 [" + ",".join(["x"] * 9) + "]\n" + "".join(
+        f"k{i}: &l{i} [{','.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 7))
+    for text in (laughs, "base_model: &a [*a]\n", "a: &a {b: *a}\nsequence_len: 1\n"):
+        with pytest.raises(trainers.Refused, match="aliases repeat more than 100,000 values"):
+            trainers.parse(text)
+        answer = json.loads(handle(json.dumps({"trainer": text, "inputs": {}})))
+        assert answer["ok"] is False and len(answer["message"]) < 300, answer

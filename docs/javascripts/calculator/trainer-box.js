@@ -82,11 +82,18 @@ export function createTrainerBox(root, config, f, { ask, apply }) {
     read();
   }
   async function readFiles(chosen) {
+    clear();
     const big = chosen.find((one) => one.size > MAX_FILE_BYTES);
     if (big) return say(`${big.name} is ${big.size.toLocaleString("en-US")} bytes: a trainer config is a few kB`);
     take(await Promise.all(chosen.map((one) => one.text())));
   }
   text.addEventListener("input", () => { files = null; clear(); });
+  // Another field changed: a refusal of the last read no longer answers anything on show. Back or Forward to
+  // another address: neither the refusal nor what the file gave is that address's.
+  f.form.addEventListener("input", (event) => {
+    if (event.target !== text && error.textContent) { error.textContent = ""; text.removeAttribute("aria-invalid"); }
+  });
+  window.addEventListener("popstate", clear);
   text.addEventListener("paste", () => setTimeout(read, 0));  // once the pasted text is in the box
   text.addEventListener("dragover", (event) => event.preventDefault());
   text.addEventListener("drop", (event) => {
