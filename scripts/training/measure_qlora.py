@@ -278,24 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.configs:
         return measure_configs(args)
     rows = []
-    for i, (m, seq, b, tune) in enumerate(RUNS):
-        if args.only and i not in args.only:
-            continue
-        folder = saved(m)
-        for adapter, attention, checkpointing in itertools.product(ADAPTER_DTYPES, ATTENTIONS, CHECKPOINTING):
-            run = replace(tune, adapter_dtype=adapter)
-            row = measure(folder, m, seq, b, run, attention, checkpointing, args.device)
-            lora = measure(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing, args.device)
-            rows.append({**row, "lora": lora})
-            print(
-                f"{i} {row['tune']:28} lora {lora['measured_peak']:>11,} {lora['predicted_peak']:>11,} "
-                f"{lora['ratio']:.4f}\n{'':30} {attention:5} {checkpointing:4} start {row['measured_start']:>11,} "
-                f"model {row['model_bytes']:>11,} / {row['predicted_weights']:>11,} peak "
-                f"{row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f} eager "
-                f"{row['eager_predicted_peak']:>11,} {row['eager_ratio']:.4f} trainable "
-                f"{row['measured_trainable']} / {row['trainable_params']}",
-                flush=True,
-            )
+    for i, attention, checkpointing, row, lora in grid(RUNS, args.only, measure, args.device):
+        rows.append({**row, "lora": lora})
+        print(
+            f"{i} {row['tune']:28} lora {lora['measured_peak']:>11,} {lora['predicted_peak']:>11,} "
+            f"{lora['ratio']:.4f}\n{'':30} {attention:5} {checkpointing:4} start {row['measured_start']:>11,} "
+            f"model {row['model_bytes']:>11,} / {row['predicted_weights']:>11,} peak "
+            f"{row['measured_peak']:>11,} {row['predicted_peak']:>11,} {row['ratio']:.4f} eager "
+            f"{row['eager_predicted_peak']:>11,} {row['eager_ratio']:.4f} trainable "
+            f"{row['measured_trainable']} / {row['trainable_params']}",
+            flush=True,
+        )
     if args.write:
         env = f"{measure_transformers.environment(args.device)}, peft {peft.__version__}, "
         env += f"bitsandbytes {bitsandbytes.__version__}"
@@ -304,24 +297,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure_configs(args) -> int:
-    """CONFIG_RUNS measured, each with both adapter dtypes, attentions and checkpointing, and on a bf16 base."""
-    rows = []
-    for i, (m, seq, b, tune) in enumerate(CONFIG_RUNS):
-        if args.only and i not in args.only:
+def _qlora_ratio(row: dict) -> float:
+    return row["eager_predicted_peak"] / row["measured_peak_tensors"]
+
+
+def grid(runs: list, only: list[int] | None, how, device: str):
+    """Each of `runs` (those whose index is in `only`, where given) with both adapter dtypes, both attentions and
+    checkpointing off and on, measured by `how` (measure or measure_config) and again on a bf16 base (LoRA):
+    (index, attention, checkpointing, the QLoRA row, the bf16 base's row)."""
+    for i, (m, seq, b, tune) in enumerate(runs):
+        if only and i not in only:
             continue
         folder = saved(m)
         for adapter, attention, checkpointing in itertools.product(ADAPTER_DTYPES, ATTENTIONS, CHECKPOINTING):
             run = replace(tune, adapter_dtype=adapter)
-            row = measure_config(folder, m, seq, b, run, attention, checkpointing, args.device)
-            row["lora"] = measure_config(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing,
-                                         args.device)  # fmt: skip
-            rows.append(row)
-            print(f"{i} {m.model_type:10} {row['tune']:26} {adapter:5} {attention:5} {checkpointing:4} model "
-                  f"{row['model_bytes']:>10,} / {row['predicted_weights']:>10,} "
-                  f"qlora {row['measured_peak_tensors']:>11,} "
-                  f"{row['eager_predicted_peak'] / row['measured_peak_tensors']:.4f} bf16 base "
-                  f"{row['lora']['eager_predicted_peak'] / row['lora']['measured_peak_tensors']:.4f}", flush=True)
+            yield (i, attention, checkpointing, how(folder, m, seq, b, run, attention, checkpointing, device),
+                   how(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing, device))
+
+
+def measure_configs(args) -> int:
+    """CONFIG_RUNS measured, each with both adapter dtypes, attentions and checkpointing, and on a bf16 base."""
+    rows = []
+    for i, attention, checkpointing, row, lora in grid(CONFIG_RUNS, args.only, measure_config, args.device):
+        rows.append({**row, "lora": lora})
+        print(f"{i} {row['model_type']:10} {row['tune']:26} {row['adapter_dtype']:5} {attention:5} {checkpointing:4} "
+              f"model {row['model_bytes']:>10,} / {row['predicted_weights']:>10,} "
+              f"qlora {row['measured_peak_tensors']:>11,} {_qlora_ratio(row):.4f} bf16 base {_qlora_ratio(lora):.4f}",
+              flush=True)
     if args.write:  # the runs measured now replace theirs; the others (--only) are kept, in CONFIG_RUNS' order
         data = json.loads(RESULTS.read_text())
         order = [(json.dumps(asdict(m)), f"{t.mode} r{t.rank} {','.join(t.targets)}") for m, _, _, t in CONFIG_RUNS]
