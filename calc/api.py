@@ -58,8 +58,8 @@ def walks(par: Parallel, grad_accum: int | None = None, shape: Shape | None = No
     """The (stage, micro-batches in flight, accumulating) walks whose largest peak is the device's.
 
     The first pipeline stage holds the most micro-batches in flight (1F1B), the last the logits;
-    stages in between hold no more than the first unless they hold more of a kind of layer (a mixture
-    of experts' `shape`: heavier_stages). A stage that runs more micro-batches than it holds at once
+    stages in between hold no more than the first unless their layers are another sequence of dense and
+    mixture-of-experts layers (`shape`'s: heavier_stages). A stage that runs more micro-batches than it holds at once
     starts some of them with the step's gradients already resident. `grad_accum` is the micro-batches
     per step of one data-parallel worker (default: pp, just enough to fill the pipeline; 1 on one device)."""
     m = par.pp if grad_accum is None else grad_accum
@@ -72,23 +72,22 @@ def walks(par: Parallel, grad_accum: int | None = None, shape: Shape | None = No
 
 @lru_cache(maxsize=256)
 def heavier_stages(shape: Shape, pp: int) -> tuple[int, ...]:
-    """The stages in between the first and the last that hold more dense layers or more mixture-of-experts layers
-    than the first (where Shape.moe_layer puts them: DeepSeek's dense first layers, Llama 4's interleaved ones),
-    the first stage of each such mix. A stage in between with no more of either than the first holds no more:
-    fewer micro-batches in flight (1F1B), no embedding, the same layers or fewer."""
+    """The stages in between the first and the last whose layers are another sequence of dense and mixture-of-experts
+    layers than the first's (where Shape.moe_layer puts them: DeepSeek's dense first layers, Llama 4's interleaved
+    ones), the first stage of each such sequence. Where a kind of layer lies matters as well as how many there are:
+    under full recomputation a layer of experts recomputed later in backward, beside more of the stage's gradients,
+    peaks higher. A stage in between with the first's sequence holds no more than the first: fewer micro-batches in
+    flight (1F1B), no embedding, the same layers in the same order."""
     if pp < 3 or not shape.moe_layers:
         return ()
 
-    def mix(stage: int) -> tuple[int, int]:
-        layers = stage_layers(shape, pp, stage)
-        moe = sum(map(shape.moe_layer, layers))
-        return len(layers) - moe, moe
+    def kinds(stage: int) -> tuple[bool, ...]:
+        return tuple(map(shape.moe_layer, stage_layers(shape, pp, stage)))
 
-    first, out, seen = mix(0), [], set()
+    seen, out = {kinds(0)}, []
     for stage in range(1, pp - 1):
-        dense, moe = mix(stage)
-        if (dense > first[0] or moe > first[1]) and (dense, moe) not in seen:
-            seen.add((dense, moe))
+        if (mix := kinds(stage)) not in seen:
+            seen.add(mix)
             out.append(stage)
     return tuple(out)
 

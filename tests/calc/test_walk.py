@@ -251,9 +251,10 @@ def test_a_sweeps_columns_are_the_part_sizes_at_each_length(shape, lengths, b, r
 @settings(max_examples=60, deadline=None)
 @given(moe_shapes(), st.integers(3, 6), seqs, micro_batches, recipes, recomputes, st.integers(1, 12))
 def test_the_deck_pipelines_busiest_stage_is_found_wherever_the_experts_lie(shape, pp, seq, b, recipe, recompute, m):
-    """The deck walk walks the first stage, the last, and each stage in between holding more dense or more
-    mixture-of-experts layers than the first (calc.api.heavier_stages): its peak is the largest of every stage's,
-    walked one by one, wherever the config puts its dense layers (DeepSeek's first ones, Llama 4's interleaved)."""
+    """The deck walk walks the first stage, the last, and each stage in between whose dense and mixture-of-experts
+    layers lie otherwise than the first's (calc.api.heavier_stages): its peak is the largest of every stage's,
+    walked one by one, wherever the config puts its dense layers (DeepSeek's first ones, Llama 4's interleaved, or
+    one layer of experts later in a middle stage than in the first, recomputed in backward beside more gradients)."""
     from calc.api import walks, worst_stage
     from calc.parallel import Parallel
 
@@ -263,6 +264,20 @@ def test_the_deck_pipelines_busiest_stage_is_found_wherever_the_experts_lie(shap
     brute = max(peak(segments(shape, seq, b, recipe, recompute, 2, par, *w))[0] for w in every)
     assert worst_stage(shape, seq, b, recipe, recompute, 2, par, m)[2][0] == brute
     assert {w[0] for w in walks(par, m, shape)} >= {0, pp - 1}
+
+
+def test_a_middle_stage_whose_layer_of_experts_lies_later_is_walked():
+    """Six layers over three stages, experts in layer 0 and layer 3: the first stage and the second each hold one
+    dense layer and one of experts, but the second recomputes its experts last in backward, beside more of its
+    gradients, and peaks higher (a case Hypothesis found; counting each kind of layer alone missed it)."""
+    from calc.api import worst_stage
+
+    shape = calc.Shape(name="d", layers=6, hidden=1, heads=1, kv_heads=1, ffn=1, vocab=1, gated_ffn=False,
+                  experts=1, experts_per_token=1, expert_ffn=4, dense_layers=4, dense_at=(2, 3, 5, 6))  # fmt: skip
+    par = calc.Parallel(pp=3)
+    first, second = (peak(segments(shape, 1, 25, "mixed", "full", 2, par, s, 1, False))[0] for s in (0, 1))
+    assert second > first
+    assert worst_stage(shape, 1, 25, "mixed", "full", 2, par, 1)[0] == (1, 1, False)
 
 
 def test_a_middle_stage_that_holds_the_experts_is_the_pipelines_busiest():
