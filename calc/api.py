@@ -182,7 +182,7 @@ def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.Fully
     """One rank's engine: DDP (with ZeroRedundancyOptimizer under ZeRO 1), FSDP2 under ZeRO 2 and 3
     (reshard_after_forward False and True), tensor parallelism's layers plan, or None on one device."""
     if par.tp > 1:
-        return tensor.TensorParallel(par.tp)
+        return tensor.TensorParallel(par.tp, par.tp_plan)
     if par.dp == 1:
         return None
     if par.zero > 1:
@@ -249,7 +249,8 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     """The walk step reports: the eager one, the fine-tuning one or the deck's, each where it applies."""
     sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
     if walk == "eager":
-        alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SINGLE.pp_schedule) == SINGLE
+        alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SINGLE.pp_schedule,
+                        tp_plan=SINGLE.tp_plan) == SINGLE
         if not alone or sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1:
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
                              "pipeline alone: use the deck walk")  # fmt: skip
@@ -261,6 +262,9 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
         if par.tp > 1 and (shape.family not in tensor.FAMILIES or shape.experts):
             raise ValueError(f"the eager walk's tensor parallelism is measured on {' and '.join(tensor.FAMILIES)}'s "
                              "dense layers only: use the deck walk")  # fmt: skip
+        if par.tp > 1 and par.tp_plan == "transformers" and (shape.tied or shape.vocab % par.tp):
+            raise ValueError("transformers' tensor-parallel plan is measured on untied heads whose vocabulary the "
+                             "ranks divide: the layers plan")  # fmt: skip
         return eager_walk(*sized, attention, device, tune, loop, par)
     if walk == "deck" and par.pp_schedule != SINGLE.pp_schedule:
         raise ValueError(f"the deck walk's pipeline is the papers' {SINGLE.pp_schedule}: the eager walk replays "
@@ -334,9 +338,10 @@ def step(
 
 def _device_total(shape: Shape, par: Parallel, walk: str, stage: int) -> int:
     """The parameters one device holds before ZeRO: under the eager walk's tensor parallelism the local model's
-    (calc.engines.tensor, its embedding and head whole), else the deck's split (calc.parallel.device_params)."""
+    (calc.engines.tensor, its embedding and head whole, or split by vocabulary under transformers' plan), else the
+    deck's split (calc.parallel.device_params)."""
     if walk == "eager" and par.tp > 1:
-        return param_counts(tensor.TensorParallel(par.tp).local(shape))["total"]
+        return param_counts(tensor.TensorParallel(par.tp, par.tp_plan).stored(shape))["total"]
     return device_params(shape, par, stage)["total"]
 
 

@@ -67,15 +67,17 @@ def replay(
     layers: list[int] | None = None,
     tp: int = 1,
     stage: tuple[bool, bool] | None = None,
+    vocab_split: bool = False,
 ):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
     micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
     `layers`: the layers replayed, in order, as numbered in the model (None: every one). The forward's parts
     are Forward's builders, in the order the model's forward runs them; then loss.backward() (_backward). `tp`:
-    one rank of tensor parallelism over that many processes (calc.engines.tensor), `shape` being its own.
+    one rank of tensor parallelism over that many processes (calc.engines.tensor), `shape` being its own;
+    `vocab_split`: its embedding and head split by vocabulary too (transformers' plan).
     `stage`: (first, last), one micro-batch through one pipeline stage (Forward.stage_step), `shape` being the
     stage's layers."""
-    fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate, tp)
+    fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate, tp, vocab_split)
     if stage is not None:
         return fw.stage_step(recompute, attention, layers, *stage), fw.st
     x, leaf = fw.embeddings(recompute)
@@ -93,14 +95,14 @@ class Forward:
     `held`: what the base model's forward holds until it returns, in the order it took them."""
 
     def __init__(self, shape: Shape, seq: int, micro_batch: int, recipe: str, attention: str, device: str,
-                 tune: finetune.Tuning, accumulate: bool, tp: int = 1):  # fmt: skip
+                 tune: finetune.Tuning, accumulate: bool, tp: int = 1, vocab_split: bool = False):  # fmt: skip
         r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
         act = r.activations if not r.autocast else 4
         adapted = frozenset(module for module, _, _ in finetune.adapted(shape, tune.targets) +  # q_proj, qkv_proj...
                             finetune.expert_adapted(shape, tune.targets))  # experts.gate_up_proj, experts.down_proj
         lora = (tune.rank, adapted) if tune.adapters else (0, frozenset())
         self.st = st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora,
-                            tr.weights, tune.mode == "qlora", tp)  # fmt: skip
+                            tr.weights, tune.mode == "qlora", tp, vocab_split)  # fmt: skip
         self.rp = rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
         rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
         rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
@@ -115,8 +117,11 @@ class Forward:
         """(the token embeddings, the leaf that makes them require grad under checkpointing, or None). Their
         backward writes a dense gradient of the table; the position ids go to every layer."""
         ops, rp, st, family, h = self.ops, self.rp, self.st, self.family, self.shape.hidden
-        x = ops.new(st.tokens * h, self.unit, "token embeddings", "embedding: s x b x h values")
-        rp.node("embedding", x, inputs=[("embedding.weight", self.shape.vocab * h * st.param_bytes, "param")])
+        if st.vocab_split:
+            x = self._vocab_parallel_lookup()
+        else:
+            x = ops.new(st.tokens * h, self.unit, "token embeddings", "embedding: s x b x h values")
+            rp.node("embedding", x, inputs=[("embedding.weight", self.shape.vocab * h * st.param_bytes, "param")])
         if family.embed and family.embed_module:  # the embedding module's own forward ends with it
             x = _embedded(ops, family.embed, x)
         leaf = None
@@ -136,6 +141,28 @@ class Forward:
         self.held.append(ids)
         self.ids = ids
         return x, leaf
+
+    def _vocab_parallel_lookup(self) -> T:
+        """transformers' "embedding_rowwise" (calc.engines.tensor): DTensor's vocabulary-parallel lookup, the ids
+        outside the rank's rows masked, the local rows looked up, the partial output all-reduced into a new
+        tensor. The table's gradient is whole (vocab x h): backward runs on the replicated ids and gradient."""
+        ops, rp, st, n, h = self.ops, self.rp, self.st, self.st.tokens, self.shape.hidden
+        src = "DTensor's vocabulary-parallel embedding (MaskPartial): "
+        below = ops.new(n, 1, "ids below the rank's rows (bool)", src + "lt")
+        above = ops.new(n, 1, "ids past the rank's rows (bool)", src + "ge")
+        mask = ops.new(n, 1, "ids outside the rank's rows (bool)", src + "bitwise_or, kept until the reduction")
+        rp.drop(below, above)
+        ids = ops.new(n, 8, "token ids copied (int64)", src + "the ids to mask")
+        shifted = ops.new(n, 8, "token ids less the rank's first row (int64)", src + "sub")
+        rp.drop(ids)
+        local = ops.new(n * h, self.unit, "token embeddings (this rank's rows, the rest zero)", src + "index_select")
+        rp.node("embedding", local, inputs=[("embedding.weight", self.shape.vocab * h * st.param_bytes, "param")])
+        rp.drop(shifted)
+        rp.drop(mask, why="the partial output is reduced")
+        x = ops.new(n * h, self.unit, "token embeddings (all-reduced)", "funcol all_reduce: a new tensor")
+        rp.node("embedding output (all-reduce)", x, inputs=[(local, local.nbytes, "pass")])
+        rp.drop(local, why="all-reduced into a new tensor")
+        return x
 
     def positions(self, x: T) -> tuple[T, T | None, T | None]:
         """(the embeddings, cos, sin): learned positions added (and dropout), or the rotary tables made."""
@@ -383,12 +410,14 @@ def segments(
     computes = RECIPES[recipe].computes  # FSDP2's bf16 policy: the model runs in bf16 over fp32 shards
     args = (seq, micro_batch, computes or recipe, recompute, attention, device, tune)
     how = {"gathered": fsdp.FullyShard(engine.dp, engine.reshard, mixed=bool(computes))} if sharded else {}
+    kept = shape  # the parameters as the rank stores them
     if isinstance(engine, tensor.TensorParallel):  # issue 31: a rank runs its share of every layer
-        shape, how, engine = engine.local(shape), {"tp": engine.tp}, None
+        shape, kept = engine.local(shape), engine.stored(shape)
+        how, engine = {"tp": engine.tp, "vocab_split": engine.vocab_split}, None
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind, **how)
-    start, tensors = _resident(shape, recipe, tune)
+    start, tensors = _resident(kept, recipe, tune)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))
-    params = optim_step.trainable(shape, tune)  # issue 19: the optimizer's own state and step (calc.optim_step)
+    params = optim_step.trainable(kept, tune)  # issue 19: the optimizer's own state and step (calc.optim_step)
     if sharded:  # issue 31: a rank of FSDP2 holds its rows of the weights and of AdamW's state
         grouped = optim_step.model_groups(shape, tune)
         stored, trained = [p for g, _ in grouped for p in g], [p for _, t in grouped for p in t]

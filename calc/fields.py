@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from . import families
 from .engines.pipeline import SCHEDULES
+from .engines.tensor import PLANS as TP_PLANS
 from .finetune import ADAPTER_DTYPES, MODES, TARGETS, Tuning
 from .hf import READERS
 from .loops import ADAMW_IMPLS, LOOPS, LOSSES
@@ -219,15 +220,21 @@ PARALLEL = (
          chosen=PLANNERS, page=Page("Data parallel", "Several devices", 1)),
     _int("tp", 1 << 10, "parallel", help="tensor-parallel ranks (default {default})", default=1,
          chosen=PLANNERS, page=Page("Tensor parallel", "Several devices", 3)),
+    _choice("tp-plan", TP_PLANS, help="the eager walk's tensor-parallel plan over the --tp ranks (default {default}): "
+            "layers (torch's ColwiseParallel and RowwiseParallel on the decoder layers' linears, the embedding and "
+            "head whole on every rank) or transformers (from_pretrained's tp_plan=\"auto\": the same split, and the "
+            "embedding and head split by vocabulary, the logits gathered)", default=TP_PLANS[0], sets="parallel",
+            chosen=PLANNERS, page=Page("Tensor-parallel plan", "Several devices", 4, options=tuple(zip(
+                TP_PLANS, ("Layers' linears (torch)", "transformers' tp_plan=\"auto\""), strict=True)))),
     _int("pp", 10_000, "parallel", help="pipeline stages (default {default})", default=1,
-         chosen=PLANNERS, page=Page("Pipeline stages", "Several devices", 4)),
+         chosen=PLANNERS, page=Page("Pipeline stages", "Several devices", 5)),
     _choice("pp-schedule", SCHEDULES, help="the pipeline's schedule over the --pp stages (default {default}): 1f1b "
             "(a stage holds at most pp - stage micro-batches at once: torch's Schedule1F1B) or gpipe (every "
             "micro-batch's forward before any backward: ScheduleGPipe)", default=SCHEDULES[0], sets="parallel",
-            chosen=PLANNERS, page=Page("Pipeline schedule", "Several devices", 5, options=(
+            chosen=PLANNERS, page=Page("Pipeline schedule", "Several devices", 6, options=(
                 ("1f1b", "1F1B"), ("gpipe", "GPipe")))),
     _int("ep", 1 << 16, "parallel", help="expert-parallel ranks among the dp workers, E/ep experts each", default=1,
-         chosen=("fit-card",), page=Page("Expert parallel", "Several devices", 6)),
+         chosen=("fit-card",), page=Page("Expert parallel", "Several devices", 7)),
     _choice("zero", ZERO_STAGES, help="ZeRO stage over the dp workers (default {default})", default=0, sets="parallel",
             chosen=PLANNERS, page=Page("ZeRO stage", "Several devices", 2, options=(
                 ("0", "0 (none)"), ("1", "1: optimiser state"), ("2", "2: + gradients"), ("3", "3: + weights")))),
@@ -236,7 +243,7 @@ PARALLEL = (
             "reshard_after_forward=True, torch's default, or 2: False)", walks=("eager",),
             why="the deck walk counts ZeRO as its paper does, whatever engine runs it: give --zero"),
     _switch("sequence-parallel", "parallel", default=False, chosen=("fit-card",),
-            page=Page("Sequence parallel", "Several devices", 7)),
+            page=Page("Sequence parallel", "Several devices", 8)),
     _switch("flash", "parallel", help="FlashAttention: the same as --attention sdpa (--no-flash: --attention eager)"),
     _int("grad-accum", 1 << 20, help="micro-batches per step and worker (default: pp)", chosen=PLANNERS,
          page=Page("Micro-batches per step", "Training step", 3, placeholder="auto")),

@@ -313,7 +313,8 @@ def _parse_parallel(given: Mapping[str, object], shape: Shape, flash: bool) -> P
     flags = {attr: _bool(f, given[f]) for f, attr in PARALLEL_BOOLS.items() if f in given}
     flags["flash"] = flash
     schedule = _choice("pp-schedule", given["pp-schedule"], SCHEDULES) if "pp-schedule" in given else SCHEDULES[0]
-    par = Parallel(**degrees, zero=int(str(zero).strip()), **flags, pp_schedule=schedule)
+    plan = _choice("tp-plan", given["tp-plan"], tensor.PLANS) if "tp-plan" in given else tensor.PLANS[0]
+    par = Parallel(**degrees, zero=int(str(zero).strip()), **flags, pp_schedule=schedule, tp_plan=plan)
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
@@ -387,6 +388,11 @@ def late_problem(run) -> tuple[str, str] | None:
     if par.zero and par.dp == 1:
         return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
                         "or more, or ZeRO 0")  # fmt: skip
+    if par.tp_plan != tensor.PLANS[0] and par.tp == 1:
+        return "tp-plan", "splits the layers over tensor-parallel ranks, and there is one: give --tp 2 or more"
+    if par.tp_plan != tensor.PLANS[0] and run.walk == "deck":
+        return "tp-plan", ("the deck walk's tensor parallelism is Megatron-LM's accounting (the embedding, the head "
+                           "and the logits split by vocabulary): --walk eager replays transformers' plan, or layers")
     if par.pp_schedule != SCHEDULES[0] and par.pp == 1:
         return "pp-schedule", f"schedules a pipeline's stages, and there is one: give --pp 2 or more, or {SCHEDULES[0]}"
     if par.pp_schedule != SCHEDULES[0] and run.walk == "deck":
@@ -539,7 +545,8 @@ def eager_problem(
     shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = ""
 ) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
-    if replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SCHEDULES[0]) != Parallel():  # the deck's
+    alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SCHEDULES[0], tp_plan=tensor.PLANS[0])
+    if alone != Parallel():
         # flash is the eager walk's sdpa
         return "walk", ("the eager walk runs data parallelism (--dp), tensor parallelism (--tp) or a pipeline (--pp): "
                         "leave --ep and --sequence-parallel unset, or use the deck walk")  # fmt: skip
@@ -624,13 +631,18 @@ def tensor_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
                    loop: loops.Loop) -> tuple[str, str] | None:  # fmt: skip
     """(field, message) where the eager walk's tensor parallelism (the layers plan, calc.engines.tensor) is not
     the step asked for, or None."""
-    tp = f"the eager walk's --tp {par.tp} (torch's ColwiseParallel and RowwiseParallel on the layers' linears)"
+    tp = f"the eager walk's --tp {par.tp} ({tensor.PLAN_NAMES[par.tp_plan]})"
     if par.tp > TP_RANKS:
         return "tp", f"{tp} lists each rank: at most {TP_RANKS:,} processes"
     if shape.family not in tensor.FAMILIES or shape.experts:
         return "walk", f"{tp} is measured on Llama's and Qwen3's dense layers only: use the deck walk"
     if recipe not in TP_RECIPES:
         return "recipe", f"{tp} is measured on fp32 parameters: fp32-full or autocast"
+    if par.tp_plan == "transformers" and shape.vocab % par.tp:
+        return "tp", (f"{tp} is measured where the ranks split the vocabulary ({shape.vocab:,}) evenly: a --tp that "
+                      "divides it, or --tp-plan layers")  # fmt: skip
+    if par.tp_plan == "transformers" and shape.tied:
+        return "tied", f"{tp} is measured on untied heads: --no-tied, or --tp-plan layers"
     return _measured_step(tp, device, tune, loop)
 
 

@@ -24,6 +24,8 @@ class Parallel:
     # (Lepikhin et al. 2021, GShard; DeepSpeed-MoE); ZeRO shards the experts over the other dp/ep
     pp_schedule: str = "1f1b"  # the pipeline's schedule: 1F1B (Narayanan et al. 2021), a stage holding at most
     # pp - stage micro-batches at once, or GPipe (Huang et al. 2019), every micro-batch's forward before any backward
+    tp_plan: str = "layers"  # the eager walk's tensor-parallel plan (calc.engines.tensor): torch's styles on the
+    # layers' linears, or transformers' own (tp_plan="auto"), which splits the embedding and head by vocabulary
 
     @property
     def devices(self) -> int:

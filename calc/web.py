@@ -87,7 +87,7 @@ def eager_beside(inputs: Run, step: dict | None = None) -> dict:
     }
 
 
-ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel": "tensor parallelism's layers plan",
+ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel": "tensor parallelism's",
                 "pipeline": "torch's pipelining"}
 
 
@@ -97,7 +97,9 @@ def engine_text(step: dict) -> str:
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
     words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if zero == 1 else "",
                                   "fsdp2": f" with reshard_after_forward={zero == 3}",
-                                  "pipeline": f" under {SCHEDULE_NAMES[step['config']['parallel']['pp_schedule']]}"
+                                  "pipeline": f" under {SCHEDULE_NAMES[step['config']['parallel']['pp_schedule']]}",
+                                  "tensor-parallel": " transformers plan" if step["config"]["parallel"]["tp_plan"]
+                                  == "transformers" else " layers plan"
                                   }.get(name, "")  # fmt: skip
     ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" else "rank"  # a pipeline's ranks
     if not ranks:
@@ -174,11 +176,12 @@ def deck_layout(inputs: Run):
 
 def engine_band(step: dict, tune) -> str:
     """Which measured steps speak for an eager step over several processes (results §14): its engine as
-    scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, and
+    scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, and
     FSDP2's with peft's LoRA)."""
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
     band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": "fsdp2-zero2" if zero == 2 else "fsdp2",
-            "tensor-parallel": "tp", "pipeline": f"pp-{step['config']['parallel']['pp_schedule']}"}[name]  # fmt: skip
+            "tensor-parallel": "tp-hf" if step["config"]["parallel"]["tp_plan"] == "transformers" else "tp",
+            "pipeline": f"pp-{step['config']['parallel']['pp_schedule']}"}[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 
 

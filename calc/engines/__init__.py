@@ -5,6 +5,7 @@ the papers' accounting (calc.parallel).
 - ddp: torch's DistributedDataParallel, alone (ZeRO 0) or with ZeroRedundancyOptimizer (ZeRO 1).
 - fsdp: torch's FSDP2, fully_shard on each decoder layer and on the model, reshard_after_forward False (ZeRO 2)
   or True (ZeRO 3).
-- tensor: torch's tensor parallelism over the decoder layers' linears (the "layers" plan).
+- tensor: tensor parallelism over the decoder layers' linears (torch's "layers" plan), or transformers' own plan,
+  which splits the embedding and head by vocabulary too.
 - pipeline: one stage of torch.distributed.pipelining, scheduled by Schedule1F1B or ScheduleGPipe.
 """

@@ -1,4 +1,5 @@
-"""One rank of torch's tensor parallelism over the decoder layers' linears (the "layers" plan).
+"""One rank of tensor parallelism: torch's styles over the decoder layers' linears (the "layers" plan), or
+transformers' own plan, which splits the embedding and the head by vocabulary too (the "transformers" plan).
 
 The plan most hand-written `parallelize_module` calls give a transformers model, one call a decoder layer on a
 one-dimensional device mesh of `tp` processes: `ColwiseParallel()` on q_proj, k_proj, v_proj, gate_proj and
@@ -22,6 +23,27 @@ _functional_collectives.py) and traced CPU steps:
   of the same size (funcol's all_reduce clones its input), and the partial one is freed. Its backward passes
   the gradient on (Replicate to Partial moves nothing).
 
+The transformers plan is what `from_pretrained(..., tp_plan="auto")` applies under torchrun (transformers 5.23,
+distributed/tensor_parallel.py and mixin.py, init_parallel_plans): the model's `base_model_tp_plan` on the
+layers' linears (the same split, by transformers' own ColwiseParallel and RowwiseParallel hooks over DTensor
+weights), "embedding_rowwise" on the input embedding and "colwise_gather_output" on the head. From traced CPU
+steps (gloo, torch 2.13):
+
+- The embedding keeps `vocab / tp` rows (Shard(0)). Its lookup is DTensor's vocabulary-parallel embedding: the
+  ids outside the rank's rows masked (two comparisons and their or, b x s bools, the mask kept until the
+  output's reduction), the ids copied and shifted (b x s int64 each), the local lookup (rows out of range set to
+  zero), then the partial output all-reduced into a new tensor and the local one freed. Its backward runs on the
+  replicated ids and gradient, so the table's gradient is whole, vocab x h, on every rank until zero_grad;
+  AdamW then cuts a local copy of it for each op that meets the sharded moments (three, each freed before the
+  moments' sqrt and division, which are as large: they raise no peak and are not listed).
+- The head keeps `vocab / tp` rows too. It is a column-wise linear (its input wrapped, all-reduced in backward)
+  whose b x s x vocab/tp output is all-gathered: funcol's all_gather_into_tensor makes the gathered buffer, gloo
+  a flat copy of the input (freed) and a receive buffer as large as the gathered one (freed), and DTensor's
+  redistribution concatenates the shards into the whole logits, b x s x vocab, a new tensor; then the buffer and
+  the local logits go. In backward the whole logits' gradient is cut to this rank's columns (a new, contiguous
+  tensor) and freed. The loss sees the whole logits, as on one device.
+- Qwen3's q_norm and k_norm stay whole; their gradients are all-reduced in place by a hook (no new tensor).
+
 Every rank holds the same: the ranks of one step are alike. Qwen3's q_norm and k_norm (one head wide) stay whole
 on every rank; under this plan each rank keeps its own gradient of them, where transformers' plan all-reduces it
 (the bytes are the same). Not counted: gloo's scratch memory outside PyTorch's allocator, and a few bytes of
@@ -38,13 +60,29 @@ COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"})  # C
 ROWWISE = frozenset({"o_proj", "down_proj"})  # RowwiseParallel(): Shard(1), its output all-reduced
 SOURCE = "torch 2.13: tensor/parallel/style.py ColwiseParallel, RowwiseParallel (the layers plan)"
 FAMILIES = ("llama", "qwen3")  # the families whose layers the plan has been measured on
+PLANS = ("layers", "transformers")  # --tp-plan, the default first
+PLAN_NAMES = {"layers": "torch's ColwiseParallel and RowwiseParallel on the layers' linears",
+              "transformers": 'transformers\' own plan (tp_plan="auto"), the embedding and head split by vocabulary'}
+HF_SOURCE = "transformers 5.23: distributed/tensor_parallel.py EmbeddingParallel, ColwiseParallel (gather output)"
 
 
 @dataclass(frozen=True)
 class TensorParallel:
-    """One rank of tensor parallelism over `tp` processes, the layers plan."""
+    """One rank of tensor parallelism over `tp` processes, under the layers plan or transformers' plan."""
 
     tp: int
+    plan: str = PLANS[0]
+
+    @property
+    def vocab_split(self) -> bool:
+        """Whether the embedding and the head keep vocab / tp rows (transformers' plan)."""
+        return self.plan == "transformers"
+
+    def stored(self, shape: Shape) -> Shape:
+        """The shape whose parameters are the rank's as stored: `local`, with vocab / tp rows of the embedding and
+        the head under transformers' plan (calc.inputs checks that tp divides the vocabulary)."""
+        local = self.local(shape)
+        return replace(local, vocab=shape.vocab // self.tp) if self.vocab_split else local
 
     def local(self, shape: Shape) -> Shape:
         """The model one rank runs: its share of the heads and of the MLP's inner width, each head as wide

@@ -32,6 +32,8 @@ class Linears:
         Linear4bit.forward) clones the base layer's result before adding the adapter's."""
         module = name.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]  # "q_proj", Phi-3's "gate_up_proj"
         split = self.st.tp > 1
+        if split and self.st.vocab_split and module == "lm_head":
+            return self._gathered_head(x, width_in, width_out, name, bias, label, category)
         wrapped = self._from_local(x, name) if split and module in tensor.COLWISE else None
         four = self.st.qlora and module in QUANTIZED
         linear = self._linear4bit if four else self._linear
@@ -57,6 +59,31 @@ class Linears:
         x.sum_in_place = True
         rp.node(f"{name} input (DTensor.from_local, all-reduced in backward)", wrapped, inputs=[(x, x.nbytes, "new")])
         return wrapped
+
+    def _gathered_head(self, x: T, width_in: int, width_out: int, name: str, bias: bool, label: str,
+                       category: str) -> T:  # fmt: skip
+        """transformers' "colwise_gather_output" head: a column-wise linear to this rank's vocab / tp columns,
+        all-gathered into the whole logits (calc.engines.tensor). funcol's gathered buffer, gloo's flat copy of
+        the input and its receive buffer, then DTensor's concatenation into a new tensor; the buffer and the
+        local logits go as the redistribution returns. In backward the whole gradient is cut to this rank's
+        columns, a new tensor."""
+        rp, tp = self.rp, self.st.tp
+        wrapped = self._from_local(x, name)
+        y = self._linear(wrapped, width_in, width_out // tp, name, bias, f"{label} (this rank's columns)", category)
+        rp.drop(wrapped, why="the DTensor goes as the linear returns (its node may keep it)")
+        n, unit = y.nbytes // y.unit, y.unit
+        buffer = self.new(n * tp, unit, f"{label}: all-gather buffer", f"{name}: funcol all_gather_into_tensor",
+                          category)  # fmt: skip
+        flat = self.new(n, unit, f"{label}: gloo's flat copy of the input", "gloo: allgather_into_tensor_coalesced_",
+                        category)  # fmt: skip
+        rp.drop(flat)
+        receive = self.new(n * tp, unit, f"{label}: gloo's receive buffer", "gloo: all_gather", category)
+        rp.drop(receive)
+        out = self.new(n * tp, unit, f"{label} (gathered)", f"DTensor Shard(-1) to Replicate: cat; {tensor.HF_SOURCE}",
+                       category)  # fmt: skip
+        rp.node(f"{name} output (all-gather)", out, inputs=[(y, y.nbytes, "new")])
+        rp.drop(buffer, y, why="the redistribution returns")
+        return out
 
     def _all_reduced(self, y: T, name: str, label: str, category: str) -> T:
         """RowwiseParallel's output: the partial sum all-reduced by a functional collective into a new tensor,

@@ -44,6 +44,7 @@ class Step:
     # with autocast_adapter_dtype=False; its default upcasts 16-bit adapters to fp32, calc's fp32 recipes)
     qlora: bool = False  # the block linears are bitsandbytes' Linear4bit (NF4), computing in bf16
     tp: int = 1  # tensor-parallel processes splitting the layers' linears (calc.engines.tensor; 1: none)
+    vocab_split: bool = False  # and the embedding and head by vocabulary (transformers' plan, calc.engines.tensor)
 
     @property
     def tokens(self) -> int:

@@ -62,7 +62,7 @@ def repredict(rows: list[dict], args_of) -> None:
 def deck_args(args: list[str]) -> list[str]:
     """The same model and step through the deck's accounting: its walk, without the eager walk's flags."""
     # each with its value
-    eager_only = ("--walk", "--attention", "--device", "--engine", "--loop", "--adamw-impl", "--loss")
+    eager_only = ("--walk", "--attention", "--device", "--engine", "--tp-plan", "--loop", "--adamw-impl", "--loss")
     drop = {i + k for i, a in enumerate(args) if a in eager_only for k in (0, 1)}
     return [a for i, a in enumerate(args) if i not in drop]
 

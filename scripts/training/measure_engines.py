@@ -9,10 +9,13 @@ ZeroRedundancyOptimizer(optimizer_class=AdamW) (ZeRO 1), or wrapped with FSDP2's
 layer and then on the model, reshard_after_forward True (torch's default: ZeRO 3) or False (ZeRO 2), and
 stepped with AdamW; each on its own batch. Tensor parallelism ("tp") is the plan most hand-written
 parallelize_module calls give (calc.engines.tensor): ColwiseParallel on q, k, v, gate and up, RowwiseParallel on
-o and down, on a one-dimensional device mesh, every rank on the same batch. Every rank measures with
+o and down, on a one-dimensional device mesh, every rank on the same batch; "tp-hf" is transformers' own plan, the
+model loaded with from_pretrained(tp_plan="auto") from a checkpoint saved in bf16, into fp32 (calc.engines.tensor:
+the same split and the embedding and head split by vocabulary). Every rank measures with
 profile_step's harness: its allocator's events from an empty start, two warm-up steps (DDP rebuilds its buckets
 in the second) and the third measured. The prediction is the CLI's, from the config.json and the flags a user
-types (`--walk eager --dp N --engine ddp|fsdp2 [--zero 1|2|3] --device cpu`, or `--tp N`): each rank's peak
+types (`--walk eager --dp N --engine ddp|fsdp2 [--zero 1|2|3] --device cpu`, or `--tp N [--tp-plan transformers]`):
+each rank's peak
 (`rank_peaks`) against that rank's.
 
 gloo runs each collective on a worker thread of its own, and torch 2.13's profiler does not see a free made
@@ -73,7 +76,7 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
           "qwen3-4": hf_models.Model("qwen3", 4, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
                                      *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
-ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0,
+ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0,
            "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0}  # the ZeRO stage each runs
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
 TP_PLAN = {
@@ -85,7 +88,7 @@ TP_PLAN = {
 }
 WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2": (2, 3, 4)}  # 3: FSDP2 pads rows
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
-TP = {"tp": (2,)}  # 2 key/value heads
+TP = {"tp": (2,), "tp-hf": (2,)}  # 2 key/value heads
 FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
 PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4)}  # 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1)
 MEASURED = {
@@ -93,7 +96,7 @@ MEASURED = {
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
-    "llama-mha": {"tp": (2, 4)},
+    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4)},
     "qwen3-4": PIPELINES,
 }
@@ -113,7 +116,9 @@ GRID = [(name, engine, world, precision, checkpointing)
 
 def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
     """One process of a case: its measured step, put on `out` as (rank, measurements)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world),  # as torchrun sets them (from_pretrained's tp_plan reads them)
+                      HF_DEACTIVATE_ASYNC_LOAD="1")  # from_pretrained loads on this thread, which the profiler sees
     torch.set_num_threads(1)  # world processes on the machine's cores
     warnings.simplefilter("ignore")
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
@@ -133,6 +138,16 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             pipe = schedule(PipelineStage(module, rank, world, torch.device("cpu")), micro_batches(engine, world),
                             loss_fn=lambda logits, labels: ForCausalLMLoss(logits, labels, vocab_size=model.vocab))
             return pipe, torch.optim.AdamW(module.parameters(), lr=1e-3)
+        if engine == "tp-hf":  # transformers' own plan, as from_pretrained(tp_plan="auto") applies it
+            from torch.distributed.device_mesh import init_device_mesh
+            from transformers import AutoModelForCausalLM
+
+            net = AutoModelForCausalLM.from_pretrained(saved(name), tp_plan="auto", dtype=torch.float32,
+                                                       device_mesh=init_device_mesh("cpu", (world,)),
+                                                       attn_implementation="sdpa")  # fmt: skip
+            if checkpointing == "full":
+                net.activation_checkpointing_enable()
+            return net.train(), hf_models.make_optimizer(net)
         if engine == "tp":  # one parallelize_module call a decoder layer, torch's defaults
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -172,7 +187,7 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             return
         hf_models.train_step(*state, x, "fp32-full" if precision == MIXED else precision)
 
-    seed = 0 if engine == "tp" or engine.startswith("pp-") else rank  # tp, pp: every rank on the same batch
+    seed = 0 if engine.startswith(("tp", "pp-")) else rank  # tp, pp: every rank on the same batch
     m = micro_batches(engine, world)
     batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH * m, 100 * i + seed) for i in range(3)]
     if engine.startswith("pp-") and 0 < rank < world - 1:  # a stage in between is given no batch
@@ -238,8 +253,18 @@ def measured(case: tuple, world: int) -> list[dict]:
     return [min((run[r] for run in runs), key=lambda got: got["measured_peak"]) for r in range(world)]
 
 
+def saved(name: str) -> str:
+    """Where the model `name` is saved, with random weights in bf16 as the Hub ships them, for from_pretrained
+    (tp-hf: transformers' own tensor-parallel plan shards a model as it loads it, here into fp32). A checkpoint
+    stored in the dtype it is loaded in would keep, on the CPU, each row-split weight's whole tensor: the rank's
+    shard is a view of it (DtensorShardOperation.shard_tensor's `source[slices].to(dtype)` copies nothing)."""
+    return str(Path(os.environ.get("TMPDIR", "/tmp")) / f"calc-engines-{name}")
+
+
 def _run(case: tuple, world: int) -> list[dict]:
     """Every rank's measurements of one run of a case, rank 0 first."""
+    if case[1] == "tp-hf" and not Path(saved(case[0]), "config.json").exists():
+        hf_models.build(MODELS[case[0]], "sdpa", "none").to(torch.bfloat16).save_pretrained(saved(case[0]))
     ctx = torch.multiprocessing.get_context("spawn")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -263,8 +288,11 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     if engine.startswith("pp-"):
         pipe = ["--pp", world, "--pp-schedule", engine[3:], "--grad-accum", micro_batches(engine, world)]
         return [str(a) for a in [*run, *pipe]]
-    run += ["--tp" if engine == "tp" else "--dp", world]
-    run += [] if engine == "tp" else ["--engine", engine.split("-")[0]]  # ddp or fsdp2, as --zero picks
+    tp = engine.startswith("tp")
+    run += ["--tp" if tp else "--dp", world]
+    run += [] if tp else ["--engine", engine.split("-")[0]]  # ddp or fsdp2, as --zero picks
+    run += ["--tp-plan", "transformers"] if engine == "tp-hf" else []  # the layers plan is the default
+
     run += ["--zero", ENGINES[engine]] if ENGINES[engine] else []
     run += LORA.get(engine, [])
     return [str(a) for a in run]

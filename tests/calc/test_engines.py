@@ -401,3 +401,71 @@ def test_tensor_parallel_deep_model_is_its_middle_layer_repeated(recompute):
     w = calc.api.eager_walk(PRESETS["llama-3.2-1b"], 256, 1, "autocast", recompute, 2, "sdpa", "cpu",
                             finetune.DEFAULT, calc.loops.BARE, Parallel(tp=4))  # fmt: skip
     assert sum(s.repeats * e.bytes for s in w.segs[1:] for e in s.events) == 0  # the step ends where it started
+
+
+HF_TP = ["llama-3.1-8b", "qwen3-8b"]  # untied heads, vocabularies that 2, 4 and 8 divide
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize("preset", HF_TP)
+def test_transformers_plan_splits_the_embedding_and_head_by_vocabulary(preset, tp):
+    """transformers' plan (tp_plan="auto") holds vocab / tp rows of the embedding and the head beside the layers
+    plan's split, and their AdamW moments; yet the embedding's gradient is whole on every rank (its backward runs
+    on the replicated ids and gradient), and the loss sees the whole logits, gathered from each rank's columns.
+    Every rank peaks alike."""
+    shape = PRESETS[preset]
+    layers = _eager(preset, Parallel(tp=tp), recipe="fp32-full")
+    got = _eager(preset, Parallel(tp=tp, tp_plan="transformers"), recipe="fp32-full")
+    split = 2 * (shape.vocab - shape.vocab // tp) * shape.hidden  # the embedding's and the head's rows it drops
+    assert got["bytes"]["weights"] == layers["bytes"]["weights"] - 4 * split == 4 * got["device_params"]
+    made = lambda label: [e["bytes"] for e in got["events"] if e["label"] == label]  # noqa: E731
+    assert made("gradient of embedding.weight") == [4 * shape.vocab * shape.hidden]
+    assert made("gradient of lm_head.weight") == [4 * shape.vocab // tp * shape.hidden]
+    assert made("logits (this rank's columns)") == [4 * 512 * shape.vocab // tp]
+    assert made("logits (gathered)") == [4 * 512 * shape.vocab]
+    assert got["rank_peaks"] == [got["peak"]] * tp and got["engine"] == "tensor-parallel"
+
+
+@pytest.mark.parametrize(
+    ("preset", "vocab", "why"), [("llama-3.2-1b", 128256, "untied"), ("llama-7b", 32001, "divide")]
+)
+def test_transformers_plan_refuses_a_tied_head_and_an_uneven_vocabulary(preset, vocab, why):
+    """calc.step, like the CLI, walks transformers' plan on untied heads whose vocabulary the ranks divide (the
+    measured steps'): a tied head shares the split table, and DTensor pads an uneven one."""
+    shape = PRESETS[preset].replace(vocab=vocab)
+    with pytest.raises(ValueError, match=why):
+        calc.step(shape, 512, 1, "fp32-full", walk="eager", device="cpu", par=Parallel(tp=2, tp_plan="transformers"))
+
+
+def test_cli_runs_transformers_plan_and_says_it(capsys):
+    """--tp 2 --tp-plan transformers --json answers every rank, the plan in the config and the summary."""
+    args = ["--preset", "qwen3-8b", "--seq", "512", "--walk", "eager", "--recipe", "autocast", "--device", "cpu",
+            "--tp", "2", "--tp-plan", "transformers"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["config"]["parallel"]["tp_plan"] == "transformers" and len(step["rank_peaks"]) == 2
+    assert step["peak"] == _eager("qwen3-8b", Parallel(tp=2, tp_plan="transformers"))["peak"]
+    assert main(args) == 0
+    assert "transformers plan" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--tp-plan", "transformers"], "--tp-plan"),  # one rank: nothing to split
+        (["--walk", "deck", "--tp", "2", "--tp-plan", "transformers"], "--tp-plan"),  # the deck's is Megatron's
+        (["--tp", "2", "--tp-plan", "megatron"], "--tp-plan"),
+        (["--tp", "2", "--tp-plan", "transformers", "--preset", "llama-3.2-1b"], "--tied"),
+        (["--tp", "2", "--tp-plan", "transformers", "--vocab", "32001"], "--tp"),
+    ],
+)
+def test_tp_plan_refusals_name_the_field(flags, field, capsys):
+    """What transformers' plan does not run exits 2 with one line naming the field."""
+    base = {"--walk": "eager", "--preset": "llama-7b", "--recipe": "fp32-full", "--device": "cpu"}
+    given = dict(zip(flags[::2], flags[1::2], strict=True))
+    if given.get("--walk") == "deck":
+        del base["--device"]
+    args = [a for k, v in {**base, **given}.items() for a in (k, v)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}:"), err

@@ -17,21 +17,22 @@ ENGINES = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())
 
 def test_every_engine_and_layout_is_recorded_and_answered():
     """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, and tensor
-    parallelism at 2, on Llama and Qwen3; FSDP2 at 2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor
-    parallelism at 2 and 4 on a Llama with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
+    parallelism at 2 under the layers plan and transformers' own (tp_plan="auto"), on Llama and Qwen3; FSDP2 at
+    2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor parallelism at 2 and 4 under both plans on a Llama
+    with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, twice as many micro-batches as stages; fp32 and autocast, and FSDP2's
     bf16 policy where FSDP2 trains every parameter, checkpointing off and on; no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
-    worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2},
+    worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2}, "tp-hf": {2},
               "fsdp2-lora": {2, 3}, "fsdp2-zero2-lora": {2}}  # fmt: skip
     for family in ("llama", "qwen3"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items() for w in ws}
     for family in ("llama-tied", "qwen3_moe"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
                                                                       for w in (2, 3)}  # fmt: skip
-    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {("tp", 2), ("tp", 4)}
+    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {(e, w) for e in ("tp", "tp-hf") for w in (2, 4)}
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)}
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | {("pp-1f1b", 3), ("pp-gpipe", 3)}
@@ -39,7 +40,7 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 14 + 2 * 4 + 2 + 4 + 6) * 2 * 2 + len(bf16) * 2 == 232
+    assert len(runs) == len(cases) == (2 * 15 + 2 * 4 + 4 + 4 + 6) * 2 * 2 + len(bf16) * 2 == 248
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
@@ -60,8 +61,11 @@ def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen
             why = make_results.explained_by(row, i)
             explained += why is not None
             lowest = min(x["measured_start"] for x in row["ranks"])
-            if why is make_results.unseen_gathered or why is make_results.unseen_reduced:
+            if why is make_results.unseen_gathered:
                 assert r["measured_start"] == lowest, (row["eager"]["command"], i)
+            elif why is make_results.unseen_reduced:  # from its peers' start, or from one such block above it
+                above, high = r["measured_start"] - lowest, r["measured_peak"] - r["predicted_peak"]
+                assert above == 0 or abs(above - high) < 1024, (row["eager"]["command"], i)
             elif why is make_results.unseen_buckets or why is make_results.unseen_start:
                 rise = r["measured_peak"] - r["measured_start"]
                 peers = [x["measured_peak"] - x["measured_start"] for j, x in enumerate(row["ranks"]) if j != i]
@@ -89,7 +93,8 @@ def test_recorded_cli_answers_are_todays():
 @pytest.mark.torch
 @pytest.mark.parametrize(
     ("engine", "precision"),
-    [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "fsdp2-lora", "pp-1f1b")),
+    [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "fsdp2-lora",
+                                 "pp-1f1b")),
      ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
 )  # fmt: skip
 def test_a_sample_measures_as_recorded(engine, precision):

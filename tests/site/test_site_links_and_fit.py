@@ -96,6 +96,33 @@ def test_a_pipeline_link_gives_every_stage_as_the_cli_does_and_the_form_keeps_it
     assert recorder.errors == []
 
 
+def test_a_transformers_plan_link_gives_the_clis_rank_and_the_form_keeps_its_plan(open_page):
+    """`?walk=eager&tp=2&tp-plan=transformers...` (issue 31): the form shows the plan chosen, the peak is the CLI's
+    rank under transformers' own plan (tp_plan="auto"), the summary names the plan, and the line beside quotes the
+    band of the `tp-hf` steps measured (results §14); choosing the layers plan on the form gives the CLI's."""
+    settings = {"preset": "qwen3-8b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
+                "tp": "2", "tp-plan": "transformers"}  # fmt: skip
+    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
+    settle(page)
+    assert page.evaluate(LINK_LINES) == []
+    assert page.input_value('select[name="tp-plan"]') == "transformers"
+    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
+    cli = cli_json(flags)
+    assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"]) and len(cli["rank_peaks"]) == 2
+    assert "tensor parallelism's transformers plan" in page.text_content("[data-calc-summary]")
+    from hooks import deck
+
+    band = deck.band_for(deck.eager_bands(), "tp-hf", answer_for(settings)["eager"]["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
+    page.evaluate(WATCH)
+    page.select_option('select[name="tp-plan"]', "layers")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    settle(page)
+    assert page.evaluate(PEAK) == cli_json(flags[:-2])["peak"] > cli["peak"]
+    assert recorder.errors == []
+
+
 def test_a_mixture_of_experts_fit_list_says_it_is_not_computed_and_why(open_page):
     """Mixtral (M3): the fit list's status and its one cell give the CLI's --fit-card reason, never "0 ... fit";
     Trains LoRA then (minor 1): the planner's reason names the page's table, planner and fit list, no flag."""
