@@ -224,7 +224,9 @@ PARALLEL = (
             "layers (torch's ColwiseParallel and RowwiseParallel on the decoder layers' linears, the embedding and "
             "head whole on every rank) or transformers (from_pretrained's tp_plan=\"auto\": the same split, and the "
             "embedding and head split by vocabulary, the logits gathered)", default=TP_PLANS[0], sets="parallel",
-            chosen=PLANNERS, page=Page("Tensor-parallel plan", "Several devices", 4, options=tuple(zip(
+            walks=("eager",), why="the deck walk's tensor parallelism is Megatron-LM's accounting, the embedding, the "
+            "head and the logits split by vocabulary",
+            page=Page("Tensor-parallel plan", "Several devices", 4, options=tuple(zip(
                 TP_PLANS, ("Layers' linears (torch)", "transformers' tp_plan=\"auto\""), strict=True)))),
     _int("pp", 10_000, "parallel", help="pipeline stages (default {default})", default=1,
          chosen=PLANNERS, page=Page("Pipeline stages", "Several devices", 5)),

@@ -390,9 +390,6 @@ def late_problem(run) -> tuple[str, str] | None:
                         "or more, or ZeRO 0")  # fmt: skip
     if par.tp_plan != tensor.PLANS[0] and par.tp == 1:
         return "tp-plan", "splits the layers over tensor-parallel ranks, and there is one: give --tp 2 or more"
-    if par.tp_plan != tensor.PLANS[0] and run.walk == "deck":
-        return "tp-plan", ("the deck walk's tensor parallelism is Megatron-LM's accounting (the embedding, the head "
-                           "and the logits split by vocabulary): --walk eager replays transformers' plan, or layers")
     if par.pp_schedule != SCHEDULES[0] and par.pp == 1:
         return "pp-schedule", f"schedules a pipeline's stages, and there is one: give --pp 2 or more, or {SCHEDULES[0]}"
     if par.pp_schedule != SCHEDULES[0] and run.walk == "deck":

@@ -144,7 +144,6 @@ def _rows(shared: _Layouts, par: Parallel, groups: list[list[int]], per_worker: 
                         "sequence_parallel": par.sequence_parallel,
                         "flash": par.flash,
                         "pp_schedule": par.pp_schedule,  # the planner's pipelines are 1F1B's (Load sets it)
-                        "tp_plan": par.tp_plan,  # and its tensor parallelism the deck's: Load sets the default
                         "grad_accum": grad_accum,
                         "extra_compute": shared.overhead(recompute),
                     }

@@ -167,6 +167,10 @@ def parallel_cases() -> Iterator[Case]:
         argv = ("--preset", "qwen3-8b", "--walk", "eager", "--pp", "4", "--pp-schedule", schedule, "--grad-accum",
                 "8", "--recipe", "autocast", "--device", "cpu")  # fmt: skip
         yield "cli " + " ".join(argv), lambda a=argv: cli(*a), False
+    for plan in ("layers", "transformers"):  # the eager walk's tensor parallelism, either plan (calc.engines.tensor)
+        argv = ("--preset", "qwen3-8b", "--walk", "eager", "--tp", "4", "--tp-plan", plan, "--recipe", "autocast",
+                "--device", "cpu")  # fmt: skip
+        yield "cli " + " ".join(argv) + " --json", lambda a=argv: cli(*a, "--json"), False
 
 
 def custom_cases() -> Iterator[Case]:

@@ -45,9 +45,9 @@ steps (gloo, torch 2.13):
 - Qwen3's q_norm and k_norm stay whole; their gradients are all-reduced in place by a hook (no new tensor).
 
 Every rank holds the same: the ranks of one step are alike. Qwen3's q_norm and k_norm (one head wide) stay whole
-on every rank; under this plan each rank keeps its own gradient of them, where transformers' plan all-reduces it
-(the bytes are the same). Not counted: gloo's scratch memory outside PyTorch's allocator, and a few bytes of
-scalars a rank keeps per process of its mesh.
+on every rank; under the layers plan each rank keeps its own gradient of them, where transformers' plan
+all-reduces it (the bytes are the same). Not counted: gloo's scratch memory outside PyTorch's allocator, and a
+few bytes of scalars a rank keeps per process of its mesh.
 """
 
 from __future__ import annotations

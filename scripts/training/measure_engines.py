@@ -258,7 +258,12 @@ def saved(name: str) -> str:
     (tp-hf: transformers' own tensor-parallel plan shards a model as it loads it, here into fp32). A checkpoint
     stored in the dtype it is loaded in would keep, on the CPU, each row-split weight's whole tensor: the rank's
     shard is a view of it (DtensorShardOperation.shard_tensor's `source[slices].to(dtype)` copies nothing)."""
-    return str(Path(os.environ.get("TMPDIR", "/tmp")) / f"calc-engines-{name}")
+    import hashlib
+
+    import transformers
+
+    key = hashlib.sha256(json.dumps([MODELS[name].config(), transformers.__version__]).encode()).hexdigest()[:12]
+    return str(Path(os.environ.get("TMPDIR", "/tmp")) / f"calc-engines-{name}-{key}")  # a new one as either changes
 
 
 def _run(case: tuple, world: int) -> list[dict]:

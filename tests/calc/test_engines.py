@@ -427,7 +427,7 @@ def test_transformers_plan_splits_the_embedding_and_head_by_vocabulary(preset, t
 
 
 @pytest.mark.parametrize(
-    ("preset", "vocab", "why"), [("llama-3.2-1b", 128256, "untied"), ("llama-7b", 32001, "divide")]
+    ("preset", "vocab", "why"), [("llama-3.2-1b", 128256, "untied heads"), ("llama-7b", 32001, "divide the vocab")]
 )
 def test_transformers_plan_refuses_a_tied_head_and_an_uneven_vocabulary(preset, vocab, why):
     """calc.step, like the CLI, walks transformers' plan on untied heads whose vocabulary the ranks divide (the
@@ -435,6 +435,16 @@ def test_transformers_plan_refuses_a_tied_head_and_an_uneven_vocabulary(preset, 
     shape = PRESETS[preset].replace(vocab=vocab)
     with pytest.raises(ValueError, match=why):
         calc.step(shape, 512, 1, "fp32-full", walk="eager", device="cpu", par=Parallel(tp=2, tp_plan="transformers"))
+
+
+@pytest.mark.parametrize(("par", "walk"), [(Parallel(tp=2, tp_plan="transformers"), "deck"),
+                                           (Parallel(tp_plan="transformers"), "eager"),
+                                           (Parallel(tp=2, tp_plan="megatron"), "eager")])  # fmt: skip
+def test_calc_step_refuses_a_plan_it_would_not_walk(par, walk):
+    """calc.step, like the CLI, refuses transformers' plan under the deck walk (its accounting is Megatron's,
+    whatever plan is named), over one rank, and a plan it does not know, where it would answer another plan's."""
+    with pytest.raises(ValueError, match=r"Megatron-LM's accounting|plan is one of"):
+        calc.step(PRESETS["qwen3-8b"], 512, 1, "autocast", walk=walk, device="cpu", par=par)
 
 
 def test_cli_runs_transformers_plan_and_says_it(capsys):
@@ -454,6 +464,7 @@ def test_cli_runs_transformers_plan_and_says_it(capsys):
     [
         (["--tp-plan", "transformers"], "--tp-plan"),  # one rank: nothing to split
         (["--walk", "deck", "--tp", "2", "--tp-plan", "transformers"], "--tp-plan"),  # the deck's is Megatron's
+        (["--walk", "deck", "--tp", "2", "--tp-plan", "layers"], "--tp-plan"),  # whichever plan is typed
         (["--tp", "2", "--tp-plan", "megatron"], "--tp-plan"),
         (["--tp", "2", "--tp-plan", "transformers", "--preset", "llama-3.2-1b"], "--tied"),
         (["--tp", "2", "--tp-plan", "transformers", "--vocab", "32001"], "--tp"),
@@ -469,3 +480,10 @@ def test_tp_plan_refusals_name_the_field(flags, field, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}:"), err
+
+
+def test_the_planner_refuses_a_tp_plan(capsys):
+    """--plan lays out the deck walk's accounting, whose tensor parallelism is Megatron's: a plan typed beside it
+    is refused, naming the field, not ignored."""
+    assert main(["--plan", "--tp-plan", "layers"]) == 2
+    assert capsys.readouterr().err.startswith("error: --tp-plan: applies to --walk eager")

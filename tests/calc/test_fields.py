@@ -27,7 +27,7 @@ def test_each_field_is_named_once_in_the_table():
 def test_the_groups_calc_reads_are_the_tables():
     assert inputs.LORA_FIELDS == ("lora-rank", "lora-alpha", "lora-targets", "adapter-dtype")
     assert inputs.LOOP_FIELDS == ("loop", "adamw-impl", "loss")
-    assert set(inputs.DECK_UNREAD) == {"activation", "dropout", "sliding-window", "device", "engine"}
+    assert set(inputs.DECK_UNREAD) == {"activation", "dropout", "sliding-window", "device", "engine", "tp-plan"}
     assert set(inputs.MOE_FIELDS) == {"experts-per-token", "expert-ffn", "shared-expert-ffn", "shared-expert-gate",
                                       "dense-layers", "capacity-factor"}  # fmt: skip
     assert inputs.PARALLEL_LIMITS == {"dp": 1 << 20, "tp": 1 << 10, "pp": 10_000, "ep": 1 << 16}

@@ -56,7 +56,6 @@ def plan_one_by_one(shape, seq, global_batch, capacity, recipe="mixed", sequence
                             "dp": dp, "tp": tp, "pp": pp, "ep": ep, "zero": zero, "recompute": recompute,
                             "micro_batch": b, "devices": devices, "peak": top,
                             "sequence_parallel": par.sequence_parallel, "flash": flash, "pp_schedule": par.pp_schedule,
-                            "tp_plan": par.tp_plan,
                             "grad_accum": per_worker // b,
                             "extra_compute": calc.recompute_overhead(shape, seq, recompute, flash),
                         })  # fmt: skip
