@@ -264,11 +264,8 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
                              "dense layers only: use the deck walk")  # fmt: skip
         if par.tp_plan not in tensor.PLANS or (par.tp_plan != SINGLE.tp_plan and par.tp == 1):
             raise ValueError(f"the tensor-parallel plan is one of {', '.join(tensor.PLANS)}, over tp 2 or more")
-        if par.tp > 1 and par.tp_plan == "transformers" and shape.tied:
-            raise ValueError("transformers' tensor-parallel plan is measured on untied heads: the layers plan")
-        if par.tp > 1 and par.tp_plan == "transformers" and shape.vocab % par.tp:
-            raise ValueError("transformers' tensor-parallel plan is measured where the ranks divide the vocabulary "
-                             "evenly: the layers plan")  # fmt: skip
+        if par.tp > 1 and (problem := tensor.plan_problem(shape, par.tp, par.tp_plan)):
+            raise ValueError(f"transformers' tensor-parallel plan {problem[1]}")
         return eager_walk(*sized, attention, device, tune, loop, par)
     if walk == "deck" and par.tp_plan != SINGLE.tp_plan:
         raise ValueError("the deck walk's tensor parallelism is Megatron-LM's accounting: the eager walk replays "

@@ -635,11 +635,8 @@ def tensor_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
         return "walk", f"{tp} is measured on Llama's and Qwen3's dense layers only: use the deck walk"
     if recipe not in TP_RECIPES:
         return "recipe", f"{tp} is measured on fp32 parameters: fp32-full or autocast"
-    if par.tp_plan == "transformers" and shape.vocab % par.tp:
-        return "tp", (f"{tp} is measured where the ranks split the vocabulary ({shape.vocab:,}) evenly: a --tp that "
-                      "divides it, or --tp-plan layers")  # fmt: skip
-    if par.tp_plan == "transformers" and shape.tied:
-        return "tied", f"{tp} is measured on untied heads: --no-tied, or --tp-plan layers"
+    if problem := tensor.plan_problem(shape, par.tp, par.tp_plan):
+        return problem[0], f"{tp} {problem[1]}"
     return _measured_step(tp, device, tune, loop)
 
 

@@ -39,19 +39,26 @@ def test_a_gemma_2_link_keeps_every_field_as_the_cli_answers_it(open_page):
     assert recorder.errors == []
 
 
+def _engine_link(open_page, settings: dict):
+    """The page opened at the link of `settings` (an eager step over several processes), read whole, its peak the
+    CLI's busiest rank's for the same flags: (page, recorder, the flags, the CLI's --json)."""
+    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
+    settle(page)
+    assert page.evaluate(LINK_LINES) == []
+    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
+    cli = cli_json(flags)
+    assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"])
+    return page, recorder, flags, cli
+
+
 def test_an_engine_link_says_whose_rank_the_peak_is_as_the_cli_does(open_page):
     """`?walk=eager&dp=3&zero=3&engine=fsdp2...` (issue 31): the link keeps --engine (a field with no control
     here), the peak is the CLI's busiest rank of FSDP2 with reshard_after_forward=True, and the summary names
     that engine and the ranks' spread as the CLI's summary does."""
     settings = {"preset": "llama-3.2-1b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
                 "dp": "3", "zero": "3", "engine": "fsdp2"}  # fmt: skip
-    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
-    settle(page)
-    assert page.evaluate(LINK_LINES) == []
+    page, recorder, _, cli = _engine_link(open_page, settings)
     assert {k: v[0] for k, v in query_of(page).items() if k in settings} == settings
-    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
-    cli = cli_json(flags)
-    assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"])
     summary = page.text_content("[data-calc-summary]")
     said = answer_for(settings)["engine_text"]
     assert said.startswith("the busiest of 3 ranks of FSDP2's fully_shard with reshard_after_forward=True (rank ")
@@ -73,13 +80,9 @@ def test_a_pipeline_link_gives_every_stage_as_the_cli_does_and_the_form_keeps_it
     gives the CLI's 1F1B peak."""
     settings = {"preset": "qwen3-8b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
                 "pp": "4", "grad-accum": "8", "pp-schedule": "gpipe"}  # fmt: skip
-    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
-    settle(page)
-    assert page.evaluate(LINK_LINES) == []
+    page, recorder, flags, cli = _engine_link(open_page, settings)
     assert page.input_value('select[name="pp-schedule"]') == "gpipe"
-    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
-    cli = cli_json(flags)
-    assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"]) and len(cli["rank_peaks"]) == 4
+    assert len(cli["rank_peaks"]) == 4
     said = answer_for(settings)["engine_text"]
     assert said.startswith("the busiest of 4 stages of torch's pipelining under ScheduleGPipe (stage 3; ")
     assert f", as the eager walk allocates it on {said}, the peak is " in page.text_content("[data-calc-summary]")
@@ -102,13 +105,9 @@ def test_a_transformers_plan_link_gives_the_clis_rank_and_the_form_keeps_its_pla
     band of the `tp-hf` steps measured (results §14); choosing the layers plan on the form gives the CLI's."""
     settings = {"preset": "qwen3-8b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
                 "tp": "2", "tp-plan": "transformers"}  # fmt: skip
-    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
-    settle(page)
-    assert page.evaluate(LINK_LINES) == []
+    page, recorder, flags, cli = _engine_link(open_page, settings)
     assert page.input_value('select[name="tp-plan"]') == "transformers"
-    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
-    cli = cli_json(flags)
-    assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"]) and len(cli["rank_peaks"]) == 2
+    assert len(cli["rank_peaks"]) == 2
     assert "tensor parallelism's transformers plan" in page.text_content("[data-calc-summary]")
     from hooks import deck
 
