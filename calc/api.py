@@ -113,9 +113,9 @@ def worst_stage(
 
 
 class Walked(NamedTuple):
-    """One walk of the step as step reports it: the stage walked (the one that peaks highest), its micro-batches
-    in flight and whether they accumulate, its segments (step expands their events), its peak, each category's
-    full size and one layer's activations."""
+    """One walk of the step as step reports it: the stage (a pipeline's rank) walked (the one that peaks highest),
+    its micro-batches in flight and whether they accumulate, its segments (step expands their events), its peak,
+    each category's full size and one layer's activations."""
 
     stage: int
     in_flight: int
@@ -159,8 +159,9 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
 
 
 def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
-    """The eager walk of every stage of a pipeline (calc.engines.pipeline), its micro-batches the loop's
-    (--grad-accum, default pp): the stage that peaks highest, and every stage's peak (`ranks`)."""
+    """The eager walk of every rank of a pipeline (calc.engines.pipeline: a stage, or under interleaved 1F1B two),
+    its micro-batches the loop's (--grad-accum, default pp): the rank that peaks highest, and every rank's peak
+    (`ranks`)."""
     m, peaks, busiest = loop.grad_accum, [], None  # busiest: (stage, segments, (peak, at)), the first highest
     for s in range(par.pp):
         segs = eager.segments(*args[:-1], loops.BARE, engine=pipeline.PipelineStage(par.pp, s, par.pp_schedule, m))
@@ -169,10 +170,11 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
         if busiest is None or top[0] > busiest[2][0]:
             busiest = (s, segs, top)
     stage, segs, (top, at) = busiest
-    in_flight = pipeline.PipelineStage(par.pp, stage, par.pp_schedule, m).in_flight
+    rank = pipeline.PipelineStage(par.pp, stage, par.pp_schedule, m)
     per_layer = next(sum(e.bytes for e in s.events if e.category == "activations") for s in segs
                      if s.reps and s.events[0].phase == "forward")  # fmt: skip
-    return Walked(stage, in_flight, m > in_flight, segs, top, at, category_peaks(segs), per_layer, tuple(peaks))
+    return Walked(stage, rank.in_flight, rank.accumulating, segs, top, at, category_peaks(segs), per_layer,
+                  tuple(peaks))  # fmt: skip
 
 
 RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
@@ -262,6 +264,10 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
         if par.tp > 1 and (shape.family not in tensor.FAMILIES or shape.experts):
             raise ValueError(f"the eager walk's tensor parallelism is measured on {' and '.join(tensor.FAMILIES)}'s "
                              "dense layers only: use the deck walk")  # fmt: skip
+        if par.pp_schedule not in pipeline.SCHEDULES:
+            raise ValueError(f"the pipeline's schedule is one of {', '.join(pipeline.SCHEDULES)}")
+        if par.pp > 1 and (problem := pipeline.schedule_problem(par.pp, par.pp_schedule, grad_accum, shape.layers)):
+            raise ValueError(f"--{problem[0]}: {problem[1]}")
         if par.tp_plan not in tensor.PLANS or (par.tp_plan != SINGLE.tp_plan and par.tp == 1):
             raise ValueError(f"the tensor-parallel plan is one of {', '.join(tensor.PLANS)}, over tp 2 or more")
         if par.tp > 1 and (problem := tensor.plan_problem(shape, par.tp, par.tp_plan)):
@@ -342,10 +348,13 @@ def step(
 
 def _device_total(shape: Shape, par: Parallel, walk: str, stage: int) -> int:
     """The parameters one device holds before ZeRO: under the eager walk's tensor parallelism the local model's
-    (calc.engines.tensor, its embedding and head whole, or split by vocabulary under transformers' plan), else the
-    deck's split (calc.parallel.device_params)."""
+    (calc.engines.tensor, its embedding and head whole, or split by vocabulary under transformers' plan); under
+    interleaved 1F1B its stages' (calc.engines.pipeline); else the deck's split (calc.parallel.device_params)."""
     if walk == "eager" and par.tp > 1:
         return param_counts(tensor.TensorParallel(par.tp, par.tp_plan).stored(shape))["total"]
+    rank = pipeline.PipelineStage(par.pp, stage, par.pp_schedule, 1)
+    if walk == "eager" and rank.count > par.pp:  # interleaved 1F1B: the rank's stages of rank.count
+        return sum(device_params(shape, replace(par, pp=rank.count), s)["total"] for s in rank.stages)
     return device_params(shape, par, stage)["total"]
 
 

@@ -7,6 +7,7 @@ import sys
 
 from . import trainers
 from .api import run_step, table
+from .engines.pipeline import PipelineStage
 from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
 from .inputs import BESIDE_FIELDS, InputError, late_problem, parse_inputs
@@ -102,10 +103,11 @@ def format_summary(result: dict) -> str:
             f"per device of {result['devices']} (dp {p['dp']}, tp {p['tp']}, pp {p['pp']}, "
             + (f"ep {p['ep']}, " if p["ep"] > 1 else "")
             + f"ZeRO {p['zero']}), "
-            f"pipeline stage {result['stage']}: {result['device_params']:,} parameters"
+            f"pipeline {_stage(result)}: {result['device_params']:,} parameters"
         )
     if "engine" in result:
-        unit = "stage" if result["engine"] == "pipeline" else "rank"
+        looped = result["config"]["parallel"]["pp_schedule"] == "interleaved-1f1b"  # several stages a rank
+        unit = "stage" if result["engine"] == "pipeline" and not looped else "rank"
         lines.append(f"  engine: {engine_text(result)}; the figures below are that {unit}'s")
     if "finetune" in cfg:
         t = cfg["finetune"]
@@ -125,6 +127,15 @@ def format_summary(result: dict) -> str:
     lines.append(f"  {'peak':<12} {n:>20,} bytes  {format_gb(n):>8} GB  {format_gib(n)} GiB")
     lines.append(f"  peak event:  {result['peak_event']}")
     return "\n".join([*lines, *eager_lines(result), *reading_lines(result)])
+
+
+def _stage(result: dict) -> str:
+    """The pipeline position the figures are for: "stage N", or under interleaved 1F1B "rank N (stages ...)"."""
+    par = result["config"]["parallel"]
+    rank = PipelineStage(par["pp"], result["stage"], par["pp_schedule"], 1)
+    if rank.count == par["pp"]:
+        return f"stage {result['stage']}"
+    return f"rank {result['stage']} (stages {' and '.join(str(s) for s in rank.stages)} of {rank.count})"
 
 
 def reading_lines(result: dict) -> list[str]:

@@ -441,33 +441,40 @@ def segments(
 
 
 def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline.PipelineStage) -> list[Segment]:
-    """One pipeline stage's step (calc.engines.pipeline): its parameters and AdamW's state, the engine's buffers,
-    each micro-batch's forward and backward through its layers in the schedule's order, AdamW's step."""
+    """One pipeline rank's step (calc.engines.pipeline): its stages' parameters and AdamW's state (one AdamW over
+    them all), the engine's buffers, each micro-batch's forward and backward through each stage's layers in the
+    schedule's order, AdamW's step."""
     recipe, device, tune = args[2], args[5], args[6]
-    layers = stage_layers(shape, stage.pp, stage.stage)
-    sub = replace(shape, layers=len(layers))  # the stage's layers, numbered from 1 in its replay
-    rp, st, replayed = _replayed(sub, args, stage=(stage.first, stage.last))
-    later = _replayed(sub, args, accumulate=True, stage=(stage.first, stage.last))[2]
-    forward = [s for s in replayed if s.events[0].phase == "forward"]
-    backward = ([s for s in replayed if s.events[0].phase != "forward"],
-                [s for s in later if s.events[0].phase != "forward"])  # fmt: skip
-    params = optim_step.stage_params(sub, tune, stage.first, stage.last)
+    parts, params, buffers, held = {}, [], [], 0
+    for s in stage.stages:
+        first, last = s == 0, s == stage.count - 1
+        layers = stage_layers(shape, stage.count, s)
+        sub = replace(shape, layers=len(layers))  # the stage's layers, numbered from 1 in its replay
+        rp, st, replayed = _replayed(sub, args, stage=(first, last))
+        later = _replayed(sub, args, accumulate=True, stage=(first, last))[2]
+        below = layers.start - 1  # the model's numbers
+        forward = [_shifted(g, below) for g in replayed if g.events[0].phase == "forward"]
+        backward = ([_shifted(g, below) for g in replayed if g.events[0].phase != "forward"],
+                    [_shifted(g, below) for g in later if g.events[0].phase != "forward"])  # fmt: skip
+        params += optim_step.stage_params(sub, tune, first, last)
+        autocast = RECIPES[recipe].autocast  # the layers' outputs in the weights' dtype, the head's in 16 bits
+        act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act))
+        logits = rp.blocks(st.tokens * shape.vocab * (2 if autocast else st.act))
+        buffers += stage.buffers(s, act, logits)
+        after = [Event("backward", f"free {t.label}", t.category, rp.blocks(-t.nbytes), "the stage's backward returns: "
+                       "the micro-batch's graph goes") for t in rp.after]  # fmt: skip
+        parts[s] = pipeline.Part(forward, backward, 0 if last else act, rp.blocks(rp.sent.nbytes) if rp.sent else 0,
+                                 after)  # fmt: skip
+        held += phases.gradients_held(backward[0])
     start = resident_state(sum(p.numel for p in params), recipe)
     if stage.first or stage.last:  # the step's input ids (first) or labels (last), every micro-batch's
         start.append(Event("start", f"token ids (int64) of the step's {stage.micro_batches} micro-batches",
                            "activations", 8 * st.tokens * stage.micro_batches, "s x b x 8 bytes a micro-batch"))
-    autocast = RECIPES[recipe].autocast  # the layers' outputs in the weights' dtype, the head's in 16 bits
-    act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act))
-    logits = rp.blocks(st.tokens * shape.vocab * (2 if autocast else st.act))
-    start += stage.buffers(act, logits)
+    start += buffers
     start += _optimizer_start(params, recipe, device, tune, loop, len(params), rp.block)
-    after = [Event("backward", f"free {t.label}", t.category, rp.blocks(-t.nbytes), "the stage's backward returns: "
-                   "the micro-batch's graph goes") for t in rp.after]  # fmt: skip
-    sent = rp.blocks(rp.sent.nbytes) if rp.sent else 0
-    segs = [Segment(tuple(start)), *stage.step(forward, backward, 0 if stage.last else act, sent, after, logits)]
     end = _optimizer_end(params, recipe, device, tune, loop, rp.block)
-    end.append(phases.zero_grad(phases.gradients_held(backward[0])))
-    return [_shifted(seg, layers.start - 1) for seg in segs] + [Segment(tuple(end))]  # the model's numbers
+    end.append(phases.zero_grad(held))
+    return [Segment(tuple(start)), *stage.step(parts, logits), Segment(tuple(end))]
 
 
 def _shifted(seg: Segment, below: int) -> Segment:

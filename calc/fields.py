@@ -231,10 +231,12 @@ PARALLEL = (
     _int("pp", 10_000, "parallel", help="pipeline stages (default {default})", default=1,
          chosen=PLANNERS, page=Page("Pipeline stages", "Several devices", 5)),
     _choice("pp-schedule", SCHEDULES, help="the pipeline's schedule over the --pp stages (default {default}): 1f1b "
-            "(a stage holds at most pp - stage micro-batches at once: torch's Schedule1F1B) or gpipe (every "
-            "micro-batch's forward before any backward: ScheduleGPipe)", default=SCHEDULES[0], sets="parallel",
-            chosen=PLANNERS, page=Page("Pipeline schedule", "Several devices", 6, options=(
-                ("1f1b", "1F1B"), ("gpipe", "GPipe")))),
+            "(a stage holds at most pp - stage micro-batches at once: torch's Schedule1F1B), gpipe (every "
+            "micro-batch's forward before any backward: ScheduleGPipe) or interleaved-1f1b (2 stages a rank, "
+            "rank r running stages r and r + pp: ScheduleInterleaved1F1B; the eager walk only)",
+            default=SCHEDULES[0], sets="parallel", chosen=PLANNERS, page=Page("Pipeline schedule", "Several devices", 6,
+            options=(("1f1b", "1F1B"), ("gpipe", "GPipe"),
+                     ("interleaved-1f1b", "Interleaved 1F1B (2 stages a rank)")))),
     _int("ep", 1 << 16, "parallel", help="expert-parallel ranks among the dp workers, E/ep experts each", default=1,
          chosen=("fit-card",), page=Page("Expert parallel", "Several devices", 7)),
     _choice("zero", ZERO_STAGES, help="ZeRO stage over the dp workers (default {default})", default=0, sets="parallel",

@@ -553,6 +553,8 @@ def eager_problem(
     if par.pp > 1 and par.pp_schedule == "1f1b" and grad_accum is not None and grad_accum < par.pp:
         return "grad-accum", (f"torch's Schedule1F1B needs at least as many micro-batches as stages: --grad-accum "
                               f"{par.pp} or more (its default), or --pp-schedule gpipe")  # fmt: skip
+    if par.pp > 1 and (problem := pipeline.schedule_problem(par.pp, par.pp_schedule, grad_accum, shape.layers)):
+        return problem
     if par.tp > 1 and (par.dp > 1 or par.zero):
         return "tp", ("the eager walk runs data or tensor parallelism, not both at once (DDP, ZeRO or FSDP2 beside "
                       "tensor parallelism is not modelled yet): --dp 1 and --zero 0, or the deck walk")  # fmt: skip

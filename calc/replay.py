@@ -56,6 +56,8 @@ class Node:
     region: list = field(default_factory=list)  # a checkpointed region: the nodes its forward recorded
     outs: tuple[T, ...] = ()  # a node of several outputs (a split): it waits for all their gradients
     unpacks: bool = False  # its backward unpacks a saved parameter (a linear's weight), which saved lists not
+    cast: bool = False  # its parameters' gradients come through autocast's cast of them: its `work` is their
+    # 16-bit gradient, and ToCopyBackward0 makes the fp32 one after this node has run and released what it saved
 
 
 class Replay:
@@ -148,6 +150,7 @@ class Replay:
         work: list[int] = (),
         outs: tuple[T, ...] = (),
         unpacks: bool = False,
+        cast: bool = False,
     ) -> bool:
         """Record an op's autograd node; each saved tensor gains a reference until its backward has run.
 
@@ -165,7 +168,8 @@ class Replay:
         if not self.discard_saved:
             for t in saved:
                 self.keep(t)
-        self.nodes.append(Node(label, list(saved), out, inputs, list(work), layer, outs=outs, unpacks=unpacks))
+        self.nodes.append(Node(label, list(saved), out, inputs, list(work), layer, outs=outs, unpacks=unpacks,
+                               cast=cast))  # fmt: skip
         if self.stop_at is not None and len(self.nodes) == self.stop_at:
             # the pack hook of the last saved tensor stops the re-run; an op's inputs are saved before its
             # kernel runs (VariableType), so an output it does not save is never made
@@ -223,22 +227,28 @@ class Replay:
             if node.recompute is not None:
                 self._recompute(node, g)
                 continue
-            outs = []
+            outs, cast = [], []  # cast: (parameter, bytes) whose gradient a later ToCopyBackward0 makes
             for t, nbytes, how in node.inputs:
                 if isinstance(t, T) and not t.requires_grad:
                     continue
                 if how == "pass" and g is not None:
                     outs.append((t, self.keep(g)))
+                elif how == "param" and node.cast:
+                    cast.append((t, nbytes))
                 elif how == "param":
                     self.param_grad(t, nbytes, node.label)
                 else:
                     outs.append((t, self.new(nbytes, f"gradient of {t.label}", f"{node.label} backward")))
-            if node.work:
-                temps = [self.new(n, f"{node.label} backward working memory", "derivatives.yaml") for n in node.work]
+            temps = [self.new(n, f"{node.label} backward working memory", "derivatives.yaml") for n in node.work]
+            if not node.cast:
                 self.drop(*temps, why="end of the node")
             self.drop(g, *parts, why="consumed by its node")
             if node.saved:
                 self.drop(*node.saved, why=f"{node.label}: saved values released after its backward")
+            for t, nbytes in cast:  # the engine runs the weight's ToCopyBackward0 next (the cast came just before)
+                self.param_grad(t, nbytes, f"{node.label}'s ToCopyBackward0")
+            if node.cast:
+                self.drop(*temps, why="ToCopyBackward0 consumed the 16-bit gradient")
             if self.accumulated:  # AccumulateGrad runs after the node that made the gradient
                 for label, nbytes in self.accumulated:
                     self._emit(f"{label}: added into .grad", "gradients", -nbytes, "AccumulateGrad adds in place")

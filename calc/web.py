@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from . import trainers
 from .api import eager_peak, run_step, sweep, table
-from .engines.pipeline import SCHEDULE_NAMES, layer_passes
+from .engines.pipeline import LOCAL_STAGES, SCHEDULE_NAMES, layer_passes
 from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
@@ -93,7 +93,8 @@ ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel":
 
 def engine_text(step: dict) -> str:
     """The engine of an eager step over several processes (step's "engine") and its ranks' peaks, in words (the
-    CLI's summary and the page's): its peak is the busiest rank's (a pipeline's ranks are its stages)."""
+    CLI's summary and the page's): its peak is the busiest rank's (a pipeline's ranks are named as its stages,
+    but under interleaved 1F1B, where a rank runs LOCAL_STAGES stages)."""
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
     words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if zero == 1 else "",
                                   "fsdp2": f" with reshard_after_forward={zero == 3}",
@@ -101,7 +102,9 @@ def engine_text(step: dict) -> str:
                                   "tensor-parallel": " transformers plan" if step["config"]["parallel"]["tp_plan"]
                                   == "transformers" else " layers plan"
                                   }.get(name, "")  # fmt: skip
-    ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" else "rank"  # a pipeline's ranks
+    looped = step["config"]["parallel"]["pp_schedule"] == "interleaved-1f1b"  # several stages a rank
+    words += f" with {LOCAL_STAGES} stages a rank" if name == "pipeline" and looped else ""
+    ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" and not looped else "rank"
     if not ranks:
         return f"the busiest {rank} of {words}"
     busiest = ranks.index(max(ranks))

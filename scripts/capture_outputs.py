@@ -163,7 +163,7 @@ def parallel_cases() -> Iterator[Case]:
     for argv in (("--preset", "mixtral-8x7b", "--dp", "8", "--ep", "8"),
                  ("--preset", "mixtral-8x7b", "--dp", "8", "--ep", "4", "--zero", "3", "--tp", "2")):
         yield "cli " + " ".join(argv) + " --json", lambda a=argv: cli(*a, "--json"), True
-    for schedule in ("1f1b", "gpipe"):  # the eager walk's pipeline, every stage (calc.engines.pipeline)
+    for schedule in ("1f1b", "gpipe", "interleaved-1f1b"):  # the eager walk's pipeline (calc.engines.pipeline)
         argv = ("--preset", "qwen3-8b", "--walk", "eager", "--pp", "4", "--pp-schedule", schedule, "--grad-accum",
                 "8", "--recipe", "autocast", "--device", "cpu")  # fmt: skip
         yield "cli " + " ".join(argv), lambda a=argv: cli(*a), False

@@ -1091,13 +1091,18 @@ processes FSDP2 pads rows (a width of 64 does not divide by 3), so its last rank
 `pp-1f1b` and `pp-gpipe` are `torch.distributed.pipelining`'s `Schedule1F1B` and `ScheduleGPipe` over one
 `PipelineStage` a process, on a 4-layer Llama (`llama-4`) or Qwen3 (`qwen3-4`) cut by hand into 2, 3 (2, 1 and 1
 layers: uneven) or 4 stages of consecutive layers, the first with the embedding, the last with the final norm, the
-head and transformers' `ForCausalLMLoss` as the schedule's `loss_fn`. Each stage's module is the model's own
-forward over its layers (and, under autocast, its own autocast region); `n_microbatches` is twice the stages
+head and transformers' `ForCausalLMLoss` as the schedule's `loss_fn`. `pp-interleaved-1f1b` is
+`ScheduleInterleaved1F1B` over two `PipelineStage`s a process (torchtitan's default for a looped schedule): process
+r runs stages r and r + N of 2N, on the same 4-layer models over 2 processes (a layer a stage) and on a 6-layer
+Llama (`llama-6`) over 2 (2, 2, 1 and 1 layers: uneven) or 3 processes, one AdamW over both of a process's
+stages. Each stage's module is the model's own
+forward over its layers (and, under autocast, its own autocast region); `n_microbatches` is twice the processes
 ({micro_batches} micro-batches of {micro_batch} sequences), torch's defaults otherwise; the first stage is given the
 input ids, the last the labels, the stages between no batch; AdamW steps each stage's parameters.
 The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, `--walk eager --tp N` (with
 `--tp-plan transformers` for `tp-hf`), or
-`--walk eager --pp N --pp-schedule 1f1b|gpipe --grad-accum M`, from the config.json, one per rank (`rank_peaks` in
+`--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M`, from the config.json, one per rank
+(`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
 gradient buckets (a second flat copy of every gradient, `gradient_as_bucket_view=False`), with each rank's own
 share of AdamW under ZeRO 1 (`calc/engines/ddp.py`). Under FSDP2 it is the same step with the rank's padded rows of
@@ -1121,10 +1126,14 @@ pipeline it is each stage's own step: its parameters and AdamW's state, a receiv
 micro-batch's forward and backward through its layers in the schedule's order, the first backward writing each
 parameter's gradient and the later ones adding into it; each output and input gradient let go as the schedule lets
 go of its send (GPipe once its backward loop ends; 1F1B the last output it sent in its warm-up once its steady
-phase ends); and, on the last stage, every micro-batch's logits kept until the next step begins, with one more copy
+phase ends; interleaved 1F1B every one as the step ends, `_PipelineScheduleRuntime` waiting on its sends only
+then), a process under interleaved 1F1B running both its stages' micro-batches in the order torch computes for it
+(`_get_1f1b_rank_ops`: a round of micro-batches through one of its stages, then the other); and, on the last stage,
+every micro-batch's logits kept until the next step begins, with one more copy
 of them all as the step returns them merged (`calc/engines/pipeline.py`). Worst rank, predicted / measured:
-{worst}. {pp_over}. The deck walk's `--dp N --zero K`, `--tp N` and `--pp N` (1F1B only: it refuses `--pp-schedule
-gpipe`) give {deck_low} to {deck_high} of the busiest rank. It counts no bucket; under ZeRO 1 it saves the sharded
+{worst}. The deck walk's `--dp N --zero K`, `--tp N` and `--pp N` (1F1B only: it refuses `--pp-schedule
+gpipe` and `interleaved-1f1b`) give {deck_low} to {deck_high} of the busiest rank. It counts no bucket; under ZeRO
+1 it saves the sharded
 moments that DDP's buckets spend again (ZeRO-1 as torch runs it peaks where one device does); under ZeRO 2 and 3 it
 counts one gathered layer and no root, no prefetch and no flat buffers; under `--tp` it splits the head and the
 logits by the vocabulary (Megatron's vocabulary-parallel head), where `tp` keeps the head whole on every rank and
@@ -1152,14 +1161,15 @@ rank's figure, so each rank's lowest of {runs} runs is kept. `tp-hf` loads its m
 loader threads would hide the rank's weights from the profile); a checkpoint saved in the dtype it loads in (fp32
 here) would on the CPU keep each row-split weight's whole tensor, the rank's shard a view of it (transformers'
 `DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. Sequence parallelism, FSDP2 x
-TP, a pipeline beside data or tensor parallelism and interleaved 1F1B are not replayed yet: the eager walk refuses
+TP and a pipeline beside data or tensor parallelism are not replayed yet: the eager walk refuses
 them, naming the deck walk,
 whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
 fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of Qwen3-MoE, and
 peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp` and `tp-hf`, full training of Llama's
 and Qwen3's dense layers, fp32 or autocast (`tp-hf` with an untied head and a vocabulary the ranks divide); of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
-autocast, each stage's forward its own autocast region (an autocast region around the schedule's whole step keeps
+autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
+offered), each stage's forward its own autocast region (an autocast region around the schedule's whole step keeps
 each weight's cast from the first micro-batch to the last, and is not modelled); each with AdamW in a bare loop, on
 the CPU; the rest is refused, naming the field. The collectives' own scratch memory (gloo's, NCCL's) is outside
 PyTorch's allocator and not counted; on CUDA the buckets' rounding is from source, not measured. Environment:
@@ -1302,27 +1312,6 @@ def _others(found: list) -> str:
     )
 
 
-def cast_order(row: dict, rank: int) -> bool:
-    """Whether a pipeline stage's step under autocast reads below its prediction by more than 0.1% (the replay's
-    order of a weight's gradient casts, _cast_order)."""
-    r = row["ranks"][rank]
-    return row["engine"].startswith("pp-") and row["precision"] == "autocast" and r["ratio"] > 1.001
-
-
-def _cast_order(found: list) -> str:
-    if not found:
-        return "Every pipeline stage under autocast is within 0.1% of its prediction"
-    ratios = [row["ranks"][i]["ratio"] for row, i in found]
-    most = max(-_excess(row, i) for row, i in found)
-    return (
-        f"{len(found)} pipeline stage-steps under autocast read below their prediction by more than 0.1% ("
-        f"{min(ratios):.4f} to {max(ratios):.4f}, by {most:,} bytes at most; in the steps traced, at a backward "
-        "after the first): there the replay writes a weight's fp32 gradient as its matmul's backward runs, beside "
-        "the 16-bit one, where autograd's ToCopyBackward0 makes it only after that matmul's saved inputs have gone; "
-        "the one-device walk counts the same, and the figures are as predicted"
-    )
-
-
 def _excess(row: dict, rank: int) -> int:
     r = row["ranks"][rank]
     return r["measured_peak"] - r["predicted_peak"]
@@ -1347,22 +1336,21 @@ def engines_section() -> list[str]:
     started = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_start]
     held = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is workspace_held]
     reduced = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_reduced]
-    over = [(row, i) for row in runs for i in range(len(row["ranks"])) if cast_order(row, i)]
     other = [(row, i, row["ranks"][i]["ratio"]) for row in runs for i in range(len(row["ranks"]))
-             if not explained(row, i) and not cast_order(row, i) and abs(row["ranks"][i]["ratio"] - 1) > 0.001]
+             if not explained(row, i) and abs(row["ranks"][i]["ratio"] - 1) > 0.001]
     worst = "; ".join(f"`{e}` {min(x):.5f} to {max(x):.5f}" + (f" ({min(clean[e]):.5f} to {max(clean[e]):.5f} "
                       "apart from the ranks below)" if clean[e] != x else "") for e, x in ratios.items())  # fmt: skip
     deck = [row["deck"]["ratio"] for row in runs if "ratio" in row["deck"]]
     m = runs[0]["model"]
     shape = (
-        f"{m['num_hidden_layers']} layers (the pipelines' 4), width {m['hidden_size']}, "
+        f"{m['num_hidden_layers']} layers (the pipelines' 4 or 6), width {m['hidden_size']}, "
         f"vocabulary {m['vocab_size']:,}, "
         f"sequence {runs[0]['seq']}, micro-batch {runs[0]['micro_batch']}"
     )
     gathered_text = f"{len(gathered)} FSDP2 rank-step{' reads' if len(gathered) == 1 else 's read'}"
     values = {"high": len(high), "gathered": gathered_text, "rank_steps": sum(len(r["ranks"]) for r in runs),
               "started": _started(started), "workspace": _held(held), "reduced": _reduced(reduced),
-              "other": _others(other), "pp_over": _cast_order(over),
+              "other": _others(other),
               "micro_batches": " or ".join(str(n) for n in sorted({r["micro_batches"] for r in runs
                                                                    if "micro_batches" in r})),
               "micro_batch": runs[0]["micro_batch"],

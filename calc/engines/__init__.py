@@ -7,5 +7,6 @@ the papers' accounting (calc.parallel).
   or True (ZeRO 3).
 - tensor: tensor parallelism over the decoder layers' linears (torch's "layers" plan), or transformers' own plan,
   which splits the embedding and head by vocabulary too.
-- pipeline: one stage of torch.distributed.pipelining, scheduled by Schedule1F1B or ScheduleGPipe.
+- pipeline: one rank of torch.distributed.pipelining: a stage under Schedule1F1B or ScheduleGPipe, two under
+  ScheduleInterleaved1F1B.
 """

@@ -1,4 +1,5 @@
-"""One stage of torch's pipeline parallelism (torch.distributed.pipelining), scheduled by GPipe or 1F1B.
+"""One rank of torch's pipeline parallelism (torch.distributed.pipelining): one stage under GPipe or 1F1B, two
+under interleaved 1F1B.
 
 What people run on a transformers model: the model cut by hand into `pp` stages of consecutive decoder layers
 (calc.parallel.stage_layers: the earlier stages take any remainder), the first with the embedding, the last with
@@ -21,6 +22,11 @@ CPU steps:
   copy of every micro-batch's logits, dropped at once by the loop here).
 - GPipe runs every forward, then every backward. 1F1B runs `pp - stage` forwards (warmup_chunks), then one
   backward and one forward in turn, then the backwards left.
+- Interleaved 1F1B (ScheduleInterleaved1F1B, a _PipelineScheduleRuntime) cuts the model into LOCAL_STAGES x pp
+  stages, rank r running stages r, r + pp, ... (each its own PipelineStage, with its own buffers), in the order
+  torch computes for the rank (_interleaved). The runtime keeps every send's work in one list (send_ops) and
+  waits on them only as the step ends: every output and input gradient a rank sent lives until then. One AdamW
+  steps both stages' parameters (the harness's; torchtitan keeps one a stage, stepped one after the other).
 - Under autocast the stage module's forward is the autocast region (the stage's own `torch.autocast`, as the
   model's forward is in a one-device loop); the loss runs outside it, on the logits the head made in 16 bits.
   Not modelled: an autocast region around the schedule's whole step, whose cache keeps each weight's cast from
@@ -35,24 +41,49 @@ counted: gloo's scratch memory outside PyTorch's allocator, and scalars (each mi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..parallel import split
 from ..walk import Event, Segment
 
-SCHEDULES = ("1f1b", "gpipe")  # --pp-schedule (the default first): Schedule1F1B, ScheduleGPipe
-SCHEDULE_NAMES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
+SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b")  # --pp-schedule (the default first)
+SCHEDULE_NAMES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe", "interleaved-1f1b": "ScheduleInterleaved1F1B"}
+LOCAL_STAGES = 2  # the stages a rank runs under interleaved 1F1B (torchtitan's default for a looped schedule)
 FAMILIES = ("llama", "qwen3")  # the families whose stages have been measured
 SOURCE = "torch 2.13: distributed/pipelining/stage.py, schedules.py"
 
 
+class Part(NamedTuple):
+    """One stage's share of a rank's step: a micro-batch's `forward`, its `backward` (the first backward's, then
+    the later ones'), its output (`output` bytes, stages before the last) and input gradient (`sent` bytes,
+    stages after the first) sent on, and `after`: what a micro-batch's graph holds until its backward returns."""
+
+    forward: list[Segment]
+    backward: tuple[list[Segment], list[Segment]]
+    output: int
+    sent: int
+    after: list[Event]
+
+
 @dataclass(frozen=True)
 class PipelineStage:
-    """Stage `stage` of `pp`, stepping `micro_batches` micro-batches a step under `schedule`."""
+    """Rank `stage` of `pp`, stepping `micro_batches` micro-batches a step under `schedule`: one stage of `pp`,
+    or under interleaved 1F1B LOCAL_STAGES of `pp` x LOCAL_STAGES (the rank's `stages`: stage, stage + pp, ...)."""
 
     pp: int
     stage: int
     schedule: str
     micro_batches: int
+
+    @property
+    def count(self) -> int:
+        """The pipeline's stages: pp, or pp x LOCAL_STAGES under interleaved 1F1B."""
+        return self.pp * (LOCAL_STAGES if self.schedule == "interleaved-1f1b" else 1)
+
+    @property
+    def stages(self) -> range:
+        """The stages this rank runs (0 first), in order."""
+        return range(self.stage, self.count, self.pp)
 
     @property
     def first(self) -> bool:
@@ -64,79 +95,103 @@ class PipelineStage:
 
     @property
     def in_flight(self) -> int:
-        """The most micro-batches the stage holds between their forward and backward: every one under GPipe,
-        pp - stage under 1F1B (its warmup_chunks)."""
-        return self.micro_batches if self.schedule == "gpipe" else min(self.micro_batches, self.pp - self.stage)
-
-    def order(self) -> list[tuple[str, int]]:
-        """The stage's forwards ("F") and backwards ("B") of each micro-batch (0 first), as the schedule runs
-        them (ScheduleGPipe._step_microbatches, Schedule1F1B._step_microbatches)."""
-        m = self.micro_batches
+        """The most micro-batches the rank holds between their forward and backward: every one under GPipe,
+        pp - stage under 1F1B (its warmup_chunks); under interleaved 1F1B, summed over its stages (a micro-batch
+        through two of them counted twice)."""
         if self.schedule == "gpipe":
-            return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-        warm = self.in_flight
-        out = [("F", i) for i in range(warm)]
-        for i in range(m - warm):
-            out += [("B", i), ("F", warm + i)]
-        return out + [("B", i) for i in range(m - warm, m)]
+            return self.micro_batches
+        if self.schedule == "1f1b":
+            return min(self.micro_batches, self.pp - self.stage)
+        held, most = 0, 0
+        for _, kind, _ in self.order():
+            held += 1 if kind == "F" else -1
+            most = max(most, held)
+        return most
 
-    def buffers(self, activations: int, logits: int) -> list[Event]:
-        """What the stage keeps from step to step beside its parameters: the receive buffers, each micro-batch's
+    @property
+    def accumulating(self) -> bool:
+        """Whether the rank runs a forward after its first backward: a micro-batch that starts with gradients of
+        the step already resident, which its backward adds into."""
+        order = [kind for _, kind, _ in self.order()]
+        return "F" in order[order.index("B") :]
+
+    def order(self) -> list[tuple[int, str, int]]:
+        """The rank's forwards ("F") and backwards ("B") as (stage, kind, micro-batch, 0 first), as the schedule
+        runs them (ScheduleGPipe._step_microbatches, Schedule1F1B._step_microbatches, interleaved: _interleaved)."""
+        m, s = self.micro_batches, self.stage
+        if self.schedule == "interleaved-1f1b":
+            return _interleaved(self.pp, s, m)
+        if self.schedule == "gpipe":
+            return [(s, "F", i) for i in range(m)] + [(s, "B", i) for i in range(m)]
+        if self.schedule != "1f1b":
+            raise ValueError(f"the pipeline's schedule is one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        warm = self.in_flight
+        out = [(s, "F", i) for i in range(warm)]
+        for i in range(m - warm):
+            out += [(s, "B", i), (s, "F", warm + i)]
+        return out + [(s, "B", i) for i in range(m - warm, m)]
+
+    def buffers(self, stage: int, activations: int, logits: int) -> list[Event]:
+        """What `stage` keeps from step to step beside its parameters: the receive buffers, each micro-batch's
         `activations` bytes, and on the last stage the logits of the step before (`logits` bytes each)."""
-        m, out = self.micro_batches, []
-        if not self.first:
-            out.append(Event("start", f"received activations: {m} buffers, one a micro-batch", "activations",
+        m, out, at = self.micro_batches, [], f" (stage {stage})" if self.count > self.pp else ""
+        if stage:
+            out.append(Event("start", f"received activations: {m} buffers, one a micro-batch{at}", "activations",
                              m * activations, f"{SOURCE}: _setup_forward_recv_info"))  # fmt: skip
-        if not self.last:
-            out.append(Event("start", f"received output gradients: {m} buffers, one a micro-batch", "activations",
+        if stage < self.count - 1:
+            out.append(Event("start", f"received output gradients: {m} buffers, one a micro-batch{at}", "activations",
                              m * activations, f"{SOURCE}: _setup_backward_recv_info"))  # fmt: skip
-        if self.last:
+        else:
             out.append(Event("start", f"the step before's logits: {m} micro-batches (output_chunks)", "logits",
                              m * logits, f"{SOURCE}: output_chunks, return_outputs=True"))  # fmt: skip
         return out
 
-    def step(self, forward: list[Segment], backward: tuple[list[Segment], list[Segment]], output: int, sent: int,
-             after: list[Event], logits: int) -> list[Segment]:  # fmt: skip
-        """The schedule's micro-batches through the stage: `forward` and `backward` (the first backward's, then
-        the later ones') each micro-batch, labelled with it; `after`: what a micro-batch's graph holds until
-        its backward returns (enable_input_require_grads' leaf). The stage's output (`output` bytes, stages before
-        the last) and its input gradient (`sent` bytes, stages after the first) are let go as the schedule lets
-        go of their sends (lets_go). On the last stage the step before's logits go first and the merged output
-        is made and dropped last (`logits` bytes a micro-batch)."""
-        m, segs = self.micro_batches, []
-        if self.last:
+    def step(self, parts: dict[int, Part], logits: int) -> list[Segment]:
+        """The schedule's micro-batches through the rank's stages (`parts`, by stage), labelled with each. A
+        stage's output and its input gradient are let go as the schedule lets go of their sends (lets_go). On the
+        last stage the step before's logits go first and the merged output is made and dropped last (`logits`
+        bytes a micro-batch)."""
+        m, segs, last = self.micro_batches, [], self.count - 1 in parts
+        if last:
             segs.append(Segment((Event("forward", "free the step before's logits (clear_runtime_states)", "logits",
                                        -m * logits, SOURCE),)))  # fmt: skip
-        frees: dict[int, list[Event]] = {}
-        for what, nbytes in (("output", output), ("input gradient sent", sent)):
-            for i, k in enumerate(self.lets_go(what) if nbytes else ()):
-                frees.setdefault(k, []).append(Event("backward", f"free the stage's {what} (micro-batch {i + 1})",
-                                                     "activations", -nbytes, f"{SOURCE}: its send let go"))
-        done = 0  # backwards run
-        for kind, i in self.order():
+        frees: dict[tuple[int, int | None], list[Event]] = {}  # (stage, after the backward of; None: step's end)
+        for s, part in parts.items():
+            for what, nbytes in (("output", part.output), ("input gradient sent", part.sent)):
+                for i, k in enumerate(self.lets_go(what) if nbytes else ()):
+                    frees.setdefault((s, k), []).append(Event("backward", f"free the stage's {what} ({self._of(s, i)})",
+                                                               "activations", -nbytes, f"{SOURCE}: its send let go"))
+        done: dict[int, int] = {}  # backwards run, by stage
+        for s, kind, i in self.order():
+            part, tag = parts[s], f" ({self._of(s, i)})"
             if kind == "F":
-                segs += _labelled(forward, i)
+                segs += _labelled(part.forward, tag)
                 continue
-            segs += _labelled(backward[0] if done == 0 else backward[1], i)
-            done += 1
-            tail = [e._replace(label=f"{e.label} (micro-batch {i + 1})") for e in after] + frees.get(i, [])
+            segs += _labelled(part.backward[0] if not done.get(s) else part.backward[1], tag)
+            done[s] = done.get(s, 0) + 1
+            tail = [e._replace(label=e.label + tag) for e in part.after] + frees.get((s, i), [])
             if tail:
                 segs.append(Segment(tuple(tail)))
-        if self.last:
+        if ends := [e for s in parts for e in frees.get((s, None), [])]:
+            segs.append(Segment(tuple(ends)))
+        if last:
             segs.append(Segment((
                 Event("optimizer", f"the step's output: {m} micro-batches' logits merged (torch.cat)", "logits",
                       m * logits, f"{SOURCE}: _merge_outputs"),
                 Event("optimizer", "free the merged output (the loop drops it)", "logits", -m * logits, SOURCE))))
         return segs
 
-    def lets_go(self, what: str) -> list[int]:
-        """For each micro-batch, the backward (by micro-batch) after which the stage lets go of its "output"
-        (fwd_cache pops it at its backward, but a send's work or op may still hold it) or its "input gradient
-        sent". GPipe keeps every send's work until its backward loop ends. 1F1B lets a gradient's send go as it
-        sends the next (bwd_sends), the last as the step ends; an output goes at its backward, but for the
+    def lets_go(self, what: str) -> list[int | None]:
+        """For each micro-batch, the backward (by micro-batch; None: the step's end) after which the stage lets
+        go of its "output" (fwd_cache pops it at its backward, but a send's work or op may still hold it) or its
+        "input gradient sent". GPipe keeps every send's work until its backward loop ends; interleaved 1F1B
+        (_PipelineScheduleRuntime: send_ops) every one until the step's end. 1F1B lets a gradient's send go as
+        it sends the next (bwd_sends), the last as the step ends; an output goes at its backward, but for the
         last one its warmup sent through send_work (micro-batch pp - stage - 2), which send_work holds until
         the steady loop breaks, after backward m - warm."""
         m = self.micro_batches
+        if self.schedule == "interleaved-1f1b":
+            return [None] * m
         if self.schedule == "gpipe":
             return [m - 1] * m
         if what != "output":
@@ -146,6 +201,52 @@ class PipelineStage:
             out[warm - 2] = max(warm - 2, m - warm)
         return out
 
+    def _of(self, stage: int, i: int) -> str:
+        """Micro-batch i (0 first) of `stage`, as an event's label names it (the stage as --json's, from 0; the
+        micro-batch from 1)."""
+        return f"stage {stage}, micro-batch {i + 1}" if self.count > self.pp else f"micro-batch {i + 1}"
+
+
+def _interleaved(pp: int, rank: int, m: int) -> list[tuple[int, str, int]]:
+    """Rank `rank`'s forwards and backwards under ScheduleInterleaved1F1B over LOCAL_STAGES stages a rank
+    (schedules.py: _calculate_single_rank_operations, _get_warmup_ops, _get_1f1b_rank_ops without its idle
+    steps): the micro-batches go in rounds of m // max(1, m // pp), a round through one local stage after
+    another, backwards from the last local stage; the warmup's forwards are (LOCAL_STAGES - 1) rounds and 2 a
+    rank before the last."""
+    local = LOCAL_STAGES
+    per_round = m // max(1, m // pp)
+    warmup = min((local - 1) * per_round + 2 * (pp - 1 - rank), m * local)
+    steady = m * local - warmup
+    fwd, bwd, out = [0] * local, [0] * local, []
+    for op in range(warmup + steady + warmup):
+        if op < warmup + steady:
+            k = (op // per_round) % local
+            out.append((k * pp + rank, "F", fwd[k]))
+            fwd[k] += 1
+        if op >= warmup:
+            k = local - 1 - ((op - warmup) // per_round) % local
+            out.append((k * pp + rank, "B", bwd[k]))
+            bwd[k] += 1
+    return out
+
+
+def schedule_problem(pp: int, schedule: str, micro_batches: int | None, layers: int) -> tuple[str, str] | None:
+    """(field, message) where torch's ScheduleInterleaved1F1B cannot run `pp` ranks of LOCAL_STAGES stages over
+    `layers` layers and `micro_batches` a step (default pp), or None."""
+    if schedule != "interleaved-1f1b":
+        return None
+    name = f"torch's {SCHEDULE_NAMES[schedule]} with {LOCAL_STAGES} stages a rank"
+    if LOCAL_STAGES * pp > layers:
+        most = layers // LOCAL_STAGES
+        fix = f"at most --pp {most}" if most > 1 else "--pp-schedule 1f1b or gpipe"
+        return "pp", f"{name} cuts the {layers} layers into {LOCAL_STAGES * pp} stages: {fix}"
+    m = pp if micro_batches is None else micro_batches
+    if m % max(1, m // pp):  # schedules.py: the micro-batches go in rounds of equal size
+        return "grad-accum", (f"{name} runs the {m} micro-batches in {m // pp} rounds of equal size (n_microbatches "
+                              f"// pp), and {m // pp} does not divide {m}: --grad-accum {pp * (m // pp)}, or another "
+                              "multiple of --pp")  # fmt: skip
+    return None
+
 
 def layer_passes(layers: int, pp: int, micro_batches: int) -> int:
     """The layers the busiest-to-walk stage (the first: calc.parallel.stage_layers gives it any remainder) runs
@@ -153,7 +254,6 @@ def layer_passes(layers: int, pp: int, micro_batches: int) -> int:
     return micro_batches * split(layers, pp)
 
 
-def _labelled(segs: list[Segment], i: int) -> list[Segment]:
-    """The segments of micro-batch i (0 first), their events labelled with it."""
-    tag = f" (micro-batch {i + 1})"
+def _labelled(segs: list[Segment], tag: str) -> list[Segment]:
+    """The segments of one micro-batch, their events' labels ending with `tag`."""
     return [Segment(tuple(e._replace(label=e.label + tag) for e in s.events), s.reps) for s in segs]

@@ -173,7 +173,7 @@ class Linears:
             inputs.append((f"{name}.bias", width_out * st.param_bytes, "param"))
         unit = self.mm if self.autocast or not weight else x.unit
         y = self.new(st.tokens * width_out, unit, label, f"{name}: s x b x {width_out} values", category)
-        rp.node(name, y, saved=saved, inputs=inputs, work=work, unpacks=True)  # mm saves x or the weight
+        rp.node(name, y, saved=saved, inputs=inputs, work=work, unpacks=True, cast=bool(work))  # mm saves x or w
         rp.drop(cast)
         if w16 is not None and not trains:
             rp.drop(w16, why="an uncached cast of a frozen weight")

@@ -74,10 +74,13 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
           "llama-4": hf_models.Model("llama", 4, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
                                      *measure_families.HEAD)),
           "qwen3-4": hf_models.Model("qwen3", 4, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
+                                     *measure_families.HEAD)),
+          "llama-6": hf_models.Model("llama", 6, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
                                      *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
 ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0,
-           "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0}  # the ZeRO stage each runs
+           "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0,
+           "pp-interleaved-1f1b": 0}  # the ZeRO stage each runs
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
 TP_PLAN = {
     **dict.fromkeys(
@@ -90,20 +93,28 @@ WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2":
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
 TP = {"tp": (2,), "tp-hf": (2,)}  # 2 key/value heads
 FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
-PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4)}  # 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1)
+# 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1); interleaved 1F1B: 2 ranks, 2 stages each (one layer)
+PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4), "pp-interleaved-1f1b": (2,)}
 MEASURED = {
     "llama": {**WORLDS, **TP, **FSDP2_LORA},
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
     "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4)},
-    "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4)},
+    "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,)},
     "qwen3-4": PIPELINES,
+    "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
 }
 
 
+def local_stages(engine: str) -> int:
+    """The pipeline stages a rank runs: 2 under interleaved 1F1B (torchtitan's default for a looped schedule,
+    calc.engines.pipeline.LOCAL_STAGES), else 1."""
+    return 2 if engine == "pp-interleaved-1f1b" else 1
+
+
 def micro_batches(engine: str, world: int) -> int:
-    """A pipeline's micro-batches a step (n_microbatches, the CLI's --grad-accum): twice its stages, so that
+    """A pipeline's micro-batches a step (n_microbatches, the CLI's --grad-accum): twice its processes, so that
     1F1B reaches its steady state on every stage but the first; 1 for the other engines."""
     return 2 * world if engine.startswith("pp-") else 1
 MIXED = "fsdp-bf16"  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over the fp32 model
@@ -126,18 +137,24 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
     model = MODELS[name]
 
     def make():
-        if engine.startswith("pp-"):  # one stage of the model's layers (calc.parallel.stage_layers)
-            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        if engine.startswith("pp-"):  # the rank's stages of the model's layers (calc.parallel.stage_layers)
+            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
             net = hf_models.build(model, "sdpa", checkpointing)
-            layers = stage_layers(shape_from_config(model.config()), world, rank)
-            module = Stage(net, layers.start - 1, layers.stop - 1, rank == 0, rank == world - 1,
-                           precision == "autocast")
-            del net  # the stage keeps its own modules; the rest of the model goes
-            schedule = {"pp-1f1b": Schedule1F1B, "pp-gpipe": ScheduleGPipe}[engine]
-            pipe = schedule(PipelineStage(module, rank, world, torch.device("cpu")), micro_batches(engine, world),
+            local = local_stages(engine)  # stages a rank runs: rank, rank + world, ... (torchtitan's default)
+            stages, modules = [], []
+            for s in range(rank, local * world, world):
+                layers = stage_layers(shape_from_config(model.config()), local * world, s)
+                modules.append(Stage(net, layers.start - 1, layers.stop - 1, s == 0, s == local * world - 1,
+                                     precision == "autocast"))  # fmt: skip
+                stages.append(PipelineStage(modules[-1], s, local * world, torch.device("cpu")))
+            del net  # the stages keep their own modules; the rest of the model goes
+            schedule = {"pp-1f1b": Schedule1F1B, "pp-gpipe": ScheduleGPipe,
+                        "pp-interleaved-1f1b": ScheduleInterleaved1F1B}[engine]  # fmt: skip
+            pipe = schedule(stages if local > 1 else stages[0], micro_batches(engine, world),
                             loss_fn=lambda logits, labels: ForCausalLMLoss(logits, labels, vocab_size=model.vocab))
-            return pipe, torch.optim.AdamW(module.parameters(), lr=1e-3)
+            params = [p for m in modules for p in m.parameters()]  # one AdamW over the rank's stages, in order
+            return pipe, torch.optim.AdamW(params, lr=1e-3)
         if engine == "tp-hf":  # transformers' own plan, as from_pretrained(tp_plan="auto") applies it
             from torch.distributed.device_mesh import init_device_mesh
             from transformers import AutoModelForCausalLM

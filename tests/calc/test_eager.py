@@ -275,3 +275,22 @@ def test_moe_the_eager_walk_refuses_what_it_does_not_replay():
     for changes in ({"capacity_factor": 1.25}, {"gated_ffn": False}, {"shared_expert_ffn": 64},
                     {"family": "gpt2"}):  # fmt: skip
         assert eager_lacks(moe.replace(**changes)), changes
+
+
+@pytest.mark.parametrize("recipe", ["autocast", "fp32-full"])
+def test_autocast_makes_a_weights_fp32_gradient_after_its_matmul_lets_go(recipe):
+    """Under autocast a weight's gradient comes in 16 bits out of the matmul's backward; the engine then runs the
+    weight's cast's ToCopyBackward0 (created just before the matmul), which makes the fp32 gradient once the
+    matmul's node has released what it saved (traced: torch 2.13's CPU profile of a pipeline stage's step). So
+    the fp32 gradient comes after the saved input and the 16-bit weight are freed, the 16-bit gradient beside it
+    until then. Without autocast the matmul writes the gradient itself, before it lets go of its input."""
+    segs = eager_step.segments(calc.PRESETS["qwen3-8b"], 256, 1, recipe, "none", "sdpa", "cpu")
+    labels = [e["label"] for e in events(segs) if e["phase"] == "backward"]
+    at = {label: i for i, label in reversed(list(enumerate(labels)))}  # the first of each label
+    grad, saved = at["gradient of layer 36 down_proj.weight"], at["free layer 36: act(gate) * up"]
+    if recipe == "autocast":
+        work = at["layer 36 down_proj backward working memory"]
+        assert work < saved < at["free 16-bit copy of layer 36 down_proj.weight"] < grad
+        assert labels[grad + 1] == "free layer 36 down_proj backward working memory"
+    else:
+        assert grad < saved

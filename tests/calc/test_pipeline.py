@@ -26,6 +26,8 @@ def test_each_schedule_runs_every_micro_batch_once_forward_before_backward(pp, e
     stage = data.draw(st.integers(0, pp - 1))
     for schedule in ("gpipe", "1f1b"):
         order = PipelineStage(pp, stage, schedule, m).order()
+        assert {s for s, _, _ in order} == {stage}
+        order = [(k, i) for _, k, i in order]
         assert sorted(order) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
         assert [i for k, i in order if k == "B"] == list(range(m))
         assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(m))
@@ -34,6 +36,41 @@ def test_each_schedule_runs_every_micro_batch_once_forward_before_backward(pp, e
             in_flight += 1 if kind == "F" else -1
             most = max(most, in_flight)
         assert most == (m if schedule == "gpipe" else min(m, pp - stage))
+
+
+@given(pp=st.integers(2, 8), data=st.data())
+def test_interleaved_1f1b_runs_each_of_a_ranks_stages_over_every_micro_batch(pp, data):
+    """Under interleaved 1F1B rank r runs stages r and r + pp; each of its stages runs every micro-batch's forward
+    and backward once, the forward first, the backwards in micro-batch order; a stage's forward of a micro-batch
+    comes after the stage before it on the same rank has run it (its input went round the other ranks)."""
+    m = data.draw(st.integers(1, 4 * pp).filter(lambda m: m % max(1, m // pp) == 0))  # rounds of equal size
+    rank = data.draw(st.integers(0, pp - 1))
+    order = PipelineStage(pp, rank, "interleaved-1f1b", m).order()
+    assert PipelineStage(pp, rank, "interleaved-1f1b", m).stages == range(rank, 2 * pp, pp)
+    for s in (rank, rank + pp):
+        mine = [(k, i) for t, k, i in order if t == s]
+        assert sorted(mine) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
+        assert [i for k, i in mine if k == "B"] == list(range(m))
+        assert all(order.index((s, "F", i)) < order.index((s, "B", i)) for i in range(m))
+    assert all(order.index((rank, "F", i)) < order.index((rank + pp, "F", i)) for i in range(m))
+    assert all(order.index((rank + pp, "B", i)) < order.index((rank, "B", i)) for i in range(m))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("pp", "m"), [(2, 2), (2, 4), (2, 6), (3, 3), (3, 6), (3, 4), (4, 4), (4, 8), (4, 10), (4, 3)])
+def test_interleaved_1f1b_order_is_torchs(pp, m):
+    """The order calc replays is the one torch's ScheduleInterleaved1F1B computes for each rank (its
+    _calculate_single_rank_operations, the idle steps left out), 2 stages a rank."""
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
+
+    schedule = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)  # its order alone, without a process group
+    schedule.pp_group_size, schedule.n_local_stages, schedule._n_microbatches = pp, 2, m
+    schedule.microbatches_per_round = m // max(1, m // pp)
+    kinds = {_ComputationType.FORWARD: "F", _ComputationType.FULL_BACKWARD: "B"}
+    for rank in range(pp):
+        torch_order = [(a.stage_index, kinds[a.computation_type], a.microbatch_index)
+                       for a in schedule._calculate_single_rank_operations(rank) if a is not None]  # fmt: skip
+        assert PipelineStage(pp, rank, "interleaved-1f1b", m).order() == torch_order, rank
 
 
 def test_1f1b_lets_go_of_its_last_warmup_send_when_its_steady_loop_ends():
@@ -45,6 +82,8 @@ def test_1f1b_lets_go_of_its_last_warmup_send_when_its_steady_loop_ends():
     assert stage.lets_go("input gradient sent") == [1, 2, 3, 4, 5, 6, 7, 7]
     assert PipelineStage(4, 3, "1f1b", 8).lets_go("output") == list(range(8))  # warm 1: no send held
     assert PipelineStage(2, 0, "gpipe", 4).lets_go("output") == [3] * 4
+    # interleaved 1F1B (_PipelineScheduleRuntime) waits on every send as the step ends: None
+    assert PipelineStage(2, 0, "interleaved-1f1b", 4).lets_go("output") == [None] * 4
 
 
 def _stage(preset: str, pp: int, stage: int, schedule: str, m: int, recipe: str = "fp32-full", recompute="none"):
@@ -52,7 +91,7 @@ def _stage(preset: str, pp: int, stage: int, schedule: str, m: int, recipe: str 
                                engine=PipelineStage(pp, stage, schedule, m))  # fmt: skip
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b"])
 @pytest.mark.parametrize("recompute", ["none", "full"])
 @pytest.mark.parametrize("recipe", ["fp32-full", "autocast"])
 def test_a_stage_ends_its_step_holding_what_it_started_with(schedule, recompute, recipe):
@@ -74,6 +113,10 @@ def test_stages_hold_the_models_parameters_between_them():
         per_stage.append(first.bytes // 4)
         assert len(stage_layers(shape, 5, s)) in (shape.layers // 5, shape.layers // 5 + 1)
     assert sum(per_stage) == calc.param_counts(shape)["total"]
+    per_rank = [_stage(UNTIED, 4, r, "interleaved-1f1b", 4)[0].events[0].bytes // 4 for r in range(4)]
+    assert sum(per_rank) == calc.param_counts(shape)["total"]  # 8 stages, 2 a rank
+    assert per_rank[0] == sum(len(stage_layers(shape, 8, s)) for s in (0, 4)) * calc.param_counts(shape)[
+        "per_layer"] + shape.vocab * shape.hidden  # stages 1 and 5: 5 + 4 of the 36 layers, and the embedding
 
 
 def test_gpipe_holds_every_micro_batch_1f1b_only_its_stages_share():
@@ -96,6 +139,37 @@ def test_a_stage_numbers_its_layers_as_the_model_does():
     segs = _stage(UNTIED, 4, 1, "1f1b", 4)
     layers = {layer for s in segs if s.reps for layer in s.reps.layers}
     assert layers == set(stage_layers(calc.PRESETS[UNTIED], 4, 1)) == set(range(10, 19))
+
+
+def test_interleaved_1f1b_holds_more_than_1f1b_on_the_same_ranks(capsys):
+    """Over the same ranks and micro-batches, interleaved 1F1B's busiest rank holds more activations than 1F1B's:
+    its warmup runs a round more forwards, and every send is held until the step ends. --json gives every rank's
+    peak, the busiest's as the peak; its in_flight counts the micro-batches of all a rank's stages."""
+    got = {}
+    for schedule in ("1f1b", "interleaved-1f1b"):
+        args = ["--preset", UNTIED, "--seq", "512", "--walk", "eager", "--recipe", "fp32-full", "--device", "cpu",
+                "--pp", "4", "--pp-schedule", schedule, "--grad-accum", "8", "--json"]  # fmt: skip
+        assert main(args) == 0
+        got[schedule] = json.loads(capsys.readouterr().out)
+    step = got["interleaved-1f1b"]
+    assert step["engine"] == "pipeline" and len(step["rank_peaks"]) == 4
+    assert step["peak"] == max(step["rank_peaks"]) == step["rank_peaks"][step["stage"]]
+    assert step["bytes"]["activations"] > got["1f1b"]["bytes"]["activations"]
+    # rank 0: a round of 4 and 2 x (4 - 1 - 0) forwards, then one more, before its first backward (warmup_ops)
+    assert (step["stage"], step["in_flight"], step["accumulating"]) == (0, 11, True)
+    assert (got["1f1b"]["stage"], got["1f1b"]["in_flight"]) == (0, 4)
+
+
+def test_the_python_api_refuses_what_the_cli_refuses():
+    """calc.step refuses an interleaved pipeline that torch would not run (its rounds uneven, more stages than
+    layers) and a schedule it does not know, naming the field, as the CLI does."""
+    shape = calc.PRESETS[UNTIED]
+    for pp, m, field in ((4, 9, "--grad-accum"), (19, 19, "--pp")):
+        with pytest.raises(ValueError, match=field):
+            calc.step(shape, 512, 1, "autocast", par=Parallel(pp=pp, pp_schedule="interleaved-1f1b"), walk="eager",
+                      grad_accum=m, device="cpu")  # fmt: skip
+    with pytest.raises(ValueError, match="schedule is one of 1f1b, gpipe, interleaved-1f1b"):
+        calc.step(shape, 512, 1, "autocast", par=Parallel(pp=2, pp_schedule="zb"), walk="eager", device="cpu")
 
 
 def test_cli_gives_every_stages_peak(capsys):
@@ -123,6 +197,10 @@ def test_cli_gives_every_stages_peak(capsys):
         (["--pp", "2", "--device", "cuda"], "--device"),
         (["--pp", "2", "--finetune", "lora"], "--finetune"),
         (["--pp", "2", "--pp-schedule", "zb"], "--pp-schedule"),
+        (["--pp", "4", "--pp-schedule", "interleaved-1f1b", "--grad-accum", "9"], "--grad-accum"),  # rounds of 2
+        (["--pp", "19", "--pp-schedule", "interleaved-1f1b"], "--pp"),  # 38 stages over 36 layers
+        (["--pp", "2", "--layers", "3", "--pp-schedule", "interleaved-1f1b"], "--pp"),  # 4 stages over 3 layers
+        (["--walk", "deck", "--pp", "2", "--pp-schedule", "interleaved-1f1b", "--device", "cuda"], "--pp-schedule"),
     ],
 )
 def test_eager_pipeline_refusals_name_the_field(flags, field, capsys):

@@ -77,7 +77,7 @@ def test_a_pipeline_link_gives_every_stage_as_the_cli_does_and_the_form_keeps_it
     """`?walk=eager&pp=4&pp-schedule=gpipe...` (issue 31): the form shows the schedule chosen, the peak is the CLI's
     busiest stage of torch's pipelining under ScheduleGPipe, the summary names the engine and its stages' spread,
     and the line beside quotes the band of the GPipe steps measured (results §14); choosing 1F1B on the form
-    gives the CLI's 1F1B peak."""
+    gives the CLI's 1F1B peak, and interleaved 1F1B the CLI's, its ranks named as such, with its own band."""
     settings = {"preset": "qwen3-8b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
                 "pp": "4", "grad-accum": "8", "pp-schedule": "gpipe"}  # fmt: skip
     page, recorder, flags, cli = _engine_link(open_page, settings)
@@ -96,6 +96,16 @@ def test_a_pipeline_link_gives_every_stage_as_the_cli_does_and_the_form_keeps_it
     assert page.evaluate(AWAIT_DRAWN) == "live"
     settle(page)
     assert page.evaluate(PEAK) == cli_json([*flags[:-2], "--pp-schedule", "1f1b"])["peak"] < cli["peak"]
+    page.evaluate(WATCH)  # interleaved 1F1B: 2 stages a rank, and the band of its own measured steps
+    page.select_option('select[name="pp-schedule"]', "interleaved-1f1b")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    settle(page)
+    assert page.evaluate(PEAK) == cli_json([*flags[:-2], "--pp-schedule", "interleaved-1f1b"])["peak"]
+    assert "ScheduleInterleaved1F1B with 2 stages a rank (rank " in page.text_content("[data-calc-summary]")
+    looped = {**settings, "pp-schedule": "interleaved-1f1b"}
+    band = deck.band_for(deck.eager_bands(), "pp-interleaved-1f1b", answer_for(looped)["eager"]["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
     assert recorder.errors == []
 
 
