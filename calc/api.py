@@ -353,7 +353,7 @@ def _device_total(shape: Shape, par: Parallel, walk: str, stage: int) -> int:
     if walk == "eager" and par.tp > 1:
         return param_counts(tensor.TensorParallel(par.tp, par.tp_plan).stored(shape))["total"]
     rank = pipeline.PipelineStage(par.pp, stage, par.pp_schedule, 1)
-    if walk == "eager" and rank.count > par.pp:  # interleaved 1F1B: the rank's stages of rank.count
+    if walk == "eager" and rank.looped:  # interleaved 1F1B: the rank's stages of rank.count
         return sum(device_params(shape, replace(par, pp=rank.count), s)["total"] for s in rank.stages)
     return device_params(shape, par, stage)["total"]
 

@@ -7,7 +7,7 @@ import sys
 
 from . import trainers
 from .api import run_step, table
-from .engines.pipeline import PipelineStage
+from .engines.pipeline import PipelineStage, stages_a_rank
 from .fields import GROUPS, TABLE, Field
 from .hf import MAX_CHARS
 from .inputs import BESIDE_FIELDS, InputError, late_problem, parse_inputs
@@ -106,7 +106,7 @@ def format_summary(result: dict) -> str:
             f"pipeline {_stage(result)}: {result['device_params']:,} parameters"
         )
     if "engine" in result:
-        looped = result["config"]["parallel"]["pp_schedule"] == "interleaved-1f1b"  # several stages a rank
+        looped = stages_a_rank(result["config"]["parallel"]["pp_schedule"]) > 1  # several stages a rank
         unit = "stage" if result["engine"] == "pipeline" and not looped else "rank"
         lines.append(f"  engine: {engine_text(result)}; the figures below are that {unit}'s")
     if "finetune" in cfg:
@@ -133,7 +133,7 @@ def _stage(result: dict) -> str:
     """The pipeline position the figures are for: "stage N", or under interleaved 1F1B "rank N (stages ...)"."""
     par = result["config"]["parallel"]
     rank = PipelineStage(par["pp"], result["stage"], par["pp_schedule"], 1)
-    if rank.count == par["pp"]:
+    if not rank.looped:
         return f"stage {result['stage']}"
     return f"rank {result['stage']} (stages {' and '.join(str(s) for s in rank.stages)} of {rank.count})"
 

@@ -446,6 +446,7 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
     schedule's order, AdamW's step."""
     recipe, device, tune = args[2], args[5], args[6]
     parts, params, buffers, held = {}, [], [], 0
+    autocast = RECIPES[recipe].autocast  # the layers' outputs in the weights' dtype, the head's in 16 bits
     for s in stage.stages:
         first, last = s == 0, s == stage.count - 1
         layers = stage_layers(shape, stage.count, s)
@@ -457,7 +458,6 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
         backward = ([_shifted(g, below) for g in replayed if g.events[0].phase != "forward"],
                     [_shifted(g, below) for g in later if g.events[0].phase != "forward"])  # fmt: skip
         params += optim_step.stage_params(sub, tune, first, last)
-        autocast = RECIPES[recipe].autocast  # the layers' outputs in the weights' dtype, the head's in 16 bits
         act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act))
         logits = rp.blocks(st.tokens * shape.vocab * (2 if autocast else st.act))
         buffers += stage.buffers(s, act, logits)

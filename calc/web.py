@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from . import trainers
 from .api import eager_peak, run_step, sweep, table
-from .engines.pipeline import LOCAL_STAGES, SCHEDULE_NAMES, layer_passes
+from .engines.pipeline import SCHEDULE_NAMES, layer_passes, stages_a_rank
 from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
@@ -94,17 +94,15 @@ ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel":
 def engine_text(step: dict) -> str:
     """The engine of an eager step over several processes (step's "engine") and its ranks' peaks, in words (the
     CLI's summary and the page's): its peak is the busiest rank's (a pipeline's ranks are named as its stages,
-    but under interleaved 1F1B, where a rank runs LOCAL_STAGES stages)."""
-    zero, name = step["config"]["parallel"]["zero"], step["engine"]
-    words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if zero == 1 else "",
-                                  "fsdp2": f" with reshard_after_forward={zero == 3}",
-                                  "pipeline": f" under {SCHEDULE_NAMES[step['config']['parallel']['pp_schedule']]}",
-                                  "tensor-parallel": " transformers plan" if step["config"]["parallel"]["tp_plan"]
-                                  == "transformers" else " layers plan"
-                                  }.get(name, "")  # fmt: skip
-    looped = step["config"]["parallel"]["pp_schedule"] == "interleaved-1f1b"  # several stages a rank
-    words += f" with {LOCAL_STAGES} stages a rank" if name == "pipeline" and looped else ""
-    ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" and not looped else "rank"
+    but under interleaved 1F1B, where a rank runs several: pipeline.stages_a_rank)."""
+    par, name = step["config"]["parallel"], step["engine"]
+    stages = stages_a_rank(par["pp_schedule"])  # several a rank: interleaved 1F1B
+    words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if par["zero"] == 1 else "",
+                                  "fsdp2": f" with reshard_after_forward={par['zero'] == 3}",
+                                  "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
+                                  + (f" with {stages} stages a rank" if stages > 1 else ""),
+                                  "tensor-parallel": f" {par['tp_plan']} plan"}.get(name, "")  # fmt: skip
+    ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" and stages == 1 else "rank"
     if not ranks:
         return f"the busiest {rank} of {words}"
     busiest = ranks.index(max(ranks))

@@ -53,6 +53,11 @@ FAMILIES = ("llama", "qwen3")  # the families whose stages have been measured
 SOURCE = "torch 2.13: distributed/pipelining/stage.py, schedules.py"
 
 
+def stages_a_rank(schedule: str) -> int:
+    """The stages one rank runs under `schedule`: LOCAL_STAGES under interleaved 1F1B (a looped schedule), else 1."""
+    return LOCAL_STAGES if schedule == "interleaved-1f1b" else 1
+
+
 class Part(NamedTuple):
     """One stage's share of a rank's step: a micro-batch's `forward`, its `backward` (the first backward's, then
     the later ones'), its output (`output` bytes, stages before the last) and input gradient (`sent` bytes,
@@ -78,7 +83,12 @@ class PipelineStage:
     @property
     def count(self) -> int:
         """The pipeline's stages: pp, or pp x LOCAL_STAGES under interleaved 1F1B."""
-        return self.pp * (LOCAL_STAGES if self.schedule == "interleaved-1f1b" else 1)
+        return self.pp * stages_a_rank(self.schedule)
+
+    @property
+    def looped(self) -> bool:
+        """Whether the rank runs several stages (interleaved 1F1B)."""
+        return self.count > self.pp
 
     @property
     def stages(self) -> range:
@@ -134,7 +144,7 @@ class PipelineStage:
     def buffers(self, stage: int, activations: int, logits: int) -> list[Event]:
         """What `stage` keeps from step to step beside its parameters: the receive buffers, each micro-batch's
         `activations` bytes, and on the last stage the logits of the step before (`logits` bytes each)."""
-        m, out, at = self.micro_batches, [], f" (stage {stage})" if self.count > self.pp else ""
+        m, out, at = self.micro_batches, [], f" (stage {stage})" if self.looped else ""
         if stage:
             out.append(Event("start", f"received activations: {m} buffers, one a micro-batch{at}", "activations",
                              m * activations, f"{SOURCE}: _setup_forward_recv_info"))  # fmt: skip
@@ -204,7 +214,7 @@ class PipelineStage:
     def _of(self, stage: int, i: int) -> str:
         """Micro-batch i (0 first) of `stage`, as an event's label names it (the stage as --json's, from 0; the
         micro-batch from 1)."""
-        return f"stage {stage}, micro-batch {i + 1}" if self.count > self.pp else f"micro-batch {i + 1}"
+        return f"stage {stage}, micro-batch {i + 1}" if self.looped else f"micro-batch {i + 1}"
 
 
 def _interleaved(pp: int, rank: int, m: int) -> list[tuple[int, str, int]]:
@@ -233,7 +243,7 @@ def _interleaved(pp: int, rank: int, m: int) -> list[tuple[int, str, int]]:
 def schedule_problem(pp: int, schedule: str, micro_batches: int | None, layers: int) -> tuple[str, str] | None:
     """(field, message) where torch's ScheduleInterleaved1F1B cannot run `pp` ranks of LOCAL_STAGES stages over
     `layers` layers and `micro_batches` a step (default pp), or None."""
-    if schedule != "interleaved-1f1b":
+    if stages_a_rank(schedule) == 1:
         return None
     name = f"torch's {SCHEDULE_NAMES[schedule]} with {LOCAL_STAGES} stages a rank"
     if LOCAL_STAGES * pp > layers:
