@@ -184,7 +184,7 @@ def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.Fully
     """One rank's engine: DDP (with ZeroRedundancyOptimizer under ZeRO 1), FSDP2 under ZeRO 2 and 3
     (reshard_after_forward False and True), tensor parallelism's layers plan, or None on one device."""
     if par.tp > 1:
-        return tensor.TensorParallel(par.tp, par.tp_plan)
+        return tensor.TensorParallel(par.tp, par.tp_plan, par.sequence_parallel)
     if par.dp == 1:
         return None
     if par.zero > 1:
@@ -252,7 +252,7 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     sized = (shape, seq, micro_batch, recipe, recompute, activation_bytes)
     if walk == "eager":
         alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SINGLE.pp_schedule,
-                        tp_plan=SINGLE.tp_plan) == SINGLE
+                        tp_plan=SINGLE.tp_plan, sequence_parallel=False) == SINGLE
         if not alone or sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1:
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
                              "pipeline alone: use the deck walk")  # fmt: skip
@@ -272,6 +272,8 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
             raise ValueError(f"the tensor-parallel plan is one of {', '.join(tensor.PLANS)}, over tp 2 or more")
         if par.tp > 1 and (problem := tensor.plan_problem(shape, par.tp, par.tp_plan)):
             raise ValueError(f"transformers' tensor-parallel plan {problem[1]}")
+        if par.sequence_parallel and (problem := tensor.sequence_problem(seq, par.tp, par.tp_plan)):
+            raise ValueError(f"sequence parallelism {problem[1]}")
         return eager_walk(*sized, attention, device, tune, loop, par)
     if walk == "deck" and par.tp_plan != SINGLE.tp_plan:
         raise ValueError("the deck walk's tensor parallelism is Megatron-LM's accounting: the eager walk replays "

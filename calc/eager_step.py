@@ -68,16 +68,18 @@ def replay(
     tp: int = 1,
     stage: tuple[bool, bool] | None = None,
     vocab_split: bool = False,
+    sp: bool = False,
 ):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
     micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
     `layers`: the layers replayed, in order, as numbered in the model (None: every one). The forward's parts
     are Forward's builders, in the order the model's forward runs them; then loss.backward() (_backward). `tp`:
     one rank of tensor parallelism over that many processes (calc.engines.tensor), `shape` being its own;
-    `vocab_split`: its embedding and head split by vocabulary too (transformers' plan).
+    `vocab_split`: its embedding and head split by vocabulary too (transformers' plan); `sp`: the sequence split
+    outside the attention and the MLP (sequence parallelism).
     `stage`: (first, last), one micro-batch through one pipeline stage (Forward.stage_step), `shape` being the
     stage's layers."""
-    fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate, tp, vocab_split)
+    fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate, tp, vocab_split, sp)
     if stage is not None:
         return fw.stage_step(recompute, attention, layers, *stage), fw.st
     x, leaf = fw.embeddings(recompute)
@@ -95,14 +97,15 @@ class Forward:
     `held`: what the base model's forward holds until it returns, in the order it took them."""
 
     def __init__(self, shape: Shape, seq: int, micro_batch: int, recipe: str, attention: str, device: str,
-                 tune: finetune.Tuning, accumulate: bool, tp: int = 1, vocab_split: bool = False):  # fmt: skip
+                 tune: finetune.Tuning, accumulate: bool, tp: int = 1, vocab_split: bool = False,
+                 sp: bool = False):  # fmt: skip
         r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
         act = r.activations if not r.autocast else 4
         adapted = frozenset(module for module, _, _ in finetune.adapted(shape, tune.targets) +  # q_proj, qkv_proj...
                             finetune.expert_adapted(shape, tune.targets))  # experts.gate_up_proj, experts.down_proj
         lora = (tune.rank, adapted) if tune.adapters else (0, frozenset())
         self.st = st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora,
-                            tr.weights, tune.mode == "qlora", tp, vocab_split)  # fmt: skip
+                            tr.weights, tune.mode == "qlora", tp, vocab_split, sp)  # fmt: skip
         self.rp = rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
         rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
         rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
@@ -221,6 +224,10 @@ class Forward:
         layer_fn = family.layer
         for layer in range(1, shape.layers + 1) if layers is None else layers:
             rp.layer = layer
+            if self.st.sp and layer == 1:  # the hook on the first layer, outside its checkpoint (traced)
+                part = ops.seq_split(x)
+                rp.drop(x)
+                x = part
             c, s, m = per_layer[layer - 1] if per_layer else (cos, sin, mask)
             if window is not None and family.window_layer and family.window_layer(shape, layer):
                 m = window  # the mask this layer is given (a checkpoint keeps it)
@@ -297,7 +304,10 @@ class Forward:
         ops, rp, shape, family, n = self.ops, self.rp, self.shape, self.family, self.st.tokens
         h, v = shape.hidden, shape.vocab
         head_bias = shape.bias and shape.head_bias and not shape.tied
-        logits = ops.linear(final, h, v, self.head_name(), head_bias, "logits", "logits")
+        whole = ops.seq_head_input(final) if self.st.sp else final  # sequence parallelism: the head sees it all
+        logits = ops.linear(whole, h, v, self.head_name(), head_bias, "logits", "logits")
+        if whole is not final:
+            rp.drop(whole, why="the head returns (its node keeps it)")
         if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them (the hook
             logits = family.head(ops, logits)  # lets go of the logits it rebinds, as the code's rebinding does)
         logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
@@ -413,7 +423,7 @@ def segments(
     kept = shape  # the parameters as the rank stores them
     if isinstance(engine, tensor.TensorParallel):  # issue 31: a rank runs its share of every layer
         shape, kept = engine.local(shape), engine.stored(shape)
-        how, engine = {"tp": engine.tp, "vocab_split": engine.vocab_split}, None
+        how, engine = {"tp": engine.tp, "vocab_split": engine.vocab_split, "sp": engine.sequence}, None
     rp, st, replayed = _replayed(shape, args, loss_kind=loop.loss_kind, **how)
     start, tensors = _resident(kept, recipe, tune)
     start.append(Event("start", "token ids (int64), input and labels", "activations", 8 * st.tokens, "s x b x 8 bytes"))

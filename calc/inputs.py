@@ -209,7 +209,7 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
     par = _parse_parallel(given, shape, run["flash"] and walk == "deck")
     check_size(shape, run["seq"], run["micro_batch"], par)
     grad_accum = _number(given, "grad-accum") if "grad-accum" in given else None
-    problem = walk == "eager" and eager_problem(shape, run["recompute"], par, grad_accum, attention)
+    problem = walk == "eager" and eager_problem(shape, run["recompute"], par, grad_accum, attention, run["seq"])
     problem = problem or given_problem(given, shape, walk, eager_beside)
     problem = problem or ("engine" in given and engine_field_problem(_picked(given, "engine"), par))
     if problem:
@@ -219,7 +219,7 @@ def parse_inputs(raw: Mapping[str, object], eager_beside: bool = False) -> Run:
     tune = parse_tuning(given, shape)
     problem = not tune.default and tuning_problem(tune, walk, par, shape)
     if problem and problem[1] == DECK_MOE:  # named only where the eager walk answers these inputs
-        eager = eager_problem(shape, run["recompute"], par, grad_accum, attention) or engine_problem(
+        eager = eager_problem(shape, run["recompute"], par, grad_accum, attention, run["seq"]) or engine_problem(
             shape, par, run["recipe"], run["device"], tune, loops.BARE)
         if eager:
             why = DECK_SUGGESTED.sub("", eager[1])  # it would send the reader back to the deck walk
@@ -396,8 +396,9 @@ def late_problem(run) -> tuple[str, str] | None:
         return "pp-schedule", (f"the deck walk's pipeline is the papers' 1F1B (Narayanan et al. 2021): --walk eager "
                                f"replays torch's {pipeline.SCHEDULE_NAMES[par.pp_schedule]}, or {SCHEDULES[0]}")
     if run.walk == "deck" and tune.embedding_under_frozen:
-        eager = eager_problem(run.shape, run.recompute, par, run.grad_accum, run.attention) or eager_tuning_problem(
-            tune, run.shape) or engine_problem(run.shape, par, run.recipe, run.device, tune, run.loop)
+        eager = (eager_problem(run.shape, run.recompute, par, run.grad_accum, run.attention, run.seq)
+                 or eager_tuning_problem(tune, run.shape)
+                 or engine_problem(run.shape, par, run.recipe, run.device, tune, run.loop))
         where = (f", and the eager walk refuses --{eager[0]} here: no walk answers this step" if eager
                  else ": --walk eager")  # a refusal names a walk that answers, or says none does (issue 34)
         return "freeze-embedding", ("trains the embedding below frozen blocks, which only the eager walk replays "
@@ -539,14 +540,18 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
 
 
 def eager_problem(
-    shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = ""
+    shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = "", seq: int | None = None
 ) -> tuple[str, str] | None:
-    """(field, message) where the eager walk cannot answer for this step (with this attention), or None."""
-    alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SCHEDULES[0], tp_plan=tensor.PLANS[0])
+    """(field, message) where the eager walk cannot answer for this step (with this attention, this sequence), or
+    None."""
+    alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SCHEDULES[0], tp_plan=tensor.PLANS[0],
+                    sequence_parallel=False)  # fmt: skip
     if alone != Parallel():
         # flash is the eager walk's sdpa
         return "walk", ("the eager walk runs data parallelism (--dp), tensor parallelism (--tp) or a pipeline (--pp): "
-                        "leave --ep and --sequence-parallel unset, or use the deck walk")  # fmt: skip
+                        "leave --ep unset, or use the deck walk")  # fmt: skip
+    if par.sequence_parallel and (problem := tensor.sequence_problem(seq or par.tp, par.tp, par.tp_plan)):
+        return problem
     if par.pp > 1 and (par.dp > 1 or par.tp > 1 or par.zero):
         return "pp", ("the eager walk runs a pipeline alone (DDP, FSDP2 or tensor parallelism beside its stages is not "
                       "modelled yet): --dp 1, --tp 1 and --zero 0, or the deck walk")  # fmt: skip

@@ -15,12 +15,16 @@ Only tensors whose size grows with the tokens or the parameters are replayed; sc
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 from .events import Event
 
 _tuple = tuple.__new__
+_PLACEHOLDER = re.compile(r"\{(layer|below|above)\}")  # a label's layers (calc.walk.Reps fills them in)
+_OFFSETS = {"layer": 0, "below": -1, "above": 1}
+_PLACES = {offset: "{" + name + "}" for name, offset in _OFFSETS.items()}
 
 
 @dataclass(eq=False, slots=True)
@@ -39,6 +43,7 @@ class T:
     # the attention states are otherwise head-split views of (b, s, heads, d)
     sum_in_place: bool = False  # its gradients each come new and owned (slice_backward's): InputBuffer adds a
     # later one into the first in place
+    layer: int = 0  # the layer that made it (0: outside the layers), which a "{layer}" in its label names
 
 
 @dataclass(eq=False, slots=True)
@@ -83,6 +88,7 @@ class Replay:
         self.touched: dict[int, tuple[T, int]] | None = None  # in a re-run: each tensor it made or kept, and
         # the references it had before
         self.rng = 0  # bytes of the generator state a checkpoint's recompute copies (fork_rng; calc.eager_step)
+        self.order: dict[int, int] = {}  # each layer replayed: its place in the forward's order (named)
 
     # --- the allocator -------------------------------------------------------------------------------
     def blocks(self, nbytes: int) -> int:
@@ -98,7 +104,9 @@ class Replay:
             self.events.append((self.layer, _tuple(Event, (self.phase, label, category, nbytes, source))))
 
     def new(self, nbytes: int, label: str, source: str, category: str = "activations", unit: int = 0) -> T:
-        t = T(nbytes, label, category, unit)
+        t = T(nbytes, label, category, unit, layer=self.layer)
+        if self.layer not in self.order:  # the forward enters the replayed layers in their order
+            self.order[self.layer] = len(self.order)
         self._emit(label, category, nbytes, source)
         if self.touched is not None:
             self._touch(t, 0)
@@ -107,7 +115,7 @@ class Replay:
     def view(self, base: T, values: int, label: str) -> T:
         """A view of part of `base` (a slice, a reshape): no allocation; the base lives while it does."""
         self.keep(base)
-        t = T(values * base.unit, label, base.category, unit=base.unit, base=base)
+        t = T(values * base.unit, label, base.category, unit=base.unit, base=base, layer=self.layer)
         self._touch(t, 0)
         return t
 
@@ -116,6 +124,24 @@ class Replay:
             self._touch(t, t.refs)
         t.refs += 1
         return t
+
+    def named(self, t: T) -> str:
+        """What an event calls a tensor: its label, whose "{layer}" (and "{below}", "{above}") name layers
+        counted from the one that made it, rewritten for the layer the event is in, which fills them in per
+        repetition: the same layer "{layer}", the one replayed next below or above it "{below}" or "{above}"
+        (the layers between, where the walk stretches the middle ones, are not replayed); outside the layers,
+        their numbers."""
+        if not t.layer or t.layer == self.layer or "{" not in t.label:
+            return t.label
+        order, made = self.order, self.order.get(t.layer, 0)
+
+        def moved(m: re.Match) -> str:
+            offset = _OFFSETS[m.group(1)]
+            if not self.layer:
+                return str(t.layer + offset)  # the layer that made it is the last, or the first: numbered
+            return _PLACES.get(made + offset - order.get(self.layer, 0), str(t.layer + offset))
+
+        return _PLACEHOLDER.sub(moved, t.label)
 
     def _touch(self, t: T, refs: int) -> None:
         if self.touched is not None and id(t) not in self.touched:
@@ -130,7 +156,7 @@ class Replay:
                 if t.base is not None:
                     self.drop(t.base, why=why)
                 else:
-                    self._emit(f"free {t.label}", t.category, -t.nbytes, why)
+                    self._emit(f"free {self.named(t)}", t.category, -t.nbytes, why)
             elif t.refs < 0:
                 raise AssertionError(f"{t.label} freed twice")
 
@@ -197,7 +223,7 @@ class Replay:
         if t.sum_in_place:  # InputBuffer::accumulate: old_var.add_(var) where it holds the only reference
             self.drop(g, why="added in place into the gradient already there")
             return
-        total = self.new(held.nbytes, f"sum of the gradients of {t.label}", "autograd InputBuffer::accumulate")
+        total = self.new(held.nbytes, f"sum of the gradients of {self.named(t)}", "autograd InputBuffer::accumulate")
         self.drop(held, g, why="summed")
         self.grads[id(t)] = total
 
@@ -238,7 +264,7 @@ class Replay:
                 elif how == "param":
                     self.param_grad(t, nbytes, node.label)
                 else:
-                    outs.append((t, self.new(nbytes, f"gradient of {t.label}", f"{node.label} backward")))
+                    outs.append((t, self.new(nbytes, f"gradient of {self.named(t)}", f"{node.label} backward")))
             temps = [self.new(n, f"{node.label} backward working memory", "derivatives.yaml") for n in node.work]
             if not node.cast:
                 self.drop(*temps, why="end of the node")

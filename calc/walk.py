@@ -36,8 +36,9 @@ class Reps:
     def __len__(self) -> int:
         return len(self.layers) * len(self.micro_batches)
 
-    def __iter__(self):
-        return ({"layer": layer, "mb": mb} for mb in self.micro_batches for layer in self.layers)
+    def __iter__(self):  # a label's "{below}" and "{above}": the layers either side (calc.replay.Replay.named)
+        return ({"layer": layer, "mb": mb, "below": layer - 1, "above": layer + 1} for mb in self.micro_batches
+                for layer in self.layers)
 
 
 class Segment(NamedTuple):

@@ -48,7 +48,8 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
 def eager_unavailable(inputs: Run) -> str | None:
     """Why these inputs have no eager figure beside the deck's (the eager walk cannot replay them), or None."""
     shape, tune = inputs.shape, inputs.tune
-    problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention)
+    problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention,
+                            inputs.seq)
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
     if not problem and inputs.walk == "deck" and inputs.par.devices > 1:  # one device's
         return ("the eager figure beside the deck's is one device's: the eager walk (walk=eager) walks each rank "
@@ -101,7 +102,9 @@ def engine_text(step: dict) -> str:
                                   "fsdp2": f" with reshard_after_forward={par['zero'] == 3}",
                                   "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
                                   + (f" with {stages} stages a rank" if stages > 1 else ""),
-                                  "tensor-parallel": f" {par['tp_plan']} plan"}.get(name, "")  # fmt: skip
+                                  "tensor-parallel": f" {par['tp_plan']} plan" + (
+                                      " with sequence parallelism" if par["sequence_parallel"] else "")
+                                  }.get(name, "")  # fmt: skip
     ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" and stages == 1 else "rank"
     if not ranks:
         return f"the busiest {rank} of {words}"
@@ -177,11 +180,12 @@ def deck_layout(inputs: Run):
 
 def engine_band(step: dict, tune) -> str:
     """Which measured steps speak for an eager step over several processes (results §14): its engine as
-    scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, and
-    FSDP2's with peft's LoRA)."""
+    scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, tp-sp,
+    and FSDP2's with peft's LoRA)."""
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
     band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": "fsdp2-zero2" if zero == 2 else "fsdp2",
-            "tensor-parallel": "tp-hf" if step["config"]["parallel"]["tp_plan"] == "transformers" else "tp",
+            "tensor-parallel": "tp-hf" if step["config"]["parallel"]["tp_plan"] == "transformers" else
+                               "tp-sp" if step["config"]["parallel"]["sequence_parallel"] else "tp",
             "pipeline": f"pp-{step['config']['parallel']['pp_schedule']}"}[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 

@@ -1080,13 +1080,17 @@ tensor parallelism as transformers applies its own plan: `from_pretrained(path, 
 on a checkpoint saved in bf16 (as the Hub ships them), under the environment torchrun sets, which shards the same
 linears of each layer (transformers' own colwise and rowwise hooks over DTensor weights) and also the embedding
 (`embedding_rowwise`) and the head (`colwise_gather_output`) by the vocabulary; Qwen3's q and k norms are
-`replicated_with_grad_allreduce`. `llama-tied` is
+`replicated_with_grad_allreduce`. `tp-sp` is `tp` with sequence parallelism as torchtitan plans it over a
+transformers model: each layer's two norms `SequenceParallel()`, the attention's and the MLP's input gathered by
+`PrepareModuleInput` (`Shard(1)` to `Replicate()`), `RowwiseParallel(output_layouts=Shard(1))` on o and down, the
+first layer's input cut to the rank's positions and the head's input gathered again, the final norm
+`SequenceParallel()`. `llama-tied` is
 Llama with 6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, and `qwen3_moe` is
 Qwen3-MoE with 4 experts a layer (top 2), both under FSDP2 only. Its checkpointed steps read 1.0002 (autocast) and
 1.0005 (fp32) high, as its one-device steps do (§13.1): the one-device walk's residual, not FSDP2's. `llama-mha` is
 Llama with as many key/value heads as query heads (4, so that 4 processes split them) and a vocabulary of 128, so
-that its peak falls in the layers, where tensor parallelism's collectives are; it runs under `tp` and `tp-hf`
-only. Over 3
+that its peak falls in the layers, where tensor parallelism's collectives are; it runs under `tp`, `tp-hf` and
+`tp-sp` only. Over 3
 processes FSDP2 pads rows (a width of 64 does not divide by 3), so its last rank holds fewer rows than the others.
 `pp-1f1b` and `pp-gpipe` are `torch.distributed.pipelining`'s `Schedule1F1B` and `ScheduleGPipe` over one
 `PipelineStage` a process, on a 4-layer Llama (`llama-4`) or Qwen3 (`qwen3-4`) cut by hand into 2, 3 (2, 1 and 1
@@ -1100,7 +1104,7 @@ forward over its layers (and, under autocast, its own autocast region); `n_micro
 ({micro_batches} micro-batches of {micro_batch} sequences), torch's defaults otherwise; the first stage is given the
 input ids, the last the labels, the stages between no batch; AdamW steps each stage's parameters.
 The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, `--walk eager --tp N` (with
-`--tp-plan transformers` for `tp-hf`), or
+`--tp-plan transformers` for `tp-hf`, `--sequence-parallel` for `tp-sp`), or
 `--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M`, from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
@@ -1120,7 +1124,12 @@ outside its rows and all-reduces the partial embeddings into a new tensor; its h
 of the logits, which funcol all-gathers (with gloo's flat copy and receive buffer) and DTensor concatenates into
 the whole logits, a new tensor, the loss then running on them as on one device; backward cuts the logits' gradient
 to the rank's columns, and writes the embedding's gradient whole (vocab x h on every rank, from the replicated ids
-and gradient) until zero_grad. Under a
+and gradient) until zero_grad. Under `tp-sp` the norms, the residual sums and the residual stream hold s / tp
+positions; each gather is funcol's all-gather (its buffer, gloo's flat copy and receive buffer) and DTensor's
+concatenation along the sequence, a new tensor, which q, k and v (gate and up) save whole for backward, where
+Korthikanti et al. save the rank's part and gather it again; o's and down's partial outputs are reduce-scattered
+(the shards concatenated into the scatter's layout, its output, gloo's clone of its input), their gradients
+gathered in backward, and the summed partial gradients of the gathered inputs reduce-scattered back. Under a
 pipeline it is each stage's own step: its parameters and AdamW's state, a receive buffer a micro-batch for its input
 (every stage but the first) and for its output's gradient (every stage but the last), kept from step to step; each
 micro-batch's forward and backward through its layers in the schedule's order, the first backward writing each
@@ -1147,8 +1156,8 @@ the buckets DDP made when it wrapped the model, which it replaces when it rebuil
 last reference to them goes with an all-reduce's work on gloo's thread, so the profiler never sees them freed, and
 their addresses are not handed out again before the peak. {gathered} high by exactly one group's all-gather output
 (`dp` x its padded shard) in every one of its runs, from a start equal to its peers': the last reference to that
-buffer went with the all-gather's work on gloo's thread. {started}. {workspace}. {reduced}. {other}. The figures
-are as measured.
+buffer went with the all-gather's work on gloo's thread. {started}. {workspace}. {reduced}. {scattered}. {other}.
+The figures are as measured.
 
 gloo runs every collective on a worker thread of its own, whose frees torch 2.13's profiler does not record. The
 harness counts a block freed unseen when the allocator hands its address out again (`profile_step.unseen_frees`;
@@ -1160,13 +1169,13 @@ rank's figure, so each rank's lowest of {runs} runs is kept. `tp-hf` loads its m
 `HF_DEACTIVATE_ASYNC_LOAD=1`, so that from_pretrained's allocations are made on the profiled thread (its default
 loader threads would hide the rank's weights from the profile); a checkpoint saved in the dtype it loads in (fp32
 here) would on the CPU keep each row-split weight's whole tensor, the rank's shard a view of it (transformers'
-`DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. Sequence parallelism, FSDP2 x
-TP and a pipeline beside data or tensor parallelism are not replayed yet: the eager walk refuses
-them, naming the deck walk,
+`DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. FSDP2 x TP and a pipeline
+beside data or tensor parallelism are not replayed yet: the eager walk refuses them, naming the deck walk,
 whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
 fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of Qwen3-MoE, and
-peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp` and `tp-hf`, full training of Llama's
-and Qwen3's dense layers, fp32 or autocast (`tp-hf` with an untied head and a vocabulary the ranks divide); of a
+peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp`, `tp-hf` and `tp-sp`, full training of
+Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with an untied head and a vocabulary the ranks divide,
+`tp-sp` under the layers plan with a sequence the ranks divide); of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
 autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
 offered), each stage's forward its own autocast region (an autocast region around the schedule's whole step keeps
@@ -1215,6 +1224,20 @@ def unseen_reduced(row: dict, rank: int) -> bool:
     return any(abs(high - n) < 1024 and above in (0, n) for n in reduced)
 
 
+def unseen_scattered(row: dict, rank: int) -> bool:
+    """Whether a rank under sequence parallelism reads high by exactly one reduce-scatter output, within a kilobyte:
+    o's or down's (s / tp positions of the hidden state in the matmul's dtype: bf16 under autocast), or in backward
+    a gathered input's gradient (s / tp positions in fp32): a functional collective's output whose last reference
+    went with its work on gloo's thread. Its start is not held to its peers': the step before left blocks of its
+    own unseen (a norm's gradient all-reduced by AdamW among them)."""
+    if row["engine"] != "tp-sp":
+        return False
+    r, m = row["ranks"][rank], row["model"]
+    part = row["seq"] * row["micro_batch"] * m["hidden_size"] // row["world"]
+    scattered = {part * (2 if row["precision"] == "autocast" else 4), part * 4}
+    return any(abs(r["measured_peak"] - r["predicted_peak"] - n) < 1024 for n in scattered)
+
+
 def unseen_buckets(row: dict, rank: int) -> bool:
     """Whether a rank's measured step reads high by DDP's first buckets, freed unseen on gloo's thread: its peak
     above the prediction, and its start above its lowest peer's, by the buckets' bytes (a second copy of the
@@ -1250,6 +1273,7 @@ UNSEEN = (
     unseen_start,
     workspace_held,
     unseen_reduced,
+    unseen_scattered,
 )  # in this order: the first that fits
 
 
@@ -1300,6 +1324,19 @@ def _reduced(found: list) -> str:
     )
 
 
+def _scattered(found: list) -> str:
+    if not found:
+        return "No rank-step under sequence parallelism reads high by a reduce-scatter's output"
+    n = len(found)
+    return (
+        f"{n} rank-step{' reads' if n == 1 else 's read'} under sequence parallelism high by exactly one "
+        "reduce-scatter output (s / tp positions of the hidden state: o's or down's in the matmul's dtype, or a "
+        "gathered input's gradient in fp32), its last reference gone with its work on gloo's thread; "
+        f"{'its' if n == 1 else 'their'} starts too sit above the lowest peer's by blocks of the step before: "
+        f"{_cases(found)}"
+    )
+
+
 def _others(found: list) -> str:
     """The rank-steps more than 0.1% away from their prediction that no UNSEEN explains."""
     if not found:
@@ -1336,6 +1373,7 @@ def engines_section() -> list[str]:
     started = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_start]
     held = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is workspace_held]
     reduced = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_reduced]
+    scattered = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_scattered]
     other = [(row, i, row["ranks"][i]["ratio"]) for row in runs for i in range(len(row["ranks"]))
              if not explained(row, i) and abs(row["ranks"][i]["ratio"] - 1) > 0.001]
     worst = "; ".join(f"`{e}` {min(x):.5f} to {max(x):.5f}" + (f" ({min(clean[e]):.5f} to {max(clean[e]):.5f} "
@@ -1350,7 +1388,7 @@ def engines_section() -> list[str]:
     gathered_text = f"{len(gathered)} FSDP2 rank-step{' reads' if len(gathered) == 1 else 's read'}"
     values = {"high": len(high), "gathered": gathered_text, "rank_steps": sum(len(r["ranks"]) for r in runs),
               "started": _started(started), "workspace": _held(held), "reduced": _reduced(reduced),
-              "other": _others(other),
+              "scattered": _scattered(scattered), "other": _others(other),
               "micro_batches": " or ".join(str(n) for n in sorted({r["micro_batches"] for r in runs
                                                                    if "micro_batches" in r})),
               "micro_batch": runs[0]["micro_batch"],

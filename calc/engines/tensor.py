@@ -44,6 +44,27 @@ steps (gloo, torch 2.13):
   tensor) and freed. The loss sees the whole logits, as on one device.
 - Qwen3's q_norm and k_norm stay whole; their gradients are all-reduced in place by a hook (no new tensor).
 
+Sequence parallelism (`--sequence-parallel`, the layers plan only) is torchtitan's plan over a transformers
+model (Korthikanti et al. 2022, §4.2.2, as DTensor runs it): each decoder layer's two norms `SequenceParallel()`,
+the attention's and the MLP's input gathered (`PrepareModuleInput`, Shard(1) to Replicate), q, k, v, gate and up
+`ColwiseParallel()` on that replicated DTensor, o_proj and down_proj `RowwiseParallel(output_layouts=Shard(1))`;
+the first layer's input cut to the rank's s / tp positions (`PrepareModuleInput`, Replicate to Shard(1), a
+contiguous copy), the final norm `SequenceParallel()` and the head's input gathered again. The embedding, the
+rotary tables and the mask see the whole sequence, as the model's forward makes them. From traced CPU steps
+(gloo, torch 2.13):
+
+- The residual stream, the norms and the residual sums hold s / tp positions of every value.
+- A gather is funcol's all_gather_into_tensor: its gathered buffer, gloo's flat copy of the input (freed) and its
+  receive buffer (freed), then DTensor's concatenation along the sequence into a new tensor, the buffer freed.
+  The gathered input of the attention and of the MLP is what q, k and v (gate and up) save for backward: the
+  whole sequence, where Megatron-LM saves the rank's part and gathers it again in backward. Their gradients
+  are partial sums, added out of place, then reduce-scattered back to s / tp positions (the concatenation into
+  the scatter's layout, the scatter's output and gloo's clone of its input).
+- A row-wise linear's partial output is reduce-scattered likewise in forward (the same three tensors, the partial
+  one freed), and its gradient gathered in backward.
+- Each norm's weight stays whole on every rank; its gradient is a partial sum, which AdamW's ops all-reduce into
+  temporaries of one norm's width (not listed).
+
 Every rank holds the same: the ranks of one step are alike. Qwen3's q_norm and k_norm (one head wide) stay whole
 on every rank; under the layers plan each rank keeps its own gradient of them, where transformers' plan
 all-reduces it (the bytes are the same). Not counted: gloo's scratch memory outside PyTorch's allocator, and a
@@ -64,6 +85,23 @@ PLANS = ("layers", "transformers")  # --tp-plan, the default first
 PLAN_NAMES = {"layers": "torch's ColwiseParallel and RowwiseParallel on the layers' linears",
               "transformers": 'transformers\' own plan (tp_plan="auto"), the embedding and head split by vocabulary'}
 HF_SOURCE = "transformers 5.23: distributed/tensor_parallel.py EmbeddingParallel, ColwiseParallel (gather output)"
+SP_SOURCE = "torch 2.13: tensor/parallel/style.py SequenceParallel, PrepareModuleInput; _functional_collectives.py"
+
+
+def sequence_problem(seq: int, tp: int, plan: str) -> tuple[str, str] | None:
+    """(field, what is not measured) where sequence parallelism over `tp` ranks is not walked, or None: it splits
+    the layers plan's sequence (transformers' plan has no sequence-parallel styles for its norms), in equal parts."""
+    if tp == 1:
+        return "sequence-parallel", ("splits the sequence over tensor-parallel ranks, and there is one: give --tp 2 or "
+                                     "more, or leave --sequence-parallel unset")  # fmt: skip
+    if plan != PLANS[0]:
+        return "sequence-parallel", (f"is replayed under the {PLANS[0]} plan (transformers' has no sequence-parallel "
+                                     f"styles for its norms): --tp-plan {PLANS[0]}, or leave --sequence-parallel "
+                                     "unset")  # fmt: skip
+    if seq % tp:
+        return "sequence-parallel", (f"is measured where the ranks divide the sequence ({seq:,}) evenly: a --seq that "
+                                     f"{tp} divides, or leave --sequence-parallel unset")  # fmt: skip
+    return None
 
 
 def plan_problem(shape: Shape, tp: int, plan: str) -> tuple[str, str] | None:
@@ -86,6 +124,7 @@ class TensorParallel:
 
     tp: int
     plan: str = PLANS[0]
+    sequence: bool = False  # sequence parallelism: the norms and the residual stream hold s / tp positions
 
     @property
     def vocab_split(self) -> bool:

@@ -71,12 +71,13 @@ def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, 
     norm = ops.rms_norm if sh.norm == "rms" else ops.layer_norm
     layer = "layer {layer}"
     normed = norm(x, f"{layer} input_layernorm")
-    q, k, v = states(ops, normed, cos, sin, layer)
+    whole = ops.seq_gathered(normed, f"{layer} self_attn") if ops.st.sp else normed  # sequence parallelism
+    q, k, v = states(ops, whole, cos, sin, layer)
     attn, weights = attention(ops, q, k, v, mask, layer)
     o = ops.linear(attn, sh.q_width, sh.hidden, f"{layer} o_proj", sh.bias, f"{layer}: attention projection")
     # LlamaAttention.forward's query_states, key_states, value_states and the layer's hidden_states (the
     # norm's output) live until the attention returns, after o_proj
-    rp.drop(attn, q, k, v, normed)
+    rp.drop(attn, q, k, v, normed, *(() if whole is normed else (whole,)))
     mid = residual(ops, x, o, f"{layer}: residual after attention")
     if not holds_attention:
         rp.drop(o)
@@ -84,8 +85,9 @@ def decoder_layer(ops: Ops, x: T, cos: T | None, sin: T | None, mask: T | None, 
     if sh.moe_layer(rp.layer):
         out = moe(ops, mid, normed, weights, layer)
     else:
-        down = ffn(ops, normed, layer)
-        rp.drop(normed)  # LlamaMLP.forward's x (the norm's output) lives until it returns
+        whole = ops.seq_gathered(normed, f"{layer} mlp") if ops.st.sp else normed
+        down = ffn(ops, whole, layer)
+        rp.drop(normed, *(() if whole is normed else (whole,)))  # LlamaMLP.forward's x lives until it returns
         out = residual(ops, mid, down, f"{layer}: residual after the feed-forward layer")
         rp.drop(mid, down, weights)
     if holds_attention:

@@ -34,13 +34,13 @@ class Linears:
         split = self.st.tp > 1
         if split and self.st.vocab_split and module == "lm_head":
             return self._gathered_head(x, width_in, width_out, name, bias, label, category)
-        wrapped = self._from_local(x, name) if split and module in tensor.COLWISE else None
+        wrapped = self._from_local(x, name) if split and module in tensor.COLWISE and not self.st.sp else None
         four = self.st.qlora and module in QUANTIZED
         linear = self._linear4bit if four else self._linear
         y = linear(x if wrapped is None else wrapped, width_in, width_out, name, bias, label, category)
         self.rp.drop(wrapped, why="the DTensor goes as the linear returns (its node may keep it)")
         if split and module in tensor.ROWWISE:
-            y = self._all_reduced(y, name, label, category)
+            y = (self._reduce_scattered if self.st.sp else self._all_reduced)(y, name, label, category)
         if self.st.lora_rank and module in self.st.lora_targets:
             if four:  # result = result.clone(): CloneBackward0 saves nothing and passes the gradient on
                 c = self.new(y.nbytes // y.unit, y.unit, f"{label} (cloned)", "peft bnb: result.clone()", category)
@@ -71,18 +71,69 @@ class Linears:
         wrapped = self._from_local(x, name)
         y = self._linear(wrapped, width_in, width_out // tp, name, bias, f"{label} (this rank's columns)", category)
         rp.drop(wrapped, why="the DTensor goes as the linear returns (its node may keep it)")
-        n, unit = y.nbytes // y.unit, y.unit
-        buffer = self.new(n * tp, unit, f"{label}: all-gather buffer", f"{name}: funcol all_gather_into_tensor",
-                          category)  # fmt: skip
+        out = self._gather(y, label, f"{name}: DTensor Shard(-1) to Replicate; {tensor.HF_SOURCE}", category)
+        rp.node(f"{name} output (all-gather)", out, inputs=[(y, y.nbytes, "new")])
+        rp.drop(y, why="the redistribution returns")
+        return out
+
+    def _gather(self, x: T, label: str, source: str, category: str = "activations") -> T:
+        """funcol's all_gather_into_tensor of `x` over the tensor-parallel ranks, and DTensor's concatenation of the
+        shards (calc.engines.tensor): the gathered buffer, gloo's flat copy of the input (freed) and its receive
+        buffer (freed), the concatenation, a new tensor; then the buffer goes. The caller records the node."""
+        rp, tp, n, unit = self.rp, self.st.tp, x.nbytes // x.unit, x.unit
+        buffer = self.new(n * tp, unit, f"{label}: all-gather buffer", "funcol all_gather_into_tensor", category)
         flat = self.new(n, unit, f"{label}: gloo's flat copy of the input", "gloo: allgather_into_tensor_coalesced_",
                         category)  # fmt: skip
         rp.drop(flat)
         receive = self.new(n * tp, unit, f"{label}: gloo's receive buffer", "gloo: all_gather", category)
         rp.drop(receive)
-        out = self.new(n * tp, unit, f"{label} (gathered)", f"DTensor Shard(-1) to Replicate: cat; {tensor.HF_SOURCE}",
-                       category)  # fmt: skip
-        rp.node(f"{name} output (all-gather)", out, inputs=[(y, y.nbytes, "new")])
-        rp.drop(buffer, y, why="the redistribution returns")
+        out = self.new(n * tp, unit, f"{label} (gathered)", source, category)
+        rp.drop(buffer, why="the redistribution returns")
+        return out
+
+    def seq_gathered(self, x: T, module: str) -> T:
+        """Sequence parallelism's PrepareModuleInput (calc.engines.tensor): the rank's s / tp positions of `module`'s
+        input gathered into the whole sequence, the input of its column-wise linears (which save it). In backward
+        their partial gradients, summed out of place, are reduce-scattered back to s / tp positions: the
+        concatenation into the scatter's layout, the scatter's output and gloo's clone of its input."""
+        out = self._gather(x, f"{module} input", f"{module}: PrepareModuleInput, Shard(1) to Replicate; "
+                           f"{tensor.SP_SOURCE}")  # fmt: skip
+        self.rp.node(f"{module} input (all-gather, reduce-scattered in backward)", out,
+                     inputs=[(x, x.nbytes, "new")], work=[out.nbytes, out.nbytes])  # fmt: skip
+        return out
+
+    def seq_split(self, x: T) -> T:
+        """Sequence parallelism's cut of the first layer's input to the rank's s / tp positions (PrepareModuleInput,
+        Replicate to Shard(1)): a contiguous copy. Its gradient is gathered in backward into the whole sequence's."""
+        part = self.new(x.nbytes // x.unit // self.st.tp, x.unit, "layer 1 input (this rank's positions)",
+                        f"PrepareModuleInput, Replicate to Shard(1): a contiguous chunk; {tensor.SP_SOURCE}")
+        self.rp.node("layer 1 input (cut, all-gathered in backward)", part, inputs=[(x, x.nbytes, "new")],
+                     work=[x.nbytes])
+        return part
+
+    def seq_head_input(self, x: T) -> T:
+        """Sequence parallelism's gather of the final norm's s / tp positions for the head, which is whole on every
+        rank; in backward the head's input gradient, replicated, is cut to the rank's positions (a new tensor)."""
+        out = self._gather(x, "head input", f"lm_head: PrepareModuleInput, Shard(1) to Replicate; {tensor.SP_SOURCE}")
+        self.rp.node("head input (all-gather, cut in backward)", out, inputs=[(x, x.nbytes, "new")])
+        return out
+
+    def _reduce_scattered(self, y: T, name: str, label: str, category: str) -> T:
+        """RowwiseParallel(output_layouts=Shard(1)) under sequence parallelism: the partial sum reduce-scattered to
+        the rank's s / tp positions. funcol's reduce_scatter_tensor along the sequence: the partial output's
+        shards concatenated into the scatter's layout, the scatter's output, gloo's clone of its input; then all
+        but the output go. Its backward gathers the gradient into the whole sequence's."""
+        rp, n, unit = self.rp, y.nbytes // y.unit, y.unit
+        src = f"{name}: funcol reduce_scatter_tensor; {tensor.SP_SOURCE}"
+        laid = self.new(n, unit, f"{label}: shards concatenated for the scatter", src + " (cat)", category)
+        out = self.new(n // self.st.tp, unit, f"{label} (reduce-scattered)", src, category)
+        clone = self.new(n, unit, f"{label}: gloo's clone of the input", "gloo: reduce_scatter_tensor_coalesced_",
+                         category)  # fmt: skip
+        rp.node(f"{name} output (reduce-scatter, all-gathered in backward)", out, inputs=[(y, y.nbytes, "new")],
+                work=[y.nbytes])  # fmt: skip
+        rp.drop(laid, why="the redistribution returns")
+        rp.drop(y, why="reduce-scattered into a new tensor")
+        rp.drop(clone, why="gloo's work is waited on")
         return out
 
     def _all_reduced(self, y: T, name: str, label: str, category: str) -> T:

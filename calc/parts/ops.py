@@ -45,6 +45,7 @@ class Step:
     qlora: bool = False  # the block linears are bitsandbytes' Linear4bit (NF4), computing in bf16
     tp: int = 1  # tensor-parallel processes splitting the layers' linears (calc.engines.tensor; 1: none)
     vocab_split: bool = False  # and the embedding and head by vocabulary (transformers' plan, calc.engines.tensor)
+    sp: bool = False  # and the sequence outside the attention and the MLP (sequence parallelism, calc.engines.tensor)
 
     @property
     def tokens(self) -> int:

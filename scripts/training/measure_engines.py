@@ -78,7 +78,7 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
           "llama-6": hf_models.Model("llama", 6, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
                                      *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
-ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0,
+ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0,
            "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0,
            "pp-interleaved-1f1b": 0}  # the ZeRO stage each runs
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
@@ -91,7 +91,7 @@ TP_PLAN = {
 }
 WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2": (2, 3, 4)}  # 3: FSDP2 pads rows
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
-TP = {"tp": (2,), "tp-hf": (2,)}  # 2 key/value heads
+TP = {"tp": (2,), "tp-hf": (2,), "tp-sp": (2,)}  # 2 key/value heads
 FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
 # 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1); interleaved 1F1B: 2 ranks, 2 stages each (one layer)
 PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4), "pp-interleaved-1f1b": (2,)}
@@ -100,7 +100,7 @@ MEASURED = {
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
-    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4)},
+    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,)},
     "qwen3-4": PIPELINES,
     "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
@@ -165,6 +165,8 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             if checkpointing == "full":
                 net.activation_checkpointing_enable()
             return net.train(), hf_models.make_optimizer(net)
+        if engine == "tp-sp":  # the layers plan with sequence parallelism (calc.engines.tensor.SP_PLAN)
+            return sequence_parallel(hf_models.build(model, "sdpa", checkpointing), world)
         if engine == "tp":  # one parallelize_module call a decoder layer, torch's defaults
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -212,6 +214,39 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
     got = profile_step.on_cpu(profile_step.two_steps(make, step, batches))[0]
     out.put((rank, got))
     torch.distributed.destroy_process_group()
+
+
+def sequence_parallel(net, world: int):
+    """(the model, AdamW) under the layers plan with sequence parallelism, torchtitan's way over a transformers
+    model: each decoder layer's norms SequenceParallel, the attention's and the MLP's input gathered (Shard(1) to
+    Replicate), o_proj and down_proj RowwiseParallel(output_layouts=Shard(1)); the sequence split at the first
+    layer's input and gathered again at the head's, the final norm SequenceParallel. The embedding, the rotary
+    tables and the head see the whole sequence, as the model's forward makes them."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (world,))
+    styles = {"colwise": ColwiseParallel, "rowwise": lambda: RowwiseParallel(output_layouts=Shard(1))}
+    for layer in net.model.layers:
+        plan = {name: styles[style]() for name, style in TP_PLAN.items()}
+        plan.update({"input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel(),
+                     "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                     desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+                     "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))})
+        parallelize_module(layer, mesh, plan)
+    parallelize_module(net.model.layers[0], mesh, PrepareModuleInput(
+        input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True))
+    parallelize_module(net.model.norm, mesh, SequenceParallel(use_local_output=True))
+    parallelize_module(net.lm_head, mesh, PrepareModuleInput(
+        input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True))
+    return net, hf_models.make_optimizer(net)
 
 
 class Stage(torch.nn.Module):
@@ -314,6 +349,7 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     run += ["--tp" if tp else "--dp", world]
     run += [] if tp else ["--engine", engine.split("-")[0]]  # ddp or fsdp2, as --zero picks
     run += ["--tp-plan", "transformers"] if engine == "tp-hf" else []  # the layers plan is the default
+    run += ["--sequence-parallel"] if engine == "tp-sp" else []
 
     run += ["--zero", ENGINES[engine]] if ENGINES[engine] else []
     run += LORA.get(engine, [])

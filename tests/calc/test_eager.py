@@ -1,6 +1,8 @@
 """The eager walk (calc.eager): its invariants, and that the deck walk stays the default."""
 
 
+import re
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -209,7 +211,7 @@ def test_walk_input_is_validated():
     """The "walk" field: deck by default, eager on request, anything else an InputError naming it."""
     assert calc.parse_inputs({}).walk == "deck"
     assert calc.parse_inputs({"walk": " Eager "}).walk == "eager"
-    for raw in ({"walk": "lazy"}, {"walk": "eager", "tp": 2, "sequence-parallel": True}):
+    for raw in ({"walk": "lazy"}, {"walk": "eager", "ep": 2, "dp": 2, "preset": "mixtral-8x7b"}):
         with pytest.raises(calc.InputError) as err:
             calc.parse_inputs(raw)
         assert err.value.field == "walk"
@@ -294,3 +296,19 @@ def test_autocast_makes_a_weights_fp32_gradient_after_its_matmul_lets_go(recipe)
         assert labels[grad + 1] == "free layer 36 down_proj backward working memory"
     else:
         assert grad < saved
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_event_labels_name_the_layer_that_made_the_tensor(recompute):
+    """Every label is filled in (no "{layer}" left over outside the layers), and a tensor freed or given its
+    gradient in another layer than the one that made it is named by the layer that made it: each layer's output is
+    freed once, under its own number, whether the next layer or the backward pass lets it go."""
+    shape = calc.PRESETS["llama-3.2-1b"]
+    step = calc.step(shape, 128, 1, "autocast", recompute, walk="eager", device="cpu")
+    labels = [e["label"] for e in step["events"]]
+    assert not any("{" in label or "}" in label for label in labels)
+    numbers = {int(n) for label in labels for n in re.findall(r"\blayer (\d+)\b", label)}
+    assert numbers == set(range(1, shape.layers + 1))
+    out = "layer {}: residual after the feed-forward layer"
+    freed = [label for label in labels if re.fullmatch("free " + out.format(r"\d+"), label)]
+    assert sorted(freed) == sorted(f"free {out.format(n)}" for n in range(1, shape.layers + 1))  # each once

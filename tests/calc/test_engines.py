@@ -110,7 +110,9 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "2", "--tp", "2"], "--tp"),  # FSDP2 x TP: not modelled
         (["--tp", "2", "--zero", "1"], "--tp"),  # names --tp, not a --dp that --tp then refuses
         (["--tp", "2", "--pp", "2"], "--pp"),
-        (["--tp", "2", "--sequence-parallel"], "--walk"),
+        (["--sequence-parallel"], "--sequence-parallel"),  # one rank: no sequence to split
+        (["--tp", "2", "--tp-plan", "transformers", "--sequence-parallel"], "--sequence-parallel"),
+        (["--tp", "2", "--sequence-parallel", "--seq", "1023"], "--sequence-parallel"),  # uneven parts
         (["--tp", "2", "--recipe", "bf16"], "--recipe"),
         (["--tp", "2", "--recipe", "autocast", "--device", "cuda"], "--device"),
         (["--tp", "3", "--recipe", "autocast"], "--tp"),  # 32 heads
@@ -386,21 +388,64 @@ def test_tensor_parallel_all_reduces_each_linear_pair(preset, recipe):
     assert not any("all-reduced" in e.label or "DTensor" in e.label for e in one)
 
 
+@pytest.mark.parametrize("sp", [False, True])
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_tensor_parallel_deep_model_is_its_middle_layer_repeated(recompute):
-    """The all-reduces stretch with the layers: the stretched step is, event for event, every layer replayed."""
+def test_tensor_parallel_deep_model_is_its_middle_layer_repeated(recompute, sp):
+    """The all-reduces (the gathers and scatters of sequence parallelism) stretch with the layers: the stretched
+    step is, event for event, every layer replayed."""
     shape = tensor.TensorParallel(4).local(PRESETS["llama-3.2-1b"])
     args = (256, 1, "autocast", recompute, "sdpa", "cpu", finetune.DEFAULT)
     spans = eager_step.layer_spans(shape, finetune.DEFAULT)
-    rp, _ = eager_step.replay(shape, *args, layers=[lo for lo, _ in spans], tp=4)
+    rp, _ = eager_step.replay(shape, *args, layers=[lo for lo, _ in spans], tp=4, sp=sp)
     stretched = eager_step._stretch(eager_step._chunks(rp.events), spans)
     assert stretched is not None and len(spans) < shape.layers
     flat = [(e.label, e.bytes) for s in stretched for _ in range(s.repeats) for e in s.events]
-    whole = eager_step.whole(shape, args, tp=4)
+    whole = eager_step.whole(shape, args, tp=4, sp=sp)
     assert flat == [(e.label, e.bytes) for s in whole for _ in range(s.repeats) for e in s.events]
     w = calc.api.eager_walk(PRESETS["llama-3.2-1b"], 256, 1, "autocast", recompute, 2, "sdpa", "cpu",
-                            finetune.DEFAULT, calc.loops.BARE, Parallel(tp=4))  # fmt: skip
+                            finetune.DEFAULT, calc.loops.BARE, Parallel(tp=4, sequence_parallel=sp))  # fmt: skip
     assert sum(s.repeats * e.bytes for s in w.segs[1:] for e in s.events) == 0  # the step ends where it started
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("recipe", ["fp32-full", "autocast"])
+@pytest.mark.parametrize("preset", TP)
+def test_sequence_parallel_splits_the_stream_and_gathers_each_blocks_input(preset, recipe, recompute):
+    """Under sequence parallelism a layer's norms and residual sums hold s / tp positions; the attention's and the
+    MLP's inputs are gathered whole (what q, k, v, gate and up save), o's and down's outputs reduce-scattered back,
+    and nothing is all-reduced; the first layer's input is cut once and the head's gathered once. The rank's
+    weights are the layers plan's, and every rank peaks alike."""
+    shape, seq, tp = PRESETS[preset], 512, 2
+    args = (seq, 1, recipe, recompute, "sdpa", "cpu", finetune.DEFAULT)
+    local = tensor.TensorParallel(tp).local(shape)
+    events = [e for _, e in eager_step.replay(local, *args, layers=[1, 2], tp=tp, sp=True)[0].events]
+
+    def made(end: str) -> list[int]:  # the forward's allocations so named, not autocast's casts of them
+        return [e.bytes for e in events if e.bytes > 0 and e.phase == "forward" and e.label.endswith(end)
+                and not e.label.startswith("16-bit copy")]  # fmt: skip
+
+    part, whole = 4 * seq * shape.hidden // tp, 4 * seq * shape.hidden  # the residual stream is fp32
+    assert set(made("input_layernorm: x^2")) == set(made("post_attention_layernorm: x^2")) == {part}
+    assert made("input (gathered)") == [whole] * 5  # two layers' attention and MLP, and the head
+    unit = 4 if recipe == "fp32-full" else 2  # o's and down's outputs: bf16 under autocast
+    assert made("(reduce-scattered)") == [unit * seq * shape.hidden // tp] * 4
+    assert made("input (this rank's positions)") == [part]
+    assert not any("all-reduced" in e.label for e in events)
+    got = _eager(preset, Parallel(tp=tp, sequence_parallel=True), recipe=recipe, recompute=recompute)
+    plain = _eager(preset, Parallel(tp=tp), recipe=recipe, recompute=recompute)
+    assert got["bytes"]["weights"] == plain["bytes"]["weights"] and got["rank_peaks"] == [got["peak"]] * tp
+
+
+def test_sequence_parallel_cli_matches_calc_step(capsys):
+    """--tp 2 --sequence-parallel answers calc.step's peak for every rank, and the config and summary say so."""
+    args = ["--preset", "llama-3.2-1b", "--seq", "512", "--micro-batch", "1", "--walk", "eager", "--recipe",
+            "autocast", "--device", "cpu", "--tp", "2", "--sequence-parallel"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["config"]["parallel"]["sequence_parallel"] is True and len(step["rank_peaks"]) == 2
+    assert step["peak"] == _eager("llama-3.2-1b", Parallel(tp=2, sequence_parallel=True))["peak"]
+    assert main(args) == 0
+    assert "with sequence parallelism" in capsys.readouterr().out
 
 
 HF_TP = ["llama-3.1-8b", "qwen3-8b"]  # untied heads, vocabularies that 2, 4 and 8 divide

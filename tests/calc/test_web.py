@@ -371,7 +371,8 @@ def test_every_engine_measured_speaks_for_its_ranks_on_the_page():
     runs = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())["runs"]
     for r in runs:
         flags = r["eager"]["command"].split()[3:]
-        inputs = {f[2:]: v for f, v in zip(flags, [*flags[1:], ""], strict=True) if f.startswith("--")}
+        inputs = {f[2:]: "true" if v.startswith("--") or not v else v  # a switch (--sequence-parallel)
+                  for f, v in zip(flags, [*flags[1:], ""], strict=True) if f.startswith("--")}  # fmt: skip
         inputs.update({"hf-config": json.dumps(r["model"])})  # the file the command names, pasted
         got = json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))
         eager = got["eager"]

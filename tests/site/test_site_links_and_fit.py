@@ -45,7 +45,7 @@ def _engine_link(open_page, settings: dict):
     page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
     settle(page)
     assert page.evaluate(LINK_LINES) == []
-    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
+    flags = [a for k, v in settings.items() for a in ((f"--{k}",) if v == "true" else (f"--{k}", v))]  # a switch
     cli = cli_json(flags)
     assert page.evaluate(PEAK) == cli["peak"] == max(cli["rank_peaks"])
     return page, recorder, flags, cli
@@ -129,6 +129,28 @@ def test_a_transformers_plan_link_gives_the_clis_rank_and_the_form_keeps_its_pla
     assert page.evaluate(AWAIT_DRAWN) == "live"
     settle(page)
     assert page.evaluate(PEAK) == cli_json(flags[:-2])["peak"] > cli["peak"]
+    assert recorder.errors == []
+
+
+def test_a_sequence_parallel_link_gives_the_clis_rank_and_the_switch_turns_it_off(open_page):
+    """`?walk=eager&tp=2&sequence-parallel=true...` (issue 31): the form's switch is on, the peak is the CLI's rank
+    of the layers plan with sequence parallelism, the summary says so, and the line beside quotes the band of the
+    `tp-sp` steps measured (results §14); turning the switch off gives the CLI's rank without it."""
+    settings = {"preset": "llama-3.2-1b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
+                "tp": "2", "sequence-parallel": "true"}  # fmt: skip
+    page, recorder, flags, cli = _engine_link(open_page, settings)
+    assert page.is_checked('[data-calc-form] [name="sequence-parallel"]') and len(cli["rank_peaks"]) == 2
+    assert "layers plan with sequence parallelism" in page.text_content("[data-calc-summary]")
+    from hooks import deck
+
+    band = deck.band_for(deck.eager_bands(), "tp-sp", answer_for(settings)["eager"]["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
+    page.evaluate(WATCH)
+    page.uncheck('[data-calc-form] [name="sequence-parallel"]')
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    settle(page)
+    assert page.evaluate(PEAK) == cli_json(flags[:-1])["peak"] != cli["peak"]  # the switch, the last flag
     assert recorder.errors == []
 
 
