@@ -152,9 +152,9 @@ def eager_walk(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute:
         for s in segs
         if s.reps and s.events[0].phase == "forward"
     )
-    rank_peaks = tuple(walks[share][1][0] for share in shares) if 1 < par.dp <= RANKS_LISTED else ()
-    if 1 < par.tp <= RANKS_LISTED:  # the ranks of tensor parallelism hold alike (calc.engines.tensor)
-        rank_peaks = (top,) * par.tp
+    listed = 1 < par.dp * par.tp <= RANKS_LISTED  # every process: tensor parallelism's ranks hold alike
+    # (calc.engines.tensor), rank d x tp + t is data-parallel rank d's (torch's (dp, tp) mesh)
+    rank_peaks = tuple(walks[share][1][0] for share in shares for _ in range(par.tp)) if listed else ()
     return Walked(0, 1, loop.grad_accum > 1, segs, top, at, full_sizes, per_layer, rank_peaks)
 
 
@@ -177,12 +177,14 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
                   tuple(peaks))  # fmt: skip
 
 
-RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many data-parallel processes
+RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many processes
 
 
 def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.FullyShard | tensor.TensorParallel | None:
     """One rank's engine: DDP (with ZeroRedundancyOptimizer under ZeRO 1), FSDP2 under ZeRO 2 and 3
     (reshard_after_forward False and True), tensor parallelism's layers plan, or None on one device."""
+    if par.tp > 1 and par.dp > 1:  # FSDP2 x TP (calc.inputs lets through ZeRO 2 and 3 only)
+        return fsdp.FullyShard(par.dp, par.zero == 3, share, tp=par.tp)
     if par.tp > 1:
         return tensor.TensorParallel(par.tp, par.tp_plan, par.sequence_parallel)
     if par.dp == 1:
@@ -194,8 +196,9 @@ def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.Fully
 
 def engine_name(par: Parallel) -> str:
     """The engine the eager walk runs this layout on, as --engine names it (step's "engine"): ddp (with
-    ZeroRedundancyOptimizer under ZeRO 1), fsdp2, or tensor-parallel; "" on one device."""
-    if par.tp > 1:
+    ZeroRedundancyOptimizer under ZeRO 1), fsdp2 (over tensor parallelism's ranks too), or tensor-parallel; "" on
+    one device."""
+    if par.tp > 1 and par.dp == 1:
         return "tensor-parallel"
     if par.pp > 1:
         return "pipeline"
@@ -208,6 +211,8 @@ def _dp_shares(shape: Shape, tune: finetune.Tuning, par: Parallel) -> list[tuple
     and 3 (calc.engines.fsdp.shares), or None for DDP alone, whose ranks are alike."""
     if not par.zero:
         return [None] * par.dp
+    if par.tp > 1:  # FSDP2 x TP: the rows of the tensors one tensor-parallel rank holds
+        shape = tensor.TensorParallel(par.tp).local(shape)
     if par.zero > 1:  # the parameters that train: every one, or peft's adapters
         return fsdp.shares(optim_step.trainable(shape, tune) if tune.adapters else optim_step.model_params(shape),
                            par.dp)  # fmt: skip
@@ -253,9 +258,13 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
     if walk == "eager":
         alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SINGLE.pp_schedule,
                         tp_plan=SINGLE.tp_plan, sequence_parallel=False) == SINGLE
-        if not alone or sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1:
+        two = par.dp > 1 and par.tp > 1 and par.pp == 1 and par.zero > 1  # FSDP2 x TP
+        if not alone or (sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1 and not two):
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
-                             "pipeline alone: use the deck walk")  # fmt: skip
+                             "pipeline alone, or FSDP2 over tensor parallelism's ranks: use the deck walk")  # fmt: skip
+        if two and (par.sequence_parallel or par.tp_plan != SINGLE.tp_plan or RECIPES[recipe].computes):
+            raise ValueError("the eager walk's FSDP2 x TP runs the layers plan without sequence parallelism, over fp32 "
+                             "parameters (fp32-full or autocast)")  # fmt: skip
         if RECIPES[recipe].computes and (par.dp == 1 or par.zero < 2):
             raise ValueError(f"{recipe} is FSDP2's bf16 policy: the eager walk runs it over dp > 1, ZeRO 2 or 3")
         if par.pp > 1 and (shape.family not in pipeline.FAMILIES or shape.experts or shape.tied):

@@ -69,6 +69,7 @@ def replay(
     stage: tuple[bool, bool] | None = None,
     vocab_split: bool = False,
     sp: bool = False,
+    below: int = 0,
 ):
     """The step's events as (layer, Event) pairs; layer 0 for events outside the layers. `accumulate`: a later
     micro-batch of gradient accumulation, whose parameter gradients are added into .grad (calc.replay).
@@ -78,8 +79,9 @@ def replay(
     `vocab_split`: its embedding and head split by vocabulary too (transformers' plan); `sp`: the sequence split
     outside the attention and the MLP (sequence parallelism).
     `stage`: (first, last), one micro-batch through one pipeline stage (Forward.stage_step), `shape` being the
-    stage's layers."""
+    stage's layers, `below` the model's layers before them (what the events outside the layers number from)."""
     fw = Forward(shape, seq, micro_batch, recipe, attention, device, tune, accumulate, tp, vocab_split, sp)
+    fw.rp.below = below
     if stage is not None:
         return fw.stage_step(recompute, attention, layers, *stage), fw.st
     x, leaf = fw.embeddings(recompute)
@@ -307,7 +309,7 @@ class Forward:
         whole = ops.seq_head_input(final) if self.st.sp else final  # sequence parallelism: the head sees it all
         logits = ops.linear(whole, h, v, self.head_name(), head_bias, "logits", "logits")
         if whole is not final:
-            rp.drop(whole, why="the head returns (its node keeps it)")
+            rp.drop(whole, why="the head returns (what its node saved stays)")
         if family.head:  # the family's causal-LM forward rebinds the logits to its own function of them (the hook
             logits = family.head(ops, logits)  # lets go of the logits it rebinds, as the code's rebinding does)
         logits32 = logits if logits.unit == 4 else ops.unary("logits in fp32", logits, [], 4, "logits")
@@ -421,6 +423,9 @@ def segments(
     args = (seq, micro_batch, computes or recipe, recompute, attention, device, tune)
     how = {"gathered": fsdp.FullyShard(engine.dp, engine.reshard, mixed=bool(computes))} if sharded else {}
     kept = shape  # the parameters as the rank stores them
+    if sharded and engine.tp > 1:  # FSDP2 x TP: FSDP2's groups of the model one tensor-parallel rank runs
+        shape = kept = tensor.TensorParallel(engine.tp).local(shape)
+        how["tp"] = engine.tp
     if isinstance(engine, tensor.TensorParallel):  # issue 31: a rank runs its share of every layer
         shape, kept = engine.local(shape), engine.stored(shape)
         how, engine = {"tp": engine.tp, "vocab_split": engine.vocab_split, "sp": engine.sequence}, None
@@ -461,9 +466,9 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
         first, last = s == 0, s == stage.count - 1
         layers = stage_layers(shape, stage.count, s)
         sub = replace(shape, layers=len(layers))  # the stage's layers, numbered from 1 in its replay
-        rp, st, replayed = _replayed(sub, args, stage=(first, last))
-        later = _replayed(sub, args, accumulate=True, stage=(first, last))[2]
         below = layers.start - 1  # the model's numbers
+        rp, st, replayed = _replayed(sub, args, stage=(first, last), below=below)
+        later = _replayed(sub, args, accumulate=True, stage=(first, last), below=below)[2]
         forward = [_shifted(g, below) for g in replayed if g.events[0].phase == "forward"]
         backward = ([_shifted(g, below) for g in replayed if g.events[0].phase != "forward"],
                     [_shifted(g, below) for g in later if g.events[0].phase != "forward"])  # fmt: skip

@@ -525,9 +525,9 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
     eager walk runs has one engine in torch, which --engine names and --zero picks (the page's form always sends
     its ZeRO stage): DDP runs ZeRO 0 and 1 (ZeroRedundancyOptimizer beside it), FSDP2 ZeRO 2 and 3
     (reshard_after_forward False and True)."""
-    if par.tp > 1 or par.pp > 1:
-        return "engine", ("names the engine over data-parallel processes alone: leave it unset beside --tp or "
-                          "--pp")  # fmt: skip
+    if par.pp > 1 or (par.tp > 1 and par.dp == 1):
+        return "engine", ("names the engine over data-parallel processes: leave it unset beside --pp, and beside "
+                          "--tp give --dp 2 or more (FSDP2 over its ranks)")  # fmt: skip
     if par.dp == 1:
         return "engine", "names the engine over data-parallel processes: give --dp 2 or more"
     if str(par.zero) not in ENGINES[engine]:
@@ -550,6 +550,10 @@ def eager_problem(
         # flash is the eager walk's sdpa
         return "walk", ("the eager walk runs data parallelism (--dp), tensor parallelism (--tp) or a pipeline (--pp): "
                         "leave --ep unset, or use the deck walk")  # fmt: skip
+    if par.tp > 1 and par.dp > 1 and (par.sequence_parallel or par.tp_plan != tensor.PLANS[0]):
+        return "tp", ("the eager walk's FSDP2 over tensor parallelism runs the layers plan without sequence "
+                      "parallelism: --tp-plan layers and no --sequence-parallel, or --dp 1 with --zero 0 and no "
+                      "--engine, or the deck walk")  # fmt: skip
     if par.sequence_parallel and (problem := tensor.sequence_problem(seq or par.tp, par.tp, par.tp_plan)):
         return problem
     if par.pp > 1 and (par.dp > 1 or par.tp > 1 or par.zero):
@@ -560,9 +564,10 @@ def eager_problem(
                               f"{par.pp} or more (its default), or --pp-schedule gpipe")  # fmt: skip
     if par.pp > 1 and (problem := pipeline.schedule_problem(par.pp, par.pp_schedule, grad_accum, shape.layers)):
         return problem
-    if par.tp > 1 and (par.dp > 1 or par.zero):
-        return "tp", ("the eager walk runs data or tensor parallelism, not both at once (DDP, ZeRO or FSDP2 beside "
-                      "tensor parallelism is not modelled yet): --dp 1 and --zero 0, or the deck walk")  # fmt: skip
+    if par.tp > 1 and (par.dp > 1 or par.zero) and (par.zero < 2 or par.dp == 1):
+        return "tp", ("the eager walk runs tensor parallelism alone, or beside FSDP2 over data-parallel processes "
+                      "(DDP or ZeRO 1 beside it is not modelled yet): --dp 2 or more with --zero 2 or 3, --dp 1 and "
+                      "--zero 0, or the deck walk")  # fmt: skip
     if par.zero and par.dp == 1:
         return "zero", "ZeRO shards over data-parallel processes: give --dp 2 or more, or --zero 0"
     if par.dp > 1 and shape.family == "decoder":
@@ -600,6 +605,11 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
     if shape.moe_layers and tune.adapters and (par.dp > 1 or par.tp > 1 or par.pp > 1):
         return "finetune", ("LoRA on a mixture of experts is measured on one device only: no walk answers it over "
                             "several processes yet")  # fmt: skip
+    if par.tp > 1 and par.dp > 1:  # FSDP2 x TP: the layers plan's checks, and FSDP2's full training
+        problem = tensor_problem(shape, par, recipe, device, tune, loop)
+        if not problem and par.dp * par.tp > FSDP2_RANKS:
+            problem = "dp", f"the eager walk's FSDP2 x TP lists each rank: at most {FSDP2_RANKS:,} processes in all"
+        return problem
     if par.tp > 1:
         return tensor_problem(shape, par, recipe, device, tune, loop)
     if par.pp > 1:

@@ -89,6 +89,7 @@ class Replay:
         # the references it had before
         self.rng = 0  # bytes of the generator state a checkpoint's recompute copies (fork_rng; calc.eager_step)
         self.order: dict[int, int] = {}  # each layer replayed: its place in the forward's order (named)
+        self.below = 0  # a pipeline stage's replay: the model's layers before its first (named)
 
     # --- the allocator -------------------------------------------------------------------------------
     def blocks(self, nbytes: int) -> int:
@@ -137,8 +138,8 @@ class Replay:
 
         def moved(m: re.Match) -> str:
             offset = _OFFSETS[m.group(1)]
-            if not self.layer:
-                return str(t.layer + offset)  # the layer that made it is the last, or the first: numbered
+            if not self.layer:  # the layer that made it is the last, or the first: numbered as in the model
+                return str(t.layer + offset + self.below)
             return _PLACES.get(made + offset - order.get(self.layer, 0), str(t.layer + offset))
 
         return _PLACEHOLDER.sub(moved, t.label)

@@ -99,7 +99,9 @@ def engine_text(step: dict) -> str:
     par, name = step["config"]["parallel"], step["engine"]
     stages = stages_a_rank(par["pp_schedule"])  # several a rank: interleaved 1F1B
     words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if par["zero"] == 1 else "",
-                                  "fsdp2": f" with reshard_after_forward={par['zero'] == 3}",
+                                  "fsdp2": f" with reshard_after_forward={par['zero'] == 3}" + (
+                                      f" over {par['tp']} tensor-parallel ranks of the layers plan"
+                                      if par["tp"] > 1 else ""),
                                   "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
                                   + (f" with {stages} stages a rank" if stages > 1 else ""),
                                   "tensor-parallel": f" {par['tp_plan']} plan" + (
@@ -181,9 +183,10 @@ def deck_layout(inputs: Run):
 def engine_band(step: dict, tune) -> str:
     """Which measured steps speak for an eager step over several processes (results §14): its engine as
     scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, tp-sp,
-    and FSDP2's with peft's LoRA)."""
+    FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp, and FSDP2's with peft's LoRA)."""
     zero, name = step["config"]["parallel"]["zero"], step["engine"]
-    band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": "fsdp2-zero2" if zero == 2 else "fsdp2",
+    two = "-tp" if step["config"]["parallel"]["tp"] > 1 else ""  # FSDP2 x TP
+    band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": ("fsdp2-zero2" if zero == 2 else "fsdp2") + two,
             "tensor-parallel": "tp-hf" if step["config"]["parallel"]["tp_plan"] == "transformers" else
                                "tp-sp" if step["config"]["parallel"]["sequence_parallel"] else "tp",
             "pipeline": f"pp-{step['config']['parallel']['pp_schedule']}"}[name]  # fmt: skip

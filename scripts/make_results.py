@@ -1084,13 +1084,17 @@ linears of each layer (transformers' own colwise and rowwise hooks over DTensor 
 transformers model: each layer's two norms `SequenceParallel()`, the attention's and the MLP's input gathered by
 `PrepareModuleInput` (`Shard(1)` to `Replicate()`), `RowwiseParallel(output_layouts=Shard(1))` on o and down, the
 first layer's input cut to the rank's positions and the head's input gathered again, the final norm
-`SequenceParallel()`. `llama-tied` is
+`SequenceParallel()`. `fsdp2-tp` is FSDP2 over tensor parallelism as torchtitan composes them, on 4 processes: a
+(2, 2) device mesh, the `tp` plan over its "tp" dimension (processes 2i and 2i + 1 split each layer), then
+`fully_shard` on each decoder layer and on the model over its "dp" dimension with torch's defaults
+(`reshard_after_forward=True`), each data-parallel pair on its own batch; `fsdp2-zero2-tp` the same with
+`reshard_after_forward=False`, on the Llama. `llama-tied` is
 Llama with 6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, and `qwen3_moe` is
 Qwen3-MoE with 4 experts a layer (top 2), both under FSDP2 only. Its checkpointed steps read 1.0002 (autocast) and
 1.0005 (fp32) high, as its one-device steps do (§13.1): the one-device walk's residual, not FSDP2's. `llama-mha` is
 Llama with as many key/value heads as query heads (4, so that 4 processes split them) and a vocabulary of 128, so
-that its peak falls in the layers, where tensor parallelism's collectives are; it runs under `tp`, `tp-hf` and
-`tp-sp` only. Over 3
+that its peak falls in the layers, where tensor parallelism's collectives are; it runs under `tp`, `tp-hf`,
+`tp-sp` and `fsdp2-tp` only. Over 3
 processes FSDP2 pads rows (a width of 64 does not divide by 3), so its last rank holds fewer rows than the others.
 `pp-1f1b` and `pp-gpipe` are `torch.distributed.pipelining`'s `Schedule1F1B` and `ScheduleGPipe` over one
 `PipelineStage` a process, on a 4-layer Llama (`llama-4`) or Qwen3 (`qwen3-4`) cut by hand into 2, 3 (2, 1 and 1
@@ -1104,7 +1108,8 @@ forward over its layers (and, under autocast, its own autocast region); `n_micro
 ({micro_batches} micro-batches of {micro_batch} sequences), torch's defaults otherwise; the first stage is given the
 input ids, the last the labels, the stages between no batch; AdamW steps each stage's parameters.
 The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, `--walk eager --tp N` (with
-`--tp-plan transformers` for `tp-hf`, `--sequence-parallel` for `tp-sp`), or
+`--tp-plan transformers` for `tp-hf`, `--sequence-parallel` for `tp-sp`), `--walk eager --dp 2 --tp 2 --zero 3
+--engine fsdp2` for `fsdp2-tp` (`--zero 2` for `fsdp2-zero2-tp`), or
 `--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M`, from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
@@ -1129,17 +1134,19 @@ positions; each gather is funcol's all-gather (its buffer, gloo's flat copy and 
 concatenation along the sequence, a new tensor, which q, k and v (gate and up) save whole for backward, where
 Korthikanti et al. save the rank's part and gather it again; o's and down's partial outputs are reduce-scattered
 (the shards concatenated into the scatter's layout, its output, gloo's clone of its input), their gradients
-gathered in backward, and the summed partial gradients of the gathered inputs reduce-scattered back. Under a
-pipeline it is each stage's own step: its parameters and AdamW's state, a receive buffer a micro-batch for its input
-(every stage but the first) and for its output's gradient (every stage but the last), kept from step to step; each
-micro-batch's forward and backward through its layers in the schedule's order, the first backward writing each
-parameter's gradient and the later ones adding into it; each output and input gradient let go as the schedule lets
-go of its send (GPipe once its backward loop ends; 1F1B the last output it sent in its warm-up once its steady
-phase ends; interleaved 1F1B every one as the step ends, `_PipelineScheduleRuntime` waiting on its sends only
-then), a process under interleaved 1F1B running both its stages' micro-batches in the order torch computes for it
+gathered in backward, and the summed partial gradients of the gathered inputs reduce-scattered back. Under
+`fsdp2-tp` and `fsdp2-zero2-tp` it is FSDP2's step (as above) over the model one tensor-parallel rank runs (as under
+`tp`): its padded rows of that rank's tensors, each group gathered back to them, the layers plan's all-reduces inside.
+Under a pipeline it is each stage's own step: its parameters and AdamW's state, a receive buffer a micro-batch for its
+input (every stage but the first) and for its output's gradient (every stage but the last), kept from step to step;
+each micro-batch's forward and backward through its layers in the schedule's order, the first backward writing each
+parameter's gradient and the later ones adding into it; each output and input gradient let go as the schedule lets go
+of its send (GPipe once its backward loop ends; 1F1B the last output it sent in its warm-up once its steady phase
+ends; interleaved 1F1B every one as the step ends, `_PipelineScheduleRuntime` waiting on its sends only then), a
+process under interleaved 1F1B running both its stages' micro-batches in the order torch computes for it
 (`_get_1f1b_rank_ops`: a round of micro-batches through one of its stages, then the other); and, on the last stage,
-every micro-batch's logits kept until the next step begins, with one more copy
-of them all as the step returns them merged (`calc/engines/pipeline.py`). Worst rank, predicted / measured:
+every micro-batch's logits kept until the next step begins, with one more copy of them all as the step returns them
+merged (`calc/engines/pipeline.py`). Worst rank, predicted / measured:
 {worst}. The deck walk's `--dp N --zero K`, `--tp N` and `--pp N` (1F1B only: it refuses `--pp-schedule
 gpipe` and `interleaved-1f1b`) give {deck_low} to {deck_high} of the busiest rank. It counts no bucket; under ZeRO
 1 it saves the sharded
@@ -1169,13 +1176,15 @@ rank's figure, so each rank's lowest of {runs} runs is kept. `tp-hf` loads its m
 `HF_DEACTIVATE_ASYNC_LOAD=1`, so that from_pretrained's allocations are made on the profiled thread (its default
 loader threads would hide the rank's weights from the profile); a checkpoint saved in the dtype it loads in (fp32
 here) would on the CPU keep each row-split weight's whole tensor, the rank's shard a view of it (transformers'
-`DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. FSDP2 x TP and a pipeline
-beside data or tensor parallelism are not replayed yet: the eager walk refuses them, naming the deck walk,
+`DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. DDP or ZeRO 1 beside tensor
+parallelism, FSDP2 over sequence parallelism or transformers' plan, and a pipeline beside data or tensor
+parallelism are not replayed yet: the eager walk refuses them, naming the deck walk,
 whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
 fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of Qwen3-MoE, and
 peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp`, `tp-hf` and `tp-sp`, full training of
 Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with an untied head and a vocabulary the ranks divide,
-`tp-sp` under the layers plan with a sequence the ranks divide); of a
+`tp-sp` under the layers plan with a sequence the ranks divide), and of `fsdp2-tp` the same over the layers
+plan; of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
 autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
 offered), each stage's forward its own autocast region (an autocast region around the schedule's whole step keeps
@@ -1212,7 +1221,7 @@ def unseen_reduced(row: dict, rank: int) -> bool:
     (b x s x h in fp32, the table's dtype, autocast or not), within a kilobyte, from a start equal to its lowest
     peer's or above it by that block (one of the step before): a functional collective's output whose last
     reference went with its work on gloo's thread."""
-    if row["engine"] not in ("tp", "tp-hf"):
+    if row["engine"] not in ("tp", "tp-hf", "fsdp2-tp", "fsdp2-zero2-tp"):  # FSDP2 x TP: the layers plan's too
         return False
     r, m = row["ranks"][rank], row["model"]
     hidden = row["seq"] * row["micro_batch"] * m["hidden_size"]
@@ -1255,14 +1264,16 @@ def unseen_gathered(row: dict, rank: int) -> bool:
     if not row["engine"].startswith("fsdp2"):
         return False
     from calc.engines.fsdp import FullyShard
+    from calc.engines.tensor import TensorParallel
     from calc.finetune import DEFAULT, Tuning
     from calc.hf import shape_from_config
     from calc.optim_step import model_groups
 
-    dp, r = row["world"], row["ranks"][rank]
+    two = row["engine"].endswith("-tp")  # FSDP2 x TP: a (world / 2, 2) mesh, groups of a tensor-parallel rank's
+    dp, r, shape = row["world"] // (2 if two else 1), row["ranks"][rank], shape_from_config(row["model"])
     unit = 2 if row["precision"] == "fsdp-bf16" else 4  # the bf16 policy gathers bf16
     tune = Tuning("lora") if row["engine"].endswith("-lora") else DEFAULT  # a layer's adapters are in its group
-    groups = model_groups(shape_from_config(row["model"]), tune)
+    groups = model_groups(TensorParallel(2).local(shape) if two else shape, tune)
     sizes = {unit * dp * FullyShard(dp).padded(g) for g, _ in groups}
     return any(abs(r["measured_peak"] - r["predicted_peak"] - n) < 1024 for n in sizes)
 

@@ -78,9 +78,11 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
           "llama-6": hf_models.Model("llama", 6, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
                                      *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
-ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0,
+ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0, "fsdp2-tp": 3,
+           "fsdp2-zero2-tp": 2,
            "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0,
            "pp-interleaved-1f1b": 0}  # the ZeRO stage each runs
+TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp")  # FSDP2 x TP: reshard_after_forward True (torch's default) or False
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
 TP_PLAN = {
     **dict.fromkeys(
@@ -91,16 +93,16 @@ TP_PLAN = {
 }
 WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2": (2, 3, 4)}  # 3: FSDP2 pads rows
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
-TP = {"tp": (2,), "tp-hf": (2,), "tp-sp": (2,)}  # 2 key/value heads
+TP = {"tp": (2,), "tp-hf": (2,), "tp-sp": (2,), "fsdp2-tp": (4,)}  # 2 key/value heads; fsdp2-tp: a (2, 2) mesh
 FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
 # 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1); interleaved 1F1B: 2 ranks, 2 stages each (one layer)
 PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4), "pp-interleaved-1f1b": (2,)}
 MEASURED = {
-    "llama": {**WORLDS, **TP, **FSDP2_LORA},
+    "llama": {**WORLDS, **TP, "fsdp2-zero2-tp": (4,), **FSDP2_LORA},
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
-    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4)},
+    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "fsdp2-tp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,)},
     "qwen3-4": PIPELINES,
     "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
@@ -121,7 +123,7 @@ MIXED = "fsdp-bf16"  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dty
 GRID = [(name, engine, world, precision, checkpointing)
         for name in FAMILIES for engine, worlds in MEASURED[name].items() for world in worlds
         for precision, checkpointing in itertools.product(
-            hf_models.PRECISIONS + ((MIXED,) if ENGINES[engine] > 1 and engine not in LORA else ()),
+            hf_models.PRECISIONS + ((MIXED,) if ENGINES[engine] > 1 and engine not in (*LORA, *TWO_D) else ()),
             hf_models.CHECKPOINTING)]  # fmt: skip
 
 
@@ -165,6 +167,8 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             if checkpointing == "full":
                 net.activation_checkpointing_enable()
             return net.train(), hf_models.make_optimizer(net)
+        if engine in TWO_D:  # FSDP2 over the dp dimension of a (dp, 2) mesh, the layers plan over its tp one
+            return fsdp_tp(hf_models.build(model, "sdpa", checkpointing), world, ENGINES[engine] == 3)
         if engine == "tp-sp":  # the layers plan with sequence parallelism (calc.engines.tensor.SP_PLAN)
             return sequence_parallel(hf_models.build(model, "sdpa", checkpointing), world)
         if engine == "tp":  # one parallelize_module call a decoder layer, torch's defaults
@@ -207,6 +211,7 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
         hf_models.train_step(*state, x, "fp32-full" if precision == MIXED else precision)
 
     seed = 0 if engine.startswith(("tp", "pp-")) else rank  # tp, pp: every rank on the same batch
+    seed = rank // TP_OF_2D if engine in TWO_D else seed  # a data-parallel group's ranks: one batch
     m = micro_batches(engine, world)
     batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH * m, 100 * i + seed) for i in range(3)]
     if engine.startswith("pp-") and 0 < rank < world - 1:  # a stage in between is given no batch
@@ -214,6 +219,27 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
     got = profile_step.on_cpu(profile_step.two_steps(make, step, batches))[0]
     out.put((rank, got))
     torch.distributed.destroy_process_group()
+
+
+TP_OF_2D = 2  # fsdp2-tp: the tensor-parallel size of its mesh; its data-parallel size is world / 2
+
+
+def fsdp_tp(net, world: int, reshard: bool):
+    """(the model, AdamW) under FSDP2 x TP as torchtitan composes them: the layers plan over the mesh's "tp"
+    dimension (ranks 2i and 2i + 1 split each layer), then fully_shard on each decoder layer and on the model over
+    its "dp" dimension, torch's defaults but `reshard` (reshard_after_forward)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world // TP_OF_2D, TP_OF_2D), mesh_dim_names=("dp", "tp"))
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    for layer in net.model.layers:
+        parallelize_module(layer, mesh["tp"], {name: styles[style]() for name, style in TP_PLAN.items()})
+    for layer in net.model.layers:
+        fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=reshard)
+    fully_shard(net, mesh=mesh["dp"], reshard_after_forward=reshard)
+    return net, hf_models.make_optimizer(net)
 
 
 def sequence_parallel(net, world: int):
@@ -346,7 +372,8 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
         pipe = ["--pp", world, "--pp-schedule", engine[3:], "--grad-accum", micro_batches(engine, world)]
         return [str(a) for a in [*run, *pipe]]
     tp = engine.startswith("tp")
-    run += ["--tp" if tp else "--dp", world]
+    run += ["--tp" if tp else "--dp", world // TP_OF_2D if engine in TWO_D else world]
+    run += ["--tp", TP_OF_2D] if engine in TWO_D else []
     run += [] if tp else ["--engine", engine.split("-")[0]]  # ddp or fsdp2, as --zero picks
     run += ["--tp-plan", "transformers"] if engine == "tp-hf" else []  # the layers plan is the default
     run += ["--sequence-parallel"] if engine == "tp-sp" else []

@@ -12,6 +12,7 @@ from calc import eager, eager_step
 from calc.api import eager_peak
 from calc.families.config import dense_layers
 from calc.inputs import eager_lacks, family_problem
+from calc.parallel import stage_layers
 from calc.recipes import state_bytes
 from calc.walk import events, peak
 from strategies import micro_batches, recipes, recomputes, seqs, shapes
@@ -312,3 +313,18 @@ def test_event_labels_name_the_layer_that_made_the_tensor(recompute):
     out = "layer {}: residual after the feed-forward layer"
     freed = [label for label in labels if re.fullmatch("free " + out.format(r"\d+"), label)]
     assert sorted(freed) == sorted(f"free {out.format(n)}" for n in range(1, shape.layers + 1))  # each once
+    fed = r"^gradient of layer (\d+): residual after the feed"
+    given = {int(n) for label in labels for n in re.findall(fed, label)}
+    assert given == set(range(1, shape.layers + 1))  # each layer's output gets its gradient under its number
+
+
+@pytest.mark.parametrize("par", [calc.Parallel(pp=2), calc.Parallel(tp=2, sequence_parallel=True)])
+def test_event_labels_of_a_stage_or_a_rank_name_the_models_layers(par):
+    """A pipeline stage's events name the model's layers, the ones it holds (its replay numbers them from 1), and
+    so do a tensor-parallel rank's under sequence parallelism; no label is left with a "{layer}"."""
+    shape = calc.PRESETS["llama-3.1-8b"].replace(layers=4)
+    step = calc.step(shape, 512, 1, "autocast", walk="eager", device="cpu", par=par)
+    labels = [e["label"] for e in step["events"]]
+    assert not any("{" in label or "}" in label for label in labels)
+    held = stage_layers(shape, par.pp, step["stage"]) if par.pp > 1 else range(1, shape.layers + 1)
+    assert {int(n) for label in labels for n in re.findall(r"\blayer (\d+)\b", label)} == set(held)

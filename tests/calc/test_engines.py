@@ -107,7 +107,12 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "2", "--zero", "3", "--recipe", "autocast", "--loss", "torchtune-chunked"], "--loss"),
         (["--dp", "1025", "--zero", "3", "--recipe", "autocast"], "--dp"),
         (["--zero", "1"], "--zero"),  # over one process ZeRO would shard nothing: not accepted and ignored
-        (["--dp", "2", "--tp", "2"], "--tp"),  # FSDP2 x TP: not modelled
+        (["--dp", "2", "--tp", "2"], "--tp"),  # DDP x TP: not modelled
+        (["--dp", "2", "--tp", "2", "--zero", "1", "--recipe", "autocast"], "--tp"),  # ZeRO 1 beside TP: neither
+        (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "autocast", "--sequence-parallel"], "--tp"),
+        (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "fsdp-bf16"], "--recipe"),  # FSDP2 x TP: fp32 only
+        (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "autocast", "--finetune", "lora"], "--finetune"),
+        (["--tp", "2", "--engine", "fsdp2", "--zero", "3", "--recipe", "autocast"], "--tp"),  # no dp to shard over
         (["--tp", "2", "--zero", "1"], "--tp"),  # names --tp, not a --dp that --tp then refuses
         (["--tp", "2", "--pp", "2"], "--pp"),
         (["--sequence-parallel"], "--sequence-parallel"),  # one rank: no sequence to split
@@ -446,6 +451,39 @@ def test_sequence_parallel_cli_matches_calc_step(capsys):
     assert step["peak"] == _eager("llama-3.2-1b", Parallel(tp=2, sequence_parallel=True))["peak"]
     assert main(args) == 0
     assert "with sequence parallelism" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("preset", TP)
+def test_fsdp2_over_tensor_parallel_shards_each_ranks_local_tensors(preset, zero):
+    """FSDP2 x TP (torchtitan's 2D: the layers plan over a (dp, tp) mesh's tp dimension, fully_shard over its dp
+    one): a rank holds its dp rows of the tensors its tensor-parallel rank holds (its share of the heads and the
+    MLP, the embedding, norms and head whole), FSDP2's padded shards of the narrower model. It peaks below FSDP2
+    over the same dp processes and below tensor parallelism over the same tp ones; rank_peaks lists every
+    process in the mesh's order, the tp ranks of one data-parallel rank alike."""
+    shape, dp, tp = PRESETS[preset], 3, 2  # 3: FSDP2 pads, and its last rank holds fewer rows
+    two = _eager(preset, Parallel(dp=dp, tp=tp, zero=zero), recipe="fp32-full")
+    local = tensor.TensorParallel(tp).local(shape)
+    rows = fsdp.FullyShard(dp).padded(optim_step.model_params(local))
+    assert two["events"][0]["bytes"] == 4 * rows and two["engine"] == "fsdp2"  # its shards, resident
+    shares = _eager(preset, Parallel(dp=dp, zero=zero), recipe="fp32-full")
+    ranks = two["rank_peaks"]
+    assert len(ranks) == dp * tp and all(ranks[2 * d] == ranks[2 * d + 1] for d in range(dp))
+    assert [ranks[2 * d] > ranks[2 * (dp - 1)] for d in range(dp - 1)] == [
+        shares["rank_peaks"][d] > shares["rank_peaks"][dp - 1] for d in range(dp - 1)]  # the last holds fewer rows
+    assert two["peak"] < shares["peak"]
+    assert two["peak"] < _eager(preset, Parallel(tp=tp), recipe="fp32-full")["peak"]
+
+
+def test_fsdp2_over_tensor_parallel_cli_says_both(capsys):
+    """--dp 2 --tp 2 --zero 3 --engine fsdp2 answers calc.step's four ranks and names both engines."""
+    args = ["--preset", "llama-3.2-1b", "--seq", "512", "--micro-batch", "1", "--walk", "eager", "--recipe",
+            "autocast", "--device", "cpu", "--dp", "2", "--tp", "2", "--zero", "3", "--engine", "fsdp2"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["rank_peaks"] == _eager("llama-3.2-1b", Parallel(dp=2, tp=2, zero=3))["rank_peaks"]
+    assert main(args) == 0
+    assert "reshard_after_forward=True over 2 tensor-parallel ranks of the layers plan" in capsys.readouterr().out
 
 
 HF_TP = ["llama-3.1-8b", "qwen3-8b"]  # untied heads, vocabularies that 2, 4 and 8 divide

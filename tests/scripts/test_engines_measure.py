@@ -18,8 +18,10 @@ ENGINES = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())
 def test_every_engine_and_layout_is_recorded_and_answered():
     """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, and tensor
     parallelism at 2 under the layers plan (with sequence parallelism and without) and transformers' own
-    (tp_plan="auto"), on Llama and Qwen3; FSDP2 at
-    2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor parallelism at 2 and 4 under all three on a Llama
+    (tp_plan="auto"), and FSDP2 over the layers plan on a (2, 2) mesh (on Llama with reshard_after_forward False
+    too), on Llama and Qwen3; FSDP2 at
+    2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor parallelism at 2 and 4 under all three (and FSDP2
+    over the layers plan at 4) on a Llama
     with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
@@ -28,14 +30,16 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
     worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2}, "tp-hf": {2},
-              "tp-sp": {2}, "fsdp2-lora": {2, 3}, "fsdp2-zero2-lora": {2}}  # fmt: skip
+              "tp-sp": {2}, "fsdp2-tp": {4}, "fsdp2-lora": {2, 3}, "fsdp2-zero2-lora": {2}}  # fmt: skip
     for family in ("llama", "qwen3"):
-        assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items() for w in ws}
+        zero2 = {("fsdp2-zero2-tp", 4)} if family == "llama" else set()  # FSDP2 x TP with reshard_after_forward=False
+        assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items()
+                                                                      for w in ws} | zero2  # fmt: skip
     for family in ("llama-tied", "qwen3_moe"):
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
                                                                       for w in (2, 3)}  # fmt: skip
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {(e, w) for e in ("tp", "tp-hf", "tp-sp")
-                                                                      for w in (2, 4)}  # fmt: skip
+                                                                      for w in (2, 4)} | {("fsdp2-tp", 4)}  # fmt: skip
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)} | {("pp-interleaved-1f1b", 2)}
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | {("pp-1f1b", 3), ("pp-gpipe", 3)}
@@ -45,7 +49,7 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 16 + 2 * 4 + 6 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 280
+    assert len(runs) == len(cases) == (2 * 17 + 1 + 2 * 4 + 7 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 296
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
@@ -99,21 +103,21 @@ def test_recorded_cli_answers_are_todays():
 @pytest.mark.torch
 @pytest.mark.parametrize(
     ("engine", "precision"),
-    [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "tp-sp", "fsdp2-lora",
-                                 "pp-1f1b", "pp-interleaved-1f1b")),
+    [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "tp-sp", "fsdp2-tp",
+                                 "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b")),
      ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
 )  # fmt: skip
 def test_a_sample_measures_as_recorded(engine, precision):
-    """One case of each engine (FSDP2's bf16 policy, LoRA under FSDP2 and the three pipelines among them), 2 processes,
-    measured again: every rank's peak within 1% of the CLI's (a rank reading high by a block freed unseen
-    excepted, as in the record), and within 0.1% of
-    its recorded peak."""
+    """One case of each engine (FSDP2's bf16 policy, LoRA under FSDP2 and the three pipelines among them), 2
+    processes (FSDP2 x TP: 4), measured again: every rank's peak within 1% of the CLI's (a rank reading high by a
+    block freed unseen excepted, as in the record), and within 0.1% of its recorded peak."""
     import make_results
     import measure_engines
 
-    old = next(r for r in ENGINES["runs"] if r["engine"] == engine and r["world"] == 2
+    world = 4 if engine == "fsdp2-tp" else 2  # FSDP2 x TP: a (2, 2) mesh
+    old = next(r for r in ENGINES["runs"] if r["engine"] == engine and r["world"] == world
                and r["checkpointing"] == "full" and r["precision"] == precision)  # fmt: skip
-    new = measure_engines.measure(old["family"], engine, 2, old["precision"], old["checkpointing"])
+    new = measure_engines.measure(old["family"], engine, world, old["precision"], old["checkpointing"])
 
     def unseen(row: dict, i: int) -> bool:  # a rank reading high by a block gloo's thread freed (module doc)
         return make_results.explained_by(row, i) is not None

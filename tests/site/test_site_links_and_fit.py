@@ -154,6 +154,23 @@ def test_a_sequence_parallel_link_gives_the_clis_rank_and_the_switch_turns_it_of
     assert recorder.errors == []
 
 
+def test_an_fsdp2_over_tensor_parallel_link_gives_the_clis_ranks(open_page):
+    """`?walk=eager&dp=2&tp=2&zero=3&engine=fsdp2...` (issue 31): FSDP2 over the layers plan's ranks; the peak is the
+    CLI's busiest of its 4 ranks, the summary names both engines, and the line beside quotes the band of the
+    `fsdp2-tp` steps measured (results §14)."""
+    settings = {"preset": "llama-3.2-1b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
+                "dp": "2", "tp": "2", "zero": "3", "engine": "fsdp2"}  # fmt: skip
+    page, recorder, _, cli = _engine_link(open_page, settings)
+    assert len(cli["rank_peaks"]) == 4
+    assert "reshard_after_forward=True over 2 tensor-parallel ranks" in page.text_content("[data-calc-summary]")
+    from hooks import deck
+
+    band = deck.band_for(deck.eager_bands(), "fsdp2-tp", answer_for(settings)["eager"]["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
+    assert recorder.errors == []
+
+
 def test_a_mixture_of_experts_fit_list_says_it_is_not_computed_and_why(open_page):
     """Mixtral (M3): the fit list's status and its one cell give the CLI's --fit-card reason, never "0 ... fit";
     Trains LoRA then (minor 1): the planner's reason names the page's table, planner and fit list, no flag."""
