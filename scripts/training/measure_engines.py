@@ -78,9 +78,8 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
           "llama-6": hf_models.Model("llama", 6, 64, 4, 2, 128, 512, (*measure_families.TOKENS,
                                      *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
-ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0, "fsdp2-tp": 3,
-           "fsdp2-zero2-tp": 2,
-           "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0,
+ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0, "tp-eager": 0,
+           "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0,
            "pp-interleaved-1f1b": 0}  # the ZeRO stage each runs
 TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp")  # FSDP2 x TP: reshard_after_forward True (torch's default) or False
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
@@ -102,11 +101,17 @@ MEASURED = {
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
-    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "fsdp2-tp": (4,)},
+    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "tp-eager": (2,), "fsdp2-tp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,)},
     "qwen3-4": PIPELINES,
     "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
 }
+
+
+def attention(engine: str) -> str:
+    """The attention a case's model runs: transformers' eager attention under "tp-eager" (the layers plan), sdpa
+    (torch's CPU flash kernel) under every other engine."""
+    return "eager" if engine == "tp-eager" else "sdpa"
 
 
 def local_stages(engine: str) -> int:
@@ -171,11 +176,11 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             return fsdp_tp(hf_models.build(model, "sdpa", checkpointing), world, ENGINES[engine] == 3)
         if engine == "tp-sp":  # the layers plan with sequence parallelism (calc.engines.tensor.SP_PLAN)
             return sequence_parallel(hf_models.build(model, "sdpa", checkpointing), world)
-        if engine == "tp":  # one parallelize_module call a decoder layer, torch's defaults
+        if engine in ("tp", "tp-eager"):  # one parallelize_module call a decoder layer, torch's defaults
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-            net, mesh = hf_models.build(model, "sdpa", checkpointing), init_device_mesh("cpu", (world,))
+            net, mesh = hf_models.build(model, attention(engine), checkpointing), init_device_mesh("cpu", (world,))
             styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
             for layer in net.model.layers:
                 parallelize_module(layer, mesh, {name: styles[style]() for name, style in TP_PLAN.items()})
@@ -367,7 +372,7 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     m = MODELS[name]
     config = calc_cli.config_file(f"engine-{name}", m.config())
     run = ["--hf-config", config, "--seq", SEQ, "--micro-batch", MICRO_BATCH, "--walk", "eager", "--recipe",
-           precision, "--attention", "sdpa", "--recompute", checkpointing, "--device", "cpu"]  # fmt: skip
+           precision, "--attention", attention(engine), "--recompute", checkpointing, "--device", "cpu"]  # fmt: skip
     if engine.startswith("pp-"):
         pipe = ["--pp", world, "--pp-schedule", engine[3:], "--grad-accum", micro_batches(engine, world)]
         return [str(a) for a in [*run, *pipe]]
@@ -400,7 +405,7 @@ def measure(name: str, engine: str, world: int, precision: str, checkpointing: s
     ranks = measured((name, engine, precision, checkpointing), world)
     pipe = {"micro_batches": micro_batches(engine, world)} if engine.startswith("pp-") else {}
     row = {"family": name, "model": MODELS[name].config(), "engine": engine, "world": world, "seq": SEQ,
-           "micro_batch": MICRO_BATCH, **pipe, "precision": precision, "attention": "sdpa",
+           "micro_batch": MICRO_BATCH, **pipe, "precision": precision, "attention": attention(engine),
            "checkpointing": checkpointing, "backend": "gloo", "ranks": ranks}  # fmt: skip
     predicted(row)
     return {**row, "seconds": round(time.perf_counter() - t0, 2)}

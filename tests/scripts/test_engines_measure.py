@@ -21,7 +21,7 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     (tp_plan="auto"), and FSDP2 over the layers plan on a (2, 2) mesh (on Llama with reshard_after_forward False
     too), on Llama and Qwen3; FSDP2 at
     2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor parallelism at 2 and 4 under all three (and FSDP2
-    over the layers plan at 4) on a Llama
+    over the layers plan at 4, and the layers plan under eager attention at 2) on a Llama
     with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
@@ -39,7 +39,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
                                                                       for w in (2, 3)}  # fmt: skip
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {(e, w) for e in ("tp", "tp-hf", "tp-sp")
-                                                                      for w in (2, 4)} | {("fsdp2-tp", 4)}  # fmt: skip
+                                                                      for w in (2, 4)} | {("fsdp2-tp", 4),
+                                                                                          ("tp-eager", 2)}  # fmt: skip
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)} | {("pp-interleaved-1f1b", 2)}
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | {("pp-1f1b", 3), ("pp-gpipe", 3)}
@@ -49,7 +50,9 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 17 + 1 + 2 * 4 + 7 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 296
+    assert len(runs) == len(cases) == (2 * 17 + 1 + 2 * 4 + 8 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 300
+    assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
+    assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
 
 
@@ -79,6 +82,8 @@ def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen
                 rise = r["measured_peak"] - r["measured_start"]
                 peers = [x["measured_peak"] - x["measured_start"] for j, x in enumerate(row["ranks"]) if j != i]
                 assert min(abs(rise - p) for p in peers) <= 0.01 * rise, (row["eager"]["command"], i)
+            elif why is make_results.rerun_reduced:  # both ranks alike, from their peers' start
+                assert r["measured_start"] == lowest and r["ratio"] == row["ranks"][1 - i]["ratio"], i
             elif why is make_results.unseen_scattered:  # one reduce-scatter output: that block exactly, no more
                 part = row["seq"] * row["micro_batch"] * row["model"]["hidden_size"] // row["world"]
                 assert 0 < r["measured_peak"] - r["predicted_peak"] < 4 * part + 1024, (row["eager"]["command"], i)
