@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Measure data and tensor parallelism as torch runs them, rank by rank (issue 31): DDP, DDP with
-ZeroRedundancyOptimizer, FSDP2, and tensor parallelism over the decoder layers' linears.
+"""Measure data, tensor and pipeline parallelism as torch runs them, rank by rank (issue 31): DDP, DDP with
+ZeroRedundancyOptimizer, FSDP2, tensor parallelism over the decoder layers' linears (with sequence parallelism, under
+eager attention, and under FSDP2 on a 2D mesh), and torch.distributed.pipelining's schedules.
 
 Each case is a real multi-process CPU step: `world` processes (torch.multiprocessing, gloo over loopback), each
 building the same tiny transformers model from a config with random weights (hf_models.py, as measure_families.py
@@ -11,11 +12,14 @@ stepped with AdamW; each on its own batch. Tensor parallelism ("tp") is the plan
 parallelize_module calls give (calc.engines.tensor): ColwiseParallel on q, k, v, gate and up, RowwiseParallel on
 o and down, on a one-dimensional device mesh, every rank on the same batch; "tp-hf" is transformers' own plan, the
 model loaded with from_pretrained(tp_plan="auto") from a checkpoint saved in bf16, into fp32 (calc.engines.tensor:
-the same split and the embedding and head split by vocabulary). Every rank measures with
+the same split and the embedding and head split by vocabulary); "tp-sp" adds torchtitan's sequence parallelism
+(sequence_parallel); "tp-eager" is "tp" under eager attention; "fsdp2-tp" and "fsdp2-zero2-tp" run fully_shard over
+the "dp" dimension of a (world / 2, 2) mesh whose "tp" dimension runs the layers plan (fsdp_tp). Every rank
+measures with
 profile_step's harness: its allocator's events from an empty start, two warm-up steps (DDP rebuilds its buckets
 in the second) and the third measured. The prediction is the CLI's, from the config.json and the flags a user
-types (`--walk eager --dp N --engine ddp|fsdp2 [--zero 1|2|3] --device cpu`, or `--tp N [--tp-plan transformers]`):
-each rank's peak
+types (`--walk eager --dp N --engine ddp|fsdp2 [--zero 1|2|3] --device cpu`, `--tp N [--tp-plan transformers |
+--sequence-parallel]`, `--dp N/2 --tp 2 --zero 3|2 --engine fsdp2`, or `--pp N ...`): each rank's peak
 (`rank_peaks`) against that rank's.
 
 gloo runs each collective on a worker thread of its own, and torch 2.13's profiler does not see a free made
@@ -174,7 +178,7 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             return net.train(), hf_models.make_optimizer(net)
         if engine in TWO_D:  # FSDP2 over the dp dimension of a (dp, 2) mesh, the layers plan over its tp one
             return fsdp_tp(hf_models.build(model, "sdpa", checkpointing), world, ENGINES[engine] == 3)
-        if engine == "tp-sp":  # the layers plan with sequence parallelism (calc.engines.tensor.SP_PLAN)
+        if engine == "tp-sp":  # the layers plan with torchtitan's sequence parallelism
             return sequence_parallel(hf_models.build(model, "sdpa", checkpointing), world)
         if engine in ("tp", "tp-eager"):  # one parallelize_module call a decoder layer, torch's defaults
             from torch.distributed.device_mesh import init_device_mesh
