@@ -525,6 +525,9 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
     eager walk runs has one engine in torch, which --engine names and --zero picks (the page's form always sends
     its ZeRO stage): DDP runs ZeRO 0 and 1 (ZeroRedundancyOptimizer beside it), FSDP2 ZeRO 2 and 3
     (reshard_after_forward False and True)."""
+    if par.tp > 1 and engine == "ddp":
+        return "engine", ("DDP beside tensor parallelism is not modelled: --engine fsdp2 with --dp 2 or more and "
+                          "--zero 2 or 3 (FSDP2 over its ranks), or leave --engine unset")  # fmt: skip
     if par.pp > 1 or (par.tp > 1 and par.dp == 1):
         return "engine", ("names the engine over data-parallel processes: leave it unset beside --pp, and beside "
                           "--tp give --dp 2 or more (FSDP2 over its ranks)")  # fmt: skip

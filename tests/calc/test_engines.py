@@ -155,6 +155,7 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--dp", "2", "--engine", "fsdp2", "--recipe", "autocast"], "--engine"),  # --zero 0 is DDP's
         (["--engine", "ddp"], "--engine"),  # one process: no engine to name
         (["--tp", "2", "--engine", "ddp", "--recipe", "autocast"], "--engine"),
+        (["--tp", "2", "--dp", "2", "--zero", "3", "--engine", "ddp", "--recipe", "autocast"], "--engine"),
         (["--dp", "2", "--engine", "nccl"], "--engine"),
     ],
 )
