@@ -225,7 +225,7 @@ class Forward:
             self.held += made
         layer_fn = family.layer
         for layer in range(1, shape.layers + 1) if layers is None else layers:
-            rp.layer = layer
+            rp.enter(layer)
             if self.st.sp and layer == 1:  # the hook on the first layer, outside its checkpoint (traced)
                 part = ops.seq_split(x)
                 rp.drop(x)

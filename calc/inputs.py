@@ -557,7 +557,7 @@ def eager_problem(
         return "tp", ("the eager walk's FSDP2 over tensor parallelism runs the layers plan without sequence "
                       "parallelism: --tp-plan layers and no --sequence-parallel, or --dp 1 with --zero 0 and no "
                       "--engine, or the deck walk")  # fmt: skip
-    if par.sequence_parallel and (problem := tensor.sequence_problem(seq or par.tp, par.tp, par.tp_plan)):
+    if par.sequence_parallel and (problem := tensor.sequence_problem(seq, par.tp, par.tp_plan)):
         return problem
     if par.pp > 1 and (par.dp > 1 or par.tp > 1 or par.zero):
         return "pp", ("the eager walk runs a pipeline alone (DDP, FSDP2 or tensor parallelism beside its stages is not "

@@ -88,7 +88,7 @@ class Replay:
         self.touched: dict[int, tuple[T, int]] | None = None  # in a re-run: each tensor it made or kept, and
         # the references it had before
         self.rng = 0  # bytes of the generator state a checkpoint's recompute copies (fork_rng; calc.eager_step)
-        self.order: dict[int, int] = {}  # each layer replayed: its place in the forward's order (named)
+        self.order: dict[int, int] = {}  # each layer replayed: its place in the forward's order (enter, named)
         self.below = 0  # a pipeline stage's replay: the model's layers before its first (named)
 
     # --- the allocator -------------------------------------------------------------------------------
@@ -106,8 +106,6 @@ class Replay:
 
     def new(self, nbytes: int, label: str, source: str, category: str = "activations", unit: int = 0) -> T:
         t = T(nbytes, label, category, unit, layer=self.layer)
-        if self.layer not in self.order:  # the forward enters the replayed layers in their order
-            self.order[self.layer] = len(self.order)
         self._emit(label, category, nbytes, source)
         if self.touched is not None:
             self._touch(t, 0)
@@ -125,6 +123,11 @@ class Replay:
             self._touch(t, t.refs)
         t.refs += 1
         return t
+
+    def enter(self, layer: int) -> None:
+        """The forward enters `layer` (the replayed layers in their order, which `named` counts by)."""
+        self.layer = layer
+        self.order.setdefault(layer, len(self.order))
 
     def named(self, t: T) -> str:
         """What an event calls a tensor: its label, whose "{layer}" (and "{below}", "{above}") name layers

@@ -185,13 +185,14 @@ def engine_band(step: dict, tune) -> str:
     scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, tp-sp,
     tp-eager: the layers plan under eager attention; FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp;
     and FSDP2's with peft's LoRA)."""
-    zero, name = step["config"]["parallel"]["zero"], step["engine"]
-    two = "-tp" if step["config"]["parallel"]["tp"] > 1 else ""  # FSDP2 x TP
-    band = {"ddp": "ddp-zero1" if zero == 1 else "ddp", "fsdp2": ("fsdp2-zero2" if zero == 2 else "fsdp2") + two,
-            "tensor-parallel": "tp-hf" if step["config"]["parallel"]["tp_plan"] == "transformers" else
-                               "tp-sp" if step["config"]["parallel"]["sequence_parallel"] else
+    par, name = step["config"]["parallel"], step["engine"]
+    two = "-tp" if par["tp"] > 1 else ""  # FSDP2 x TP
+    band = {"ddp": "ddp-zero1" if par["zero"] == 1 else "ddp",
+            "fsdp2": ("fsdp2-zero2" if par["zero"] == 2 else "fsdp2") + two,
+            "tensor-parallel": "tp-hf" if par["tp_plan"] == "transformers" else
+                               "tp-sp" if par["sequence_parallel"] else
                                "tp-eager" if step["config"]["attention"] == "eager" else "tp",
-            "pipeline": f"pp-{step['config']['parallel']['pp_schedule']}"}[name]  # fmt: skip
+            "pipeline": f"pp-{par['pp_schedule']}"}[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 
 

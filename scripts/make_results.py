@@ -1411,11 +1411,13 @@ def engines_section() -> list[str]:
                  if not listed(row, i)] for e in engines}  # fmt: skip
     high = [(row, i) for row in runs for i in range(len(row["ranks"])) if unseen_buckets(row, i)]
     gathered = [(row, i) for row in runs for i in range(len(row["ranks"])) if unseen_gathered(row, i)]
-    started = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_start]
-    held = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is workspace_held]
-    reduced = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_reduced]
-    scattered = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is unseen_scattered]
-    rerun = [(row, i) for row in runs for i in range(len(row["ranks"])) if explained_by(row, i) is rerun_reduced]
+    by_rule: dict = {rule: [] for rule in UNSEEN}  # the rank-steps each rule explains first (explained_by)
+    for row in runs:
+        for i in range(len(row["ranks"])):
+            if (rule := explained_by(row, i)) is not None:
+                by_rule[rule].append((row, i))
+    started, held, reduced = by_rule[unseen_start], by_rule[workspace_held], by_rule[unseen_reduced]
+    scattered, rerun = by_rule[unseen_scattered], by_rule[rerun_reduced]
     other = [(row, i, row["ranks"][i]["ratio"]) for row in runs for i in range(len(row["ranks"]))
              if not explained(row, i) and abs(row["ranks"][i]["ratio"] - 1) > 0.001]
     worst = "; ".join(f"`{e}` {min(x):.5f} to {max(x):.5f}" + (f" ({min(clean[e]):.5f} to {max(clean[e]):.5f} "

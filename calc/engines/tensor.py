@@ -88,9 +88,10 @@ HF_SOURCE = "transformers 5.23: distributed/tensor_parallel.py EmbeddingParallel
 SP_SOURCE = "torch 2.13: tensor/parallel/style.py SequenceParallel, PrepareModuleInput; _functional_collectives.py"
 
 
-def sequence_problem(seq: int, tp: int, plan: str) -> tuple[str, str] | None:
+def sequence_problem(seq: int | None, tp: int, plan: str) -> tuple[str, str] | None:
     """(field, what is not measured) where sequence parallelism over `tp` ranks is not walked, or None: it splits
-    the layers plan's sequence (transformers' plan has no sequence-parallel styles for its norms), in equal parts."""
+    the layers plan's sequence (transformers' plan has no sequence-parallel styles for its norms), in equal parts
+    (`seq`: None, not checked)."""
     if tp == 1:
         return "sequence-parallel", ("splits the sequence over tensor-parallel ranks, and there is one: give --tp 2 or "
                                      "more, or leave --sequence-parallel unset")  # fmt: skip
@@ -98,7 +99,7 @@ def sequence_problem(seq: int, tp: int, plan: str) -> tuple[str, str] | None:
         return "sequence-parallel", (f"is replayed under the {PLANS[0]} plan (transformers' has no sequence-parallel "
                                      f"styles for its norms): --tp-plan {PLANS[0]}, or leave --sequence-parallel "
                                      "unset")  # fmt: skip
-    if seq % tp:
+    if seq is not None and seq % tp:
         return "sequence-parallel", (f"is measured where the ranks divide the sequence ({seq:,}) evenly: a --seq that "
                                      f"{tp} divides, or leave --sequence-parallel unset")  # fmt: skip
     return None
