@@ -184,7 +184,7 @@ def _engine(par: Parallel, share: tuple | None) -> ddp.DataParallel | fsdp.Fully
     """One rank's engine: DDP (with ZeroRedundancyOptimizer under ZeRO 1), FSDP2 under ZeRO 2 and 3
     (reshard_after_forward False and True), tensor parallelism's layers plan, or None on one device."""
     if par.tp > 1 and par.dp > 1:  # FSDP2 x TP (calc.inputs lets through ZeRO 2 and 3 only)
-        return fsdp.FullyShard(par.dp, par.zero == 3, share, tp=par.tp)
+        return fsdp.FullyShard(par.dp, par.zero == 3, share, tp=par.tp, sequence=par.sequence_parallel)
     if par.tp > 1:
         return tensor.TensorParallel(par.tp, par.tp_plan, par.sequence_parallel)
     if par.dp == 1:
@@ -262,9 +262,9 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
         if not alone or (sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1 and not two):
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
                              "pipeline alone, or FSDP2 over tensor parallelism's ranks: use the deck walk")  # fmt: skip
-        if two and (par.sequence_parallel or par.tp_plan != SINGLE.tp_plan or RECIPES[recipe].computes):
-            raise ValueError("the eager walk's FSDP2 x TP runs the layers plan without sequence parallelism, over fp32 "
-                             "parameters (fp32-full or autocast)")  # fmt: skip
+        if two and (par.tp_plan != SINGLE.tp_plan or RECIPES[recipe].computes):
+            raise ValueError("the eager walk's FSDP2 x TP runs the layers plan (with or without sequence "
+                             "parallelism) over fp32 parameters (fp32-full or autocast)")  # fmt: skip
         if RECIPES[recipe].computes and (par.dp == 1 or par.zero < 2):
             raise ValueError(f"{recipe} is FSDP2's bf16 policy: the eager walk runs it over dp > 1, ZeRO 2 or 3")
         if par.pp > 1 and (shape.family not in pipeline.FAMILIES or shape.experts or shape.tied):

@@ -425,7 +425,7 @@ def segments(
     kept = shape  # the parameters as the rank stores them
     if sharded and engine.tp > 1:  # FSDP2 x TP: FSDP2's groups of the model one tensor-parallel rank runs
         shape = kept = tensor.TensorParallel(engine.tp).local(shape)
-        how["tp"] = engine.tp
+        how.update(tp=engine.tp, sp=engine.sequence)
     if isinstance(engine, tensor.TensorParallel):  # issue 31: a rank runs its share of every layer
         shape, kept = engine.local(shape), engine.stored(shape)
         how, engine = {"tp": engine.tp, "vocab_split": engine.vocab_split, "sp": engine.sequence}, None

@@ -376,12 +376,15 @@ def window_read(shape: Shape) -> bool:
     return any(probe(none) != probe(some) for probe in probes if probe)
 
 
-def late_problem(run) -> tuple[str, str] | None:
+def late_problem(run, planning: bool = False) -> tuple[str, str] | None:
     """(field, message) for a step neither walk answers as given, checked after the output modes' own refusals
     (calc.cli.validated, calc.web.accepted: --plan and --fit-card choose these fields themselves), or None:
     a ZeRO stage over one data-parallel worker, with nothing to shard it over (issue 33: the deck walk
-    "gathered" from nobody and raised the peak); a pipeline's schedule with one stage, which schedules nothing,
-    or other than 1F1B in the deck walk, whose accounting is the papers' 1F1B;
+    "gathered" from nobody and raised the peak); sequence parallelism over one tensor-parallel rank, which splits
+    nothing (issue 31: the deck walk took it and changed nothing), but where `planning` (--plan, the page's
+    planner: it reads the switch for the layouts it picks with tp 2 or more);
+    a pipeline's schedule with one stage, which schedules nothing, or other than 1F1B in the deck walk, whose
+    accounting is the papers' 1F1B;
     a trained embedding under frozen blocks in the deck walk, whose frozen blocks keep nothing (issue 34: the
     eager walk replays the backward through them)."""
     par, tune = run.par, run.tune
@@ -390,6 +393,9 @@ def late_problem(run) -> tuple[str, str] | None:
                         "or more, or ZeRO 0")  # fmt: skip
     if par.tp_plan != tensor.PLANS[0] and par.tp == 1:
         return "tp-plan", "splits the layers over tensor-parallel ranks, and there is one: give --tp 2 or more"
+    if par.sequence_parallel and par.tp == 1 and not planning:
+        field, message = tensor.sequence_problem(None, 1, par.tp_plan)
+        return field, f"{message} (--plan reads it for the layouts it picks)"
     if par.pp_schedule != SCHEDULES[0] and par.pp == 1:
         return "pp-schedule", f"schedules a pipeline's stages, and there is one: give --pp 2 or more, or {SCHEDULES[0]}"
     if par.pp_schedule != SCHEDULES[0] and run.walk == "deck":
@@ -553,10 +559,9 @@ def eager_problem(
         # flash is the eager walk's sdpa
         return "walk", ("the eager walk runs data parallelism (--dp), tensor parallelism (--tp) or a pipeline (--pp): "
                         "leave --ep unset, or use the deck walk")  # fmt: skip
-    if par.tp > 1 and par.dp > 1 and (par.sequence_parallel or par.tp_plan != tensor.PLANS[0]):
-        return "tp", ("the eager walk's FSDP2 over tensor parallelism runs the layers plan without sequence "
-                      "parallelism: --tp-plan layers and no --sequence-parallel, or --dp 1 with --zero 0 and no "
-                      "--engine, or the deck walk")  # fmt: skip
+    if par.tp > 1 and par.dp > 1 and par.tp_plan != tensor.PLANS[0]:
+        return "tp-plan", ("the eager walk's FSDP2 over tensor parallelism runs the layers plan: --tp-plan layers, "
+                           "or --dp 1 with --zero 0 and no --engine, or the deck walk")  # fmt: skip
     if par.sequence_parallel and (problem := tensor.sequence_problem(seq, par.tp, par.tp_plan)):
         return problem
     if par.pp > 1 and (par.dp > 1 or par.tp > 1 or par.zero):

@@ -15,11 +15,13 @@ from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
 from .inputs import (
     BESIDE_FIELDS,
+    DECK_SUGGESTED,
     MAX_BYTES,
     InputError,
     canonical_numbers,
     eager_problem,
     eager_tuning_problem,
+    engine_problem,
     late_problem,
     parse_inputs,
     size_bound,
@@ -46,15 +48,15 @@ def seq_grid(seq: int, points: int = SWEEP_POINTS) -> list[int]:
 
 
 def eager_unavailable(inputs: Run) -> str | None:
-    """Why these inputs have no eager figure beside the deck's (the eager walk cannot replay them), or None."""
-    shape, tune = inputs.shape, inputs.tune
-    problem = eager_problem(shape, inputs.recompute, inputs.par, inputs.grad_accum, inputs.attention,
-                            inputs.seq)
+    """Why these inputs have no eager figure beside the deck's (the eager walk cannot replay them), or None. Over
+    several devices it is the busiest rank's of the engine the eager walk runs the layout on (calc.api.engine_name:
+    DDP, FSDP2, the layers plan, torch's pipelining), where it does."""
+    shape, tune, par = inputs.shape, inputs.tune, inputs.par
+    problem = eager_problem(shape, inputs.recompute, par, inputs.grad_accum, inputs.attention, inputs.seq)
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
-    if not problem and inputs.walk == "deck" and inputs.par.devices > 1:  # one device's
-        return ("the eager figure beside the deck's is one device's: the eager walk (walk=eager) walks each rank "
-                "of DDP, FSDP2 or tensor parallelism, and each stage of a pipeline")
-    return problem[1] if problem else None
+    if not problem and inputs.walk == "deck" and par.devices > 1:  # the eager walk's engine for the layout
+        problem = engine_problem(shape, par, inputs.recipe, inputs.device, tune, inputs.loop)
+    return DECK_SUGGESTED.sub("", problem[1]) if problem else None  # shown beside the deck walk's figure
 
 
 def eager_beside(inputs: Run, step: dict | None = None) -> dict:
@@ -67,12 +69,16 @@ def eager_beside(inputs: Run, step: dict | None = None) -> dict:
     reason = eager_unavailable(inputs)
     if reason:
         return {"available": False, "reason": reason}
-    if inputs.walk == "eager" and step is not None:
+    how = eager_how(tune, inputs.loop, inputs.device)
+    if inputs.walk == "deck" and inputs.par.devices > 1:  # the layout's ranks (or stages) under their engine
+        step = run_step(replace(inputs, walk="eager"))
+        how = f"{how}; {engine_text(step)}"
+    if step is not None and step["config"]["walk"] == "eager":
         top, event = step["peak"], step["peak_event"]
     else:
         top, event = eager_peak(shape, inputs.seq, inputs.micro_batch, inputs.recipe, inputs.recompute,
                                 inputs.attention, inputs.device, tune, None if inputs.loop == BARE else inputs.loop)
-    loop, device = inputs.loop, inputs.device
+    loop = inputs.loop
     return {
         "available": True,
         "peak": top,
@@ -81,7 +87,7 @@ def eager_beside(inputs: Run, step: dict | None = None) -> dict:
         "family": shape.family,
         "band": engine_band(step, tune) if step and "engine" in step else eager_band(shape, tune),
         "attention": inputs.attention,
-        "how": eager_how(tune, loop, device),
+        "how": how,
         # what the measured steps a band quotes must have run for it to speak for this one (hooks/deck.py)
         "setting": f"{inputs.recipe} {tune.optimizer} {loop.name}{' accum' if loop.grad_accum > 1 else ''}"
         + f" {loop.loss_kind}",  # the band says the device its steps ran on
@@ -183,10 +189,10 @@ def deck_layout(inputs: Run):
 def engine_band(step: dict, tune) -> str:
     """Which measured steps speak for an eager step over several processes (results §14): its engine as
     scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, tp-sp,
-    tp-eager: the layers plan under eager attention; FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp;
-    and FSDP2's with peft's LoRA)."""
+    tp-eager: the layers plan under eager attention; FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp,
+    and fsdp2-tp-sp with sequence parallelism; and FSDP2's with peft's LoRA)."""
     par, name = step["config"]["parallel"], step["engine"]
-    two = "-tp" if par["tp"] > 1 else ""  # FSDP2 x TP
+    two = ("-tp" + "-sp" * par["sequence_parallel"]) if par["tp"] > 1 else ""  # FSDP2 x TP
     band = {"ddp": "ddp-zero1" if par["zero"] == 1 else "ddp",
             "fsdp2": ("fsdp2-zero2" if par["zero"] == 2 else "fsdp2") + two,
             "tensor-parallel": "tp-hf" if par["tp_plan"] == "transformers" else
@@ -312,21 +318,31 @@ def sweep_for(inputs: Run) -> dict:
     return out
 
 
-def accepted(raw: dict) -> Run:
+def accepted(raw: dict, planning: bool = False) -> Run:
     """The inputs of a request read and checked (calc.inputs.parse_inputs, and beside_problem): a Run, or
-    InputError. The sweep's request repeats the numbers' inputs (the page asks for both at each change), so
-    the last inputs accepted are not read again (a Run is frozen)."""
-    return _accepted(json.dumps(raw))
+    InputError; `planning`: for the planner's rows alone, as the CLI's --plan checks them. The sweep's request
+    repeats the numbers' inputs (the page asks for both at each change), so the last inputs accepted are not
+    read again (a Run is frozen)."""
+    return _accepted(json.dumps(raw), planning)
 
 
 @lru_cache(maxsize=1)
-def _accepted(sent: str) -> Run:
+def _accepted(sent: str, planning: bool) -> Run:
     raw = json.loads(sent)
     inputs = parse_inputs(raw, eager_beside=True)  # the loop's fields change the eager figure beside
-    problem = beside_problem(inputs, raw) or late_problem(inputs)  # the CLI's order (calc.cli.validated)
+    problem = beside_problem(inputs, raw) or late_problem(inputs, planning)  # the CLI's order (calc.cli.validated)
     if problem:
         raise InputError(*problem)
     return inputs
+
+
+def _plans(raw: dict) -> bool:
+    """Whether the planner's own question accepts these inputs (accepted with `planning`)."""
+    try:
+        accepted(raw, planning=True)
+    except Exception:
+        return False
+    return True
 
 
 def handle(request: str) -> str:
@@ -378,7 +394,9 @@ def answer_steps(request: str) -> Generator[None, None, str]:
     or {"ok": false, "field", "message"}. With "numbers": false (and "sweep": true) the answer is
     {"ok": true, "sweep": ...} alone: the page asks for the numbers first, then for their sweep. With
     "numbers": false, "sweep": false and "plan" or "fit", it is plan_only's: the planner's rows alone. With
-    "trainer" (a trainer config's text), it is trainer_answer's: the fields the config gives. A
+    "trainer" (a trainer config's text), it is trainer_answer's: the fields the config gives. A refusal of the
+    step whose inputs the planner's own question accepts (the sequence-parallel switch at one tensor-parallel
+    rank: the planner reads it for the layouts it picks) says so with "plans": true, and the page still plans. A
     generator that returns the answer: it yields between the planner's slices (Sliced runs them)."""
     try:
         payload = json.loads(request)
@@ -387,10 +405,17 @@ def answer_steps(request: str) -> Generator[None, None, str]:
         raw = payload.get("inputs", {})
         if "trainer" in payload:
             return json.dumps(trainer_answer(payload["trainer"], raw))
-        inputs = accepted(raw)
+        rows_only = payload.get("numbers", True) is False and not payload.get("sweep", True)  # plan_only's
+        planning = rows_only and payload.get("plan", False)
+        try:
+            inputs = accepted(raw, planning)
+        except InputError as e:
+            if planning or not _plans(raw):
+                raise
+            return json.dumps({"ok": False, "field": e.field, "message": e.message, "plans": True})
         if payload.get("numbers", True) is False and payload.get("sweep", True):
             return json.dumps({"ok": True, "sweep": sweep_for(inputs)})
-        if payload.get("numbers", True) is False and (payload.get("plan", False) or payload.get("fit", False)):
+        if rows_only and (payload.get("plan", False) or payload.get("fit", False)):
             return json.dumps((yield from plan_only(inputs, payload.get("plan", False), payload.get("fit", False))))
         result = compute(inputs, payload.get("sweep", True), payload.get("plan", False), payload.get("fit", False))
         if canonical_numbers(raw):  # the numbers typed in another form ("1,000"), as the address writes them

@@ -235,7 +235,8 @@ def page_fields() -> dict:
     """The field names the page knows, all from calc: the one place the widget learns them (the JS has no list).
     {"all": every field a link may carry, "shape": {field: Shape attribute}, "run": [the step's fields],
     "layout": [what a planner row sets], "fit": {field: a fit row's key}, "switches": [the fields the CLI gives
-    as --name or --no-name]}."""
+    as --name or --no-name], "rows_only": [the fields only the planner and the fit list read, which the CLI's
+    step refuses: its command leaves them out]}."""
     fields = calc.inputs.FIELDS
     attrs = {f.name for f in dataclasses.fields(calc.Shape)}
     shape = {f: f.replace("-", "_") for f in fields if f.replace("-", "_") in attrs}
@@ -259,4 +260,5 @@ def page_fields() -> dict:
         "layout": list(row_fields(answer["plan"][0], asked_plan)),
         "fit": row_fields(answer["fit"][0], asked_fit),
         "switches": [f.name for f in calc.fields.TABLE if f.kind == "bool"],  # --name / --no-name in the CLI
+        "rows_only": [f.name for f in calc.fields.TABLE if "step" not in f.outputs],
     }

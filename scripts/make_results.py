@@ -1090,13 +1090,14 @@ scores and probabilities, b x heads / tp x s x s, kept for backward) where every
 (2, 2) device mesh, the `tp` plan over its "tp" dimension (processes 2i and 2i + 1 split each layer), then
 `fully_shard` on each decoder layer and on the model over its "dp" dimension with torch's defaults
 (`reshard_after_forward=True`), each data-parallel pair on its own batch; `fsdp2-zero2-tp` the same with
-`reshard_after_forward=False`, on the Llama. `llama-tied` is
+`reshard_after_forward=False`, on the Llama; `fsdp2-tp-sp` the same as `fsdp2-tp` with the `tp-sp` plan over the
+"tp" dimension (torchtitan's two-dimensional default). `llama-tied` is
 Llama with 6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, and `qwen3_moe` is
 Qwen3-MoE with 4 experts a layer (top 2), both under FSDP2 only. Its checkpointed steps read 1.0002 (autocast) and
 1.0005 (fp32) high, as its one-device steps do (§13.1): the one-device walk's residual, not FSDP2's. `llama-mha` is
 Llama with as many key/value heads as query heads (4, so that 4 processes split them) and a vocabulary of 128, so
 that its peak falls in the layers, where tensor parallelism's collectives are; it runs under `tp`, `tp-hf`,
-`tp-sp`, `tp-eager` and `fsdp2-tp` only. Over 3
+`tp-sp`, `tp-eager`, `fsdp2-tp` and `fsdp2-tp-sp` only. Over 3
 processes FSDP2 pads rows (a width of 64 does not divide by 3), so its last rank holds fewer rows than the others.
 `pp-1f1b` and `pp-gpipe` are `torch.distributed.pipelining`'s `Schedule1F1B` and `ScheduleGPipe` over one
 `PipelineStage` a process, on a 4-layer Llama (`llama-4`) or Qwen3 (`qwen3-4`) cut by hand into 2, 3 (2, 1 and 1
@@ -1112,7 +1113,7 @@ input ids, the last the labels, the stages between no batch; AdamW steps each st
 The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, `--walk eager --tp N` (with
 `--tp-plan transformers` for `tp-hf`, `--sequence-parallel` for `tp-sp`, `--attention eager` for `tp-eager`),
 `--walk eager --dp 2 --tp 2 --zero 3
---engine fsdp2` for `fsdp2-tp` (`--zero 2` for `fsdp2-zero2-tp`), or
+--engine fsdp2` for `fsdp2-tp` (`--zero 2` for `fsdp2-zero2-tp`, `--sequence-parallel` for `fsdp2-tp-sp`), or
 `--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M`, from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
@@ -1139,7 +1140,8 @@ Korthikanti et al. save the rank's part and gather it again; o's and down's part
 (the shards concatenated into the scatter's layout, its output, gloo's clone of its input), their gradients
 gathered in backward, and the summed partial gradients of the gathered inputs reduce-scattered back. Under
 `fsdp2-tp` and `fsdp2-zero2-tp` it is FSDP2's step (as above) over the model one tensor-parallel rank runs (as under
-`tp`): its padded rows of that rank's tensors, each group gathered back to them, the layers plan's all-reduces inside.
+`tp`): its padded rows of that rank's tensors, each group gathered back to them, the layers plan's all-reduces inside;
+under `fsdp2-tp-sp` the same around the `tp-sp` rank's layers, its gathers and reduce-scatters inside.
 Under a pipeline it is each stage's own step: its parameters and AdamW's state, a receive buffer a micro-batch for its
 input (every stage but the first) and for its output's gradient (every stage but the last), kept from step to step;
 each micro-batch's forward and backward through its layers in the schedule's order, the first backward writing each
@@ -1180,14 +1182,14 @@ rank's figure, so each rank's lowest of {runs} runs is kept. `tp-hf` loads its m
 loader threads would hide the rank's weights from the profile); a checkpoint saved in the dtype it loads in (fp32
 here) would on the CPU keep each row-split weight's whole tensor, the rank's shard a view of it (transformers'
 `DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. DDP or ZeRO 1 beside tensor
-parallelism, FSDP2 over sequence parallelism or transformers' plan, and a pipeline beside data or tensor
+parallelism, FSDP2 over transformers' tensor-parallel plan, and a pipeline beside data or tensor
 parallelism are not replayed yet: the eager walk refuses them, naming the deck walk,
 whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
 fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of Qwen3-MoE, and
 peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp`, `tp-hf` and `tp-sp`, full training of
 Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with an untied head and a vocabulary the ranks divide,
-`tp-sp` under the layers plan with a sequence the ranks divide), and of `fsdp2-tp` the same over the layers
-plan; of a
+`tp-sp` under the layers plan with a sequence the ranks divide), and of `fsdp2-tp` and `fsdp2-tp-sp` the same over
+the layers plan; of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
 autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
 offered), each stage's forward its own autocast region (an autocast region around the schedule's whole step keeps
@@ -1242,10 +1244,11 @@ def unseen_scattered(row: dict, rank: int) -> bool:
     a gathered input's gradient (s / tp positions in fp32): a functional collective's output whose last reference
     went with its work on gloo's thread. Its start is not held to its peers': the step before left blocks of its
     own unseen (a norm's gradient all-reduced by AdamW among them)."""
-    if row["engine"] != "tp-sp":
+    if not row["engine"].endswith("tp-sp"):  # tp-sp, fsdp2-tp-sp
         return False
     r, m = row["ranks"][rank], row["model"]
-    part = row["seq"] * row["micro_batch"] * m["hidden_size"] // row["world"]
+    tp = 2 if row["engine"].startswith("fsdp2") else row["world"]  # fsdp2-tp-sp: a (world / 2, 2) mesh
+    part = row["seq"] * row["micro_batch"] * m["hidden_size"] // tp
     scattered = {part * (2 if row["precision"] == "autocast" else 4), part * 4}
     return any(abs(r["measured_peak"] - r["predicted_peak"] - n) < 1024 for n in scattered)
 
@@ -1285,7 +1288,7 @@ def unseen_gathered(row: dict, rank: int) -> bool:
     from calc.hf import shape_from_config
     from calc.optim_step import model_groups
 
-    two = row["engine"].endswith("-tp")  # FSDP2 x TP: a (world / 2, 2) mesh, groups of a tensor-parallel rank's
+    two = "-tp" in row["engine"]  # FSDP2 x TP: a (world / 2, 2) mesh, groups of a tensor-parallel rank's
     dp, r, shape = row["world"] // (2 if two else 1), row["ranks"][rank], shape_from_config(row["model"])
     unit = 2 if row["precision"] == "fsdp-bf16" else 4  # the bf16 policy gathers bf16
     tune = Tuning("lora") if row["engine"].endswith("-lora") else DEFAULT  # a layer's adapters are in its group

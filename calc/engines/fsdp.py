@@ -52,6 +52,7 @@ class FullyShard:
     mixed: bool = False  # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 shards
     tp: int = 1  # FSDP2 x TP: the dp dimension of a (dp, tp) mesh over the layers plan's ranks (calc.engines.tensor),
     # sharding each rank's local tensors (torchtitan's 2D)
+    sequence: bool = False  # and the tp dimension's sequence parallelism (calc.engines.tensor, torchtitan's default)
 
     def padded(self, params: list[Param]) -> int:
         """Values of the rank's padded shards of `params`: ceil(rows / dp) rows of each."""

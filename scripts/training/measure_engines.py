@@ -14,13 +14,13 @@ o and down, on a one-dimensional device mesh, every rank on the same batch; "tp-
 model loaded with from_pretrained(tp_plan="auto") from a checkpoint saved in bf16, into fp32 (calc.engines.tensor:
 the same split and the embedding and head split by vocabulary); "tp-sp" adds torchtitan's sequence parallelism
 (sequence_parallel); "tp-eager" is "tp" under eager attention; "fsdp2-tp" and "fsdp2-zero2-tp" run fully_shard over
-the "dp" dimension of a (world / 2, 2) mesh whose "tp" dimension runs the layers plan (fsdp_tp). Every rank
-measures with
-profile_step's harness: its allocator's events from an empty start, two warm-up steps (DDP rebuilds its buckets
-in the second) and the third measured. The prediction is the CLI's, from the config.json and the flags a user
+the "dp" dimension of a (world / 2, 2) mesh whose "tp" dimension runs the layers plan (fsdp_tp), "fsdp2-tp-sp"
+with its sequence parallelism, as torchtitan runs 2D. Every rank measures with profile_step's harness: its
+allocator's events from an empty start, two warm-up steps (DDP rebuilds its buckets in the second) and the third
+measured. The prediction is the CLI's, from the config.json and the flags a user
 types (`--walk eager --dp N --engine ddp|fsdp2 [--zero 1|2|3] --device cpu`, `--tp N [--tp-plan transformers |
---sequence-parallel]`, `--dp N/2 --tp 2 --zero 3|2 --engine fsdp2`, or `--pp N ...`): each rank's peak
-(`rank_peaks`) against that rank's.
+--sequence-parallel]`, `--dp N/2 --tp 2 --zero 3|2 --engine fsdp2 [--sequence-parallel]`, or `--pp N ...`):
+each rank's peak (`rank_peaks`) against that rank's.
 
 gloo runs each collective on a worker thread of its own, and torch 2.13's profiler does not see a free made
 there. Some are found (profile_step: a block whose address is handed out again, a collective's own buffers
@@ -83,9 +83,10 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
                                      *measure_families.HEAD))}  # fmt: skip
 FAMILIES = tuple(MODELS)
 ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0, "tp-eager": 0,
-           "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2, "pp-1f1b": 0, "pp-gpipe": 0,
-           "pp-interleaved-1f1b": 0}  # the ZeRO stage each runs
-TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp")  # FSDP2 x TP: reshard_after_forward True (torch's default) or False
+           "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-tp-sp": 3, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2,
+           "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0}  # the ZeRO stage each runs
+TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp", "fsdp2-tp-sp")  # FSDP2 x TP: reshard_after_forward True (torch's default)
+# or False; fsdp2-tp-sp: with torchtitan's sequence parallelism over the tp dimension (its 2D default)
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
 TP_PLAN = {
     **dict.fromkeys(
@@ -96,7 +97,8 @@ TP_PLAN = {
 }
 WORLDS = {"ddp": (2, 4), "ddp-zero1": (2, 4), "fsdp2": (2, 3, 4), "fsdp2-zero2": (2, 3, 4)}  # 3: FSDP2 pads rows
 FSDP2 = {"fsdp2": (2, 3), "fsdp2-zero2": (2, 3)}
-TP = {"tp": (2,), "tp-hf": (2,), "tp-sp": (2,), "fsdp2-tp": (4,)}  # 2 key/value heads; fsdp2-tp: a (2, 2) mesh
+# 2 key/value heads; fsdp2-tp(-sp): a (2, 2) mesh
+TP = {"tp": (2,), "tp-hf": (2,), "tp-sp": (2,), "fsdp2-tp": (4,), "fsdp2-tp-sp": (4,)}
 FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
 # 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1); interleaved 1F1B: 2 ranks, 2 stages each (one layer)
 PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4), "pp-interleaved-1f1b": (2,)}
@@ -105,7 +107,8 @@ MEASURED = {
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
     "llama-tied": FSDP2,
     "qwen3_moe": FSDP2,
-    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "tp-eager": (2,), "fsdp2-tp": (4,)},
+    "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "tp-eager": (2,), "fsdp2-tp": (4,),
+                  "fsdp2-tp-sp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,)},
     "qwen3-4": PIPELINES,
     "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
@@ -177,9 +180,14 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                 net.activation_checkpointing_enable()
             return net.train(), hf_models.make_optimizer(net)
         if engine in TWO_D:  # FSDP2 over the dp dimension of a (dp, 2) mesh, the layers plan over its tp one
-            return fsdp_tp(hf_models.build(model, "sdpa", checkpointing), world, ENGINES[engine] == 3)
+            return fsdp_tp(hf_models.build(model, "sdpa", checkpointing), world, ENGINES[engine] == 3,
+                           engine.endswith("-sp"))  # fmt: skip
         if engine == "tp-sp":  # the layers plan with torchtitan's sequence parallelism
-            return sequence_parallel(hf_models.build(model, "sdpa", checkpointing), world)
+            from torch.distributed.device_mesh import init_device_mesh
+
+            net = hf_models.build(model, "sdpa", checkpointing)
+            sequence_parallel(net, init_device_mesh("cpu", (world,)))
+            return net, hf_models.make_optimizer(net)
         if engine in ("tp", "tp-eager"):  # one parallelize_module call a decoder layer, torch's defaults
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -233,31 +241,33 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
 TP_OF_2D = 2  # fsdp2-tp: the tensor-parallel size of its mesh; its data-parallel size is world / 2
 
 
-def fsdp_tp(net, world: int, reshard: bool):
+def fsdp_tp(net, world: int, reshard: bool, sp: bool = False):
     """(the model, AdamW) under FSDP2 x TP as torchtitan composes them: the layers plan over the mesh's "tp"
-    dimension (ranks 2i and 2i + 1 split each layer), then fully_shard on each decoder layer and on the model over
-    its "dp" dimension, torch's defaults but `reshard` (reshard_after_forward)."""
+    dimension (ranks 2i and 2i + 1 split each layer), with its sequence parallelism where `sp`, then fully_shard on
+    each decoder layer and on the model over its "dp" dimension, torch's defaults but `reshard`
+    (reshard_after_forward)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     mesh = init_device_mesh("cpu", (world // TP_OF_2D, TP_OF_2D), mesh_dim_names=("dp", "tp"))
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-    for layer in net.model.layers:
+    for layer in () if sp else net.model.layers:
         parallelize_module(layer, mesh["tp"], {name: styles[style]() for name, style in TP_PLAN.items()})
+    if sp:
+        sequence_parallel(net, mesh["tp"])
     for layer in net.model.layers:
         fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=reshard)
     fully_shard(net, mesh=mesh["dp"], reshard_after_forward=reshard)
     return net, hf_models.make_optimizer(net)
 
 
-def sequence_parallel(net, world: int):
-    """(the model, AdamW) under the layers plan with sequence parallelism, torchtitan's way over a transformers
-    model: each decoder layer's norms SequenceParallel, the attention's and the MLP's input gathered (Shard(1) to
-    Replicate), o_proj and down_proj RowwiseParallel(output_layouts=Shard(1)); the sequence split at the first
-    layer's input and gathered again at the head's, the final norm SequenceParallel. The embedding, the rotary
-    tables and the head see the whole sequence, as the model's forward makes them."""
-    from torch.distributed.device_mesh import init_device_mesh
+def sequence_parallel(net, mesh) -> None:
+    """`net` under the layers plan over `mesh` (one dimension) with sequence parallelism, torchtitan's way over a
+    transformers model: each decoder layer's norms SequenceParallel, the attention's and the MLP's input gathered
+    (Shard(1) to Replicate), o_proj and down_proj RowwiseParallel(output_layouts=Shard(1)); the sequence split at the
+    first layer's input and gathered again at the head's, the final norm SequenceParallel. The embedding, the
+    rotary tables and the head see the whole sequence, as the model's forward makes them."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -267,7 +277,6 @@ def sequence_parallel(net, world: int):
         parallelize_module,
     )
 
-    mesh = init_device_mesh("cpu", (world,))
     styles = {"colwise": ColwiseParallel, "rowwise": lambda: RowwiseParallel(output_layouts=Shard(1))}
     for layer in net.model.layers:
         plan = {name: styles[style]() for name, style in TP_PLAN.items()}
@@ -281,7 +290,6 @@ def sequence_parallel(net, world: int):
     parallelize_module(net.model.norm, mesh, SequenceParallel(use_local_output=True))
     parallelize_module(net.lm_head, mesh, PrepareModuleInput(
         input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True))
-    return net, hf_models.make_optimizer(net)
 
 
 class Stage(torch.nn.Module):
@@ -385,7 +393,7 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     run += ["--tp", TP_OF_2D] if engine in TWO_D else []
     run += [] if tp else ["--engine", engine.split("-")[0]]  # ddp or fsdp2, as --zero picks
     run += ["--tp-plan", "transformers"] if engine == "tp-hf" else []  # the layers plan is the default
-    run += ["--sequence-parallel"] if engine == "tp-sp" else []
+    run += ["--sequence-parallel"] if engine.endswith("-sp") else []
 
     run += ["--zero", ENGINES[engine]] if ENGINES[engine] else []
     run += LORA.get(engine, [])

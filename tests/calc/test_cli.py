@@ -94,6 +94,8 @@ def test_learned_positions_default_to_the_context(capsys):
         (["--capacity-gb", "abc", "--plan"], "capacity-gb"),
         (["--capacity-gb", "1e3", "--plan"], "capacity-gb"),
         (["--walk", "eager", "--tp", "2", "--sequence-parallel", "--tp-plan", "transformers"], "sequence-parallel"),
+        (["--sequence-parallel"], "sequence-parallel"),  # the deck walk too: one rank splits nothing
+        (["--sequence-parallel", "--table"], "sequence-parallel"),
         (["--walk", "eager", "--pp", "2"], "recipe"),  # the default mixed recipe: a pipeline steps fp32 parameters
         (["--walk", "lazy"], "walk"),
     ],

@@ -109,7 +109,10 @@ def test_zero1_shards_adam_but_not_the_buckets(preset):
         (["--zero", "1"], "--zero"),  # over one process ZeRO would shard nothing: not accepted and ignored
         (["--dp", "2", "--tp", "2"], "--tp"),  # DDP x TP: not modelled
         (["--dp", "2", "--tp", "2", "--zero", "1", "--recipe", "autocast"], "--tp"),  # ZeRO 1 beside TP: neither
-        (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "autocast", "--sequence-parallel"], "--tp"),
+        (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "autocast", "--tp-plan", "transformers"],
+         "--tp-plan"),
+        (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "autocast", "--sequence-parallel", "--seq", "1023"],
+         "--sequence-parallel"),  # FSDP2 x TP x SP: the tp ranks split the sequence
         (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "fsdp-bf16"], "--recipe"),  # FSDP2 x TP: fp32 only
         (["--dp", "2", "--tp", "2", "--zero", "3", "--recipe", "autocast", "--finetune", "lora"], "--finetune"),
         (["--tp", "2", "--engine", "fsdp2", "--zero", "3", "--recipe", "autocast"], "--tp"),  # no dp to shard over
@@ -474,6 +477,22 @@ def test_fsdp2_over_tensor_parallel_shards_each_ranks_local_tensors(preset, zero
         shares["rank_peaks"][d] > shares["rank_peaks"][dp - 1] for d in range(dp - 1)]  # the last holds fewer rows
     assert two["peak"] < shares["peak"]
     assert two["peak"] < _eager(preset, Parallel(tp=tp), recipe="fp32-full")["peak"]
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_fsdp2_over_sequence_parallel_keeps_both_engines_bytes(zero):
+    """FSDP2 x TP with sequence parallelism (torchtitan's 2D default): a rank holds the same FSDP2 shards as
+    without it, runs the sequence-parallel layer (its norms on s / tp positions, each block's input gathered, o's
+    and down's outputs reduce-scattered, nothing all-reduced) between FSDP2's all-gathers and reduce-scatters, and
+    peaks below FSDP2 x TP without it."""
+    dp, tp = 2, 2
+    sp = _eager("llama-3.2-1b", Parallel(dp=dp, tp=tp, zero=zero, sequence_parallel=True), recipe="autocast")
+    plain = _eager("llama-3.2-1b", Parallel(dp=dp, tp=tp, zero=zero), recipe="autocast")
+    labels = [e["label"] for e in sp["events"]]
+    assert sp["events"][0] == plain["events"][0] and sp["engine"] == "fsdp2"
+    assert any("(reduce-scattered)" in x for x in labels) and not any("all-reduced" in x for x in labels)
+    assert any(x.startswith("all-gather") for x in labels) and any("input (gathered)" in x for x in labels)
+    assert len(sp["rank_peaks"]) == dp * tp and sp["peak"] < plain["peak"]
 
 
 def test_fsdp2_over_tensor_parallel_cli_says_both(capsys):

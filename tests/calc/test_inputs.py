@@ -123,11 +123,11 @@ def test_a_page_link_with_a_loop_is_the_clis_answer():
 
 
 def test_a_loop_without_an_eager_figure_is_refused():
-    """Where the eager figure beside the deck's cannot answer (a tensor-parallel layout: it is one device's), the
-    loop's fields have nothing to change."""
+    """Where the eager figure beside the deck's cannot answer (a tensor-parallel layout of the deck's mixed
+    recipe: the eager walk's layers plan runs fp32 parameters), the loop's fields have nothing to change."""
     rc, _, err = run(["--loop", "trainer", "--tp", "2"])
     assert rc == 2 and err.startswith("error: --loop: applies to the eager walk's figure")
-    assert "walks each rank of DDP, FSDP2 or tensor parallelism" in err
+    assert "fp32-full or autocast" in err
 
 
 CALC = Path(__file__).resolve().parents[2] / "calc"

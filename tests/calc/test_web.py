@@ -89,6 +89,24 @@ def test_parallel_inputs_make_the_table_per_device():
     assert call(inputs={"tp": "3"})["field"] == "tp"
 
 
+@pytest.mark.parametrize("layout", [{"dp": "4"}, {"dp": "4", "zero": "3"}, {"tp": "2", "sequence-parallel": "true"},
+                                    {"dp": "2", "tp": "2", "zero": "2"}, {"pp": "2", "preset": "llama-7b"}])
+def test_the_eager_figure_beside_the_decks_layout_is_its_engines_busiest_rank(layout):
+    """Issue 31: beside the deck's accounting of a layout, the eager figure is the busiest rank (or stage) of the
+    engine the eager walk runs it on, the same as the eager walk's own step, its engine in words and its band
+    the engine's; the CLI's --device gives it too, where it said the figure was one device's and refused."""
+    inputs = {"preset": "llama-3.2-1b", "seq": "512", "recipe": "autocast", "device": "cpu", **layout}
+    deck = json.loads(web.handle(json.dumps({"inputs": inputs, "sweep": False})))
+    eager = json.loads(web.handle(json.dumps({"inputs": {**inputs, "walk": "eager"}, "sweep": False})))
+    beside, step = deck["eager"], eager["step"]
+    assert beside["available"] and beside["peak"] == step["peak"] == max(step["rank_peaks"])
+    assert beside["band"] == eager["eager"]["band"] and eager["engine_text"] in beside["how"]
+    assert beside["peak"] != deck["step"]["peak"]  # the deck's accounting is another figure
+    flags = [f"--{k}" if v == "true" else f"--{k}={v}" for k, v in inputs.items()]
+    said = cli_run([*flags, "--json"])
+    assert said.returncode == 0 and json.loads(said.stdout)["eager"]["peak"] == beside["peak"]
+
+
 def test_eager_walk_beside_the_deck():
     """The page gets the eager walk's peak for the same step beside the deck's, or the reason it has none."""
     out = json.loads(web.handle(json.dumps({"inputs": {"preset": "llama-7b", "seq": 512, "attention": "eager"}})))
@@ -108,8 +126,8 @@ def test_eager_walk_beside_the_deck():
     assert lion["eager"]["how"] == "Lion on a CPU" and lion["eager"]["setting"] == "mixed lion bare transformers"
     assert out["eager"]["peak"] != out["step"]["peak"]  # the deck's accounting is another figure
     sharded = json.loads(web.handle(json.dumps({"inputs": {"dp": 4, "zero": 1}})))
-    assert sharded["ok"] and sharded["eager"]["available"] is False
-    assert "one device" in sharded["eager"]["reason"]
+    assert sharded["ok"] and sharded["eager"]["available"] is False  # the deck's mixed recipe: a master copy
+    assert "ZeroRedundancyOptimizer" in sharded["eager"]["reason"] and "deck walk" not in sharded["eager"]["reason"]
     moe = json.loads(web.handle(json.dumps({"inputs": {"preset": "mixtral-8x7b", "seq": 512}})))
     assert moe["eager"]["available"] and moe["eager"]["peak"] > 0  # Mixtral's sparse block is replayed
     assert moe["eager"]["band"] == "moe"  # its error is the one measured on mixtures of experts
@@ -121,7 +139,7 @@ def test_eager_walk_beside_the_deck():
     assert capped["eager"] == {
         "available": False,
         "reason": "the eager walk does not follow an expert capacity (transformers' Mixtral and Qwen2-MoE drop no "
-        "tokens) yet: use the deck walk",
+        "tokens) yet",  # shown beside the deck walk's figure: no pointer to it
     }
 
 
@@ -197,6 +215,23 @@ def test_the_planner_asks_for_its_rows_alone():
     assert "plan_refused" in rows  # LoRA: --plan refuses it, the fit list answers
     bad = json.loads(web.handle(json.dumps({"inputs": {"seq": "0"}, "plan": True, "numbers": False})))
     assert bad["ok"] is False and bad["field"] == "seq"
+
+
+def test_sequence_parallel_over_one_rank_is_the_planners_not_the_steps():
+    """The switch at one tensor-parallel rank splits nothing in the step, which names it, as the CLI does; the
+    planner's own question reads it (as --plan does): its layouts with tp 2 or more run it, and off they do not."""
+    inputs = {"preset": "llama-7b", "sequence-parallel": "true"}
+    step = json.loads(web.handle(json.dumps({"inputs": inputs})))
+    assert step["ok"] is False and step["field"] == "sequence-parallel" and step["plans"] is True  # still plans
+    bad = json.loads(web.handle(json.dumps({"inputs": {**inputs, "seq": "0"}})))
+    assert bad["field"] == "seq" and "plans" not in bad  # the planner's question refuses it too
+    assert cli_run(["--preset", "llama-7b", "--sequence-parallel"]).returncode == 2
+    ask = {"sweep": False, "plan": True, "fit": True, "numbers": False}
+    on = json.loads(web.handle(json.dumps({"inputs": inputs, **ask})))
+    off = json.loads(web.handle(json.dumps({"inputs": {**inputs, "sequence-parallel": "false"}, **ask})))
+    split = [r for r in on["plan"] if r["tp"] > 1]
+    assert split and all(r["sequence_parallel"] for r in split)
+    assert not any(r["sequence_parallel"] for r in off["plan"])
 
 
 def test_the_planners_answer_in_slices_is_handles_byte_for_byte():
@@ -364,7 +399,8 @@ def test_inputs_read_once_are_the_inputs_read_again():
 def test_every_engine_measured_speaks_for_its_ranks_on_the_page():
     """Issue 31 and 33: an eager step over several processes typed on the page (results §14's commands, their
     config.json pasted) shows its busiest rank beside the deck's figures, as the step itself (no second walk),
-    with the band of the engine's measured ranks, where it said the figure is one device's and showed none."""
+    with the band of the engine's measured ranks, where it said the figure is one device's and showed none; the
+    deck walk of the same layout on the CPU shows the same engine's busiest rank beside its accounting."""
     from hooks import deck
 
     bands = deck.eager_bands()
@@ -386,7 +422,11 @@ def test_every_engine_measured_speaks_for_its_ranks_on_the_page():
     eager_only = ("engine", "device", "pp-schedule", "tp-plan")
     deck_walk = {k: v for k, v in inputs.items() if k not in eager_only} | {"walk": "deck"}
     said = json.loads(web.handle(json.dumps({"inputs": deck_walk, "sweep": False})))
-    assert not said["eager"]["available"] and "one device's" in said["eager"]["reason"]  # the deck walk's layout
+    assert not said["eager"]["available"] and "on the CPU with gloo only" in said["eager"]["reason"]  # on CUDA
+    said = json.loads(web.handle(json.dumps({"inputs": {**deck_walk, "device": "cpu"}, "sweep": False})))
+    walked = json.loads(web.handle(json.dumps({"inputs": {**deck_walk, "device": "cpu", "walk": "eager"},
+                                               "sweep": False})))  # fmt: skip
+    assert said["eager"]["peak"] == walked["step"]["peak"] == max(walked["step"]["rank_peaks"])  # the layout's
 
 
 @pytest.mark.parametrize("zero", ["1", "2", "3"])

@@ -33,6 +33,9 @@ test("the CLI's command gives the address's values as flags, switches as --name 
   // a link's value may hold anything: it reaches the shell as one word, never as a command of its own
   assert.equal(cliCommand("seq=1%3B%20rm%20-rf%20~"), "python -m calc --seq '1; rm -rf ~'");
   assert.equal(cliCommand("seq=it's"), "python -m calc --seq 'it'\\''s'");
+  // the capacity and the global batch are the planner's: the CLI's step refuses them
+  assert.equal(cliCommand("capacity-gb=24&seq=512&global-batch=64", [], "config.json", ["capacity-gb", "global-batch"]),
+    "python -m calc --seq 512");
 });
 
 test("a switch is said as calc reads its value: a link's ?flash=1 or ?qkv-bias=yes is on, 0 and no are off", () => {

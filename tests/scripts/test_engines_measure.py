@@ -18,10 +18,11 @@ ENGINES = json.loads((ROOT / "docs" / "data" / "engines.json").read_text())
 def test_every_engine_and_layout_is_recorded_and_answered():
     """DDP and ZeRO 1 at 2 and 4 processes, FSDP2 at stages 2 and 3 at 2, 3 (rows padded) and 4, and tensor
     parallelism at 2 under the layers plan (with sequence parallelism and without) and transformers' own
-    (tp_plan="auto"), and FSDP2 over the layers plan on a (2, 2) mesh (on Llama with reshard_after_forward False
-    too), on Llama and Qwen3; FSDP2 at
+    (tp_plan="auto"), and FSDP2 over the layers plan on a (2, 2) mesh (with sequence parallelism and without; on
+    Llama with reshard_after_forward False too), on Llama and Qwen3; FSDP2 at
     2 and 3 on a tied 6-layer Llama and on Qwen3-MoE; tensor parallelism at 2 and 4 under all three (and FSDP2
-    over the layers plan at 4, and the layers plan under eager attention at 2) on a Llama
+    over the layers plan at 4, with sequence parallelism and without, and the layers plan under eager attention at
+    2) on a Llama
     with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
@@ -30,7 +31,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
     worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2}, "tp-hf": {2},
-              "tp-sp": {2}, "fsdp2-tp": {4}, "fsdp2-lora": {2, 3}, "fsdp2-zero2-lora": {2}}  # fmt: skip
+              "tp-sp": {2}, "fsdp2-tp": {4}, "fsdp2-tp-sp": {4}, "fsdp2-lora": {2, 3},
+              "fsdp2-zero2-lora": {2}}  # fmt: skip
     for family in ("llama", "qwen3"):
         zero2 = {("fsdp2-zero2-tp", 4)} if family == "llama" else set()  # FSDP2 x TP with reshard_after_forward=False
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items()
@@ -40,6 +42,7 @@ def test_every_engine_and_layout_is_recorded_and_answered():
                                                                       for w in (2, 3)}  # fmt: skip
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {(e, w) for e in ("tp", "tp-hf", "tp-sp")
                                                                       for w in (2, 4)} | {("fsdp2-tp", 4),
+                                                                                          ("fsdp2-tp-sp", 4),
                                                                                           ("tp-eager", 2)}  # fmt: skip
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)} | {("pp-interleaved-1f1b", 2)}
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines
@@ -50,7 +53,7 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 17 + 1 + 2 * 4 + 8 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 300
+    assert len(runs) == len(cases) == (2 * 18 + 1 + 2 * 4 + 9 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 312
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
@@ -109,7 +112,7 @@ def test_recorded_cli_answers_are_todays():
 @pytest.mark.parametrize(
     ("engine", "precision"),
     [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "tp-sp", "fsdp2-tp",
-                                 "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b")),
+                                 "fsdp2-tp-sp", "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b")),
      ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
 )  # fmt: skip
 def test_a_sample_measures_as_recorded(engine, precision):
@@ -119,7 +122,7 @@ def test_a_sample_measures_as_recorded(engine, precision):
     import make_results
     import measure_engines
 
-    world = 4 if engine == "fsdp2-tp" else 2  # FSDP2 x TP: a (2, 2) mesh
+    world = 4 if engine.startswith("fsdp2-tp") else 2  # FSDP2 x TP: a (2, 2) mesh
     old = next(r for r in ENGINES["runs"] if r["engine"] == engine and r["world"] == world
                and r["checkpointing"] == "full" and r["precision"] == precision)  # fmt: skip
     new = measure_engines.measure(old["family"], engine, world, old["precision"], old["checkpointing"])

@@ -326,6 +326,25 @@ def test_a_bad_global_batch_names_the_field(open_page, value):
     assert recorder.errors == []
 
 
+def test_sequence_parallel_at_one_rank_is_refused_by_the_step_and_read_by_the_planner(open_page):
+    """The switch at one tensor-parallel rank splits nothing in the step, which names it beside the switch (as
+    the CLI does); the planner still plans, its layouts with tp 2 or more running it, as --plan does."""
+    page, recorder = open_page()
+    page.check('[data-calc-form] [name="sequence-parallel"]')
+    error = page.locator('[data-error-for="sequence-parallel"]')
+    error.wait_for(state="visible")
+    assert "tensor-parallel ranks" in error.text_content()
+    want = cli_plan("--sequence-parallel")
+    assert want != cli_plan()  # the switch changes the layouts' peaks
+    first = {k: want[0][k] for k in ("devices", "dp", "tp", "micro_batch", "peak")}  # its first row's own peak
+    page.wait_for_function("want => Object.entries(want).every(([k, v]) => document.querySelector("
+                           "'[data-plan-row]')?.dataset[k.replace('_b', 'B')] === String(v))", arg=first,
+                           timeout=LIVE_TIMEOUT_MS)  # fmt: skip
+    wait_for_live_plan(page)
+    assert page.evaluate(PLAN_ROW_JS) == want
+    assert recorder.errors == []
+
+
 def gb(n: int) -> str:
     return f"{calc.format_gb(n)} GB"
 

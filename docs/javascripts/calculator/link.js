@@ -214,7 +214,7 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
       : `${path}${query ? `?${query}` : ""}${location.hash || (query ? `#${root.id}` : "")}`;
     written = query ? `?${query}` : "";
     address.write(url, push);
-    if (answer.step) showCommand(cliCommand(query, config.fields.switches));  // the numbers on show
+    if (answer.step) showCommand(cliCommand(query, config.fields.switches, undefined, config.fields.rows_only));
   }
   // Each flag unbroken after its "--" (hooks/flags.py's calc-flag), the command's text as cliCommand gives it.
   function showCommand(text) {

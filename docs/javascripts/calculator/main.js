@@ -73,6 +73,12 @@ function mount(root) {
     const kept = f.hfMode() && (result.field === HF_CONFIG || f.isShape(result.field))
       ? "; the numbers below are for the last model calc accepted" : "; the numbers shown are the last accepted";
     msg.showError(result.field, result.message + kept);
+    if (result.plans) {  // a switch the step refuses and the planner reads for itself (calc.web.answer_steps)
+      becomeReady();
+      planner.schedule();
+      root.dataset.stale = "true";
+      return;
+    }
     planner.cancel();
     planner.state("error", "The planner waits for valid inputs (see the message beside the field).");
     becomeReady();

@@ -34,13 +34,16 @@ export function linkQuery(given, defaults) {
 // differ from the defaults): `python -m calc` and a flag each, a switch (`switches`) as --name or --no-name (its
 // value read as calc reads one: a link's ?flash=1 or ?qkv-bias=yes is on), the
 // config.json as the file the reader saves it to (the CLI reads a file), a value quoted for a POSIX shell where
-// it holds anything but letters, digits and , . : + - _ / (a link's value may hold anything).
+// it holds anything but letters, digits and , . : + - _ / (a link's value may hold anything). The fields only
+// the planner and the fit list read (`rowsOnly`: the capacity, the global batch) are left out: the CLI's step
+// refuses them.
 const SHELL_SAFE = /^[A-Za-z0-9,.:+_/-]+$/;
 const shellQuote = (value) => (SHELL_SAFE.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`);
-export function cliCommand(query, switches = [], config = "config.json") {
+export function cliCommand(query, switches = [], config = "config.json", rowsOnly = []) {
   const words = ["python", "-m", "calc"];
   const on = new Set(switches);
   for (const [name, value] of new URLSearchParams(query)) {
+    if (rowsOnly.includes(name)) continue;
     if (name === "hf-config") words.push("--hf-config", config);
     else if (on.has(name)) words.push(parseBool(value) ? `--${name}` : `--no-${name}`);  // calc's yes, 1, on...
     else words.push(`--${name}`, shellQuote(value));
