@@ -1093,8 +1093,10 @@ scores and probabilities, b x heads / tp x s x s, kept for backward) where every
 `reshard_after_forward=False`, on the Llama; `fsdp2-tp-sp` the same as `fsdp2-tp` with the `tp-sp` plan over the
 "tp" dimension (torchtitan's two-dimensional default). `llama-tied` is
 Llama with 6 layers (the eager walk replays 5 and stretches the middle ones) and a tied head, and `qwen3_moe` is
-Qwen3-MoE with 4 experts a layer (top 2), both under FSDP2 only. Its checkpointed steps read 1.0002 (autocast) and
-1.0005 (fp32) high, as its one-device steps do (§13.1): the one-device walk's residual, not FSDP2's. `llama-mha` is
+Qwen3-MoE with 4 experts a layer (top 2), both under FSDP2, and `llama-tied` under `tp-hf` too (on 2 processes:
+its head is the embedding's split table, gathered as an untied head is). Qwen3-MoE's checkpointed steps read
+1.0002 (autocast) and 1.0005 (fp32) high, as its one-device steps
+do (§13.1): the one-device walk's residual, not FSDP2's. `llama-mha` is
 Llama with as many key/value heads as query heads (4, so that 4 processes split them) and a vocabulary of 128, so
 that its peak falls in the layers, where tensor parallelism's collectives are; it runs under `tp`, `tp-hf`,
 `tp-sp`, `tp-eager`, `fsdp2-tp` and `fsdp2-tp-sp` only. Over 3
@@ -1187,7 +1189,7 @@ parallelism are not replayed yet: the eager walk refuses them, naming the deck w
 whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
 fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of Qwen3-MoE, and
 peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp`, `tp-hf` and `tp-sp`, full training of
-Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with an untied head and a vocabulary the ranks divide,
+Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with a vocabulary the ranks divide, its head tied or not,
 `tp-sp` under the layers plan with a sequence the ranks divide), and of `fsdp2-tp` and `fsdp2-tp-sp` the same over
 the layers plan; of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or

@@ -107,15 +107,14 @@ def sequence_problem(seq: int | None, tp: int, plan: str) -> tuple[str, str] | N
 
 def plan_problem(shape: Shape, tp: int, plan: str) -> tuple[str, str] | None:
     """(field, what is not measured) where `plan` over `tp` ranks is not walked for this shape, or None: transformers'
-    plan on a tied head (the split table shared) or a vocabulary the ranks do not divide (DTensor pads it). The
-    CLI's and the page's check (calc.inputs) and calc.step's (calc.api) alike."""
+    plan on a vocabulary the ranks do not divide (DTensor pads it). A tied head is walked: the embedding's split
+    table, its head the gathered one (measured, llama-tied). The CLI's and the page's check (calc.inputs) and
+    calc.step's (calc.api) alike."""
     if plan != "transformers":
         return None
     if shape.vocab % tp:
         return "tp", (f"is measured where the ranks divide the vocabulary ({shape.vocab:,}) evenly: a --tp that "
                       "divides it, or --tp-plan layers")  # fmt: skip
-    if shape.tied:
-        return "tied", "is measured on untied heads: --no-tied, or --tp-plan layers"
     return None
 
 

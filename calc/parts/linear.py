@@ -32,7 +32,7 @@ class Linears:
         Linear4bit.forward) clones the base layer's result before adding the adapter's."""
         module = name.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]  # "q_proj", Phi-3's "gate_up_proj"
         split = self.st.tp > 1
-        if split and self.st.vocab_split and module == "lm_head":
+        if split and self.st.vocab_split and module in ("lm_head", "embedding"):  # a tied head: the embedding
             return self._gathered_head(x, width_in, width_out, name, bias, label, category)
         wrapped = self._from_local(x, name) if split and module in tensor.COLWISE and not self.st.sp else None
         four = self.st.qlora and module in QUANTIZED

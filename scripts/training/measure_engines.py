@@ -105,7 +105,7 @@ PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4), "pp-interleaved-1f1b": (2,)}
 MEASURED = {
     "llama": {**WORLDS, **TP, "fsdp2-zero2-tp": (4,), **FSDP2_LORA},
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
-    "llama-tied": FSDP2,
+    "llama-tied": {**FSDP2, "tp-hf": (2,)},  # transformers' plan on a tied head: the embedding's shard its weight
     "qwen3_moe": FSDP2,
     "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "tp-eager": (2,), "fsdp2-tp": (4,),
                   "fsdp2-tp-sp": (4,)},
@@ -438,8 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repredict", action="store_true", help="ask the CLI again; measure nothing")
     p.add_argument(
         "--only",
-        choices=FAMILIES + tuple(ENGINES) + (MIXED, "lora"),
-        help="measure this family's (engine's, precision's) cases, keep the others' as recorded",
+        choices=FAMILIES + tuple(ENGINES) + (MIXED, "lora") + tuple(f"{f}:{e}" for f in MEASURED for e in MEASURED[f]),
+        help="measure this family's (engine's, precision's, family:engine's) cases, keep the others' as recorded",
     )
     args = p.parse_args(argv)
     if args.repredict:
@@ -450,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         old = json.loads(RESULTS.read_text())["runs"] if args.only else []
         kept = [r for r in old if args.only not in (r["family"], r["engine"], r["precision"],
+                                                     f"{r['family']}:{r['engine']}",
                                                      "lora" if r["engine"] in LORA else "")]  # fmt: skip
         data = {"environment": measure_transformers.environment("cpu"), "runs_each": RUNS, "runs": []}
         for case in GRID:

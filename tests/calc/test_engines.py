@@ -529,15 +529,29 @@ def test_transformers_plan_splits_the_embedding_and_head_by_vocabulary(preset, t
     assert got["rank_peaks"] == [got["peak"]] * tp and got["engine"] == "tensor-parallel"
 
 
-@pytest.mark.parametrize(
-    ("preset", "vocab", "why"), [("llama-3.2-1b", 128256, "untied heads"), ("llama-7b", 32001, "divide the vocab")]
-)
-def test_transformers_plan_refuses_a_tied_head_and_an_uneven_vocabulary(preset, vocab, why):
-    """calc.step, like the CLI, walks transformers' plan on untied heads whose vocabulary the ranks divide (the
-    measured steps'): a tied head shares the split table, and DTensor pads an uneven one."""
-    shape = PRESETS[preset].replace(vocab=vocab)
-    with pytest.raises(ValueError, match=why):
+def test_transformers_plan_refuses_an_uneven_vocabulary():
+    """calc.step, like the CLI, walks transformers' plan where the ranks divide the vocabulary (the measured
+    steps'): DTensor pads an uneven one."""
+    shape = PRESETS["llama-7b"].replace(vocab=32001)
+    with pytest.raises(ValueError, match="divide the vocab"):
         calc.step(shape, 512, 1, "fp32-full", walk="eager", device="cpu", par=Parallel(tp=2, tp_plan="transformers"))
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_transformers_plan_on_a_tied_head_splits_the_one_table(tp):
+    """A tied head under transformers' plan (measured: llama-tied, tp-hf) is the embedding's table, split by
+    vocabulary once: the rank drops (V - V / tp) x h of it where an untied model drops that of two tables, and its
+    head is the gathered one (its columns of the logits, gathered whole), as an untied head's."""
+    preset = "llama-3.2-1b"  # a tied head, a vocabulary that 2 and 4 divide
+    shape = PRESETS[preset]
+    layers = _eager(preset, Parallel(tp=tp), recipe="autocast")
+    got = _eager(preset, Parallel(tp=tp, tp_plan="transformers"), recipe="autocast")
+    dropped = (shape.vocab - shape.vocab // tp) * shape.hidden  # one table's rows, not two
+    assert shape.tied and got["device_params"] == layers["device_params"] - dropped
+    made = lambda label: [e["bytes"] for e in got["events"] if e["label"] == label]  # noqa: E731
+    assert made("logits (this rank's columns)") == [2 * 512 * shape.vocab // tp]  # bf16 under autocast
+    assert made("16-bit copy of embedding.weight") == [2 * shape.vocab // tp * shape.hidden]  # the rank's rows
+    assert got["rank_peaks"] == [got["peak"]] * tp and got["peak"] < layers["peak"]
 
 
 @pytest.mark.parametrize(("par", "walk"), [(Parallel(tp=2, tp_plan="transformers"), "deck"),
@@ -569,7 +583,6 @@ def test_cli_runs_transformers_plan_and_says_it(capsys):
         (["--walk", "deck", "--tp", "2", "--tp-plan", "transformers"], "--tp-plan"),  # the deck's is Megatron's
         (["--walk", "deck", "--tp", "2", "--tp-plan", "layers"], "--tp-plan"),  # whichever plan is typed
         (["--tp", "2", "--tp-plan", "megatron"], "--tp-plan"),
-        (["--tp", "2", "--tp-plan", "transformers", "--preset", "llama-3.2-1b"], "--tied"),
         (["--tp", "2", "--tp-plan", "transformers", "--vocab", "32001"], "--tp"),
     ],
 )

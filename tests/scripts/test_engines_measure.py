@@ -27,7 +27,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
     at 2 (uneven) and 3 of a 6-layer Llama, twice as many micro-batches as processes; fp32 and autocast, and FSDP2's
-    bf16 policy where FSDP2 trains every parameter, checkpointing off and on; no refusal."""
+    bf16 policy where FSDP2 trains every parameter, checkpointing off and on; transformers' plan on the tied Llama
+    at 2; no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
     worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2}, "tp-hf": {2},
@@ -37,9 +38,11 @@ def test_every_engine_and_layout_is_recorded_and_answered():
         zero2 = {("fsdp2-zero2-tp", 4)} if family == "llama" else set()  # FSDP2 x TP with reshard_after_forward=False
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e, ws in worlds.items()
                                                                       for w in ws} | zero2  # fmt: skip
-    for family in ("llama-tied", "qwen3_moe"):
+    for family in ("llama-tied", "qwen3_moe"):  # and transformers' plan on the tied head
         assert {(e, w) for f, e, w, _, _ in cases if f == family} == {(e, w) for e in ("fsdp2", "fsdp2-zero2")
-                                                                      for w in (2, 3)}  # fmt: skip
+                                                                      for w in (2, 3)} | ({("tp-hf", 2)} if
+                                                                                          family == "llama-tied"
+                                                                                          else set())  # fmt: skip
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-mha"} == {(e, w) for e in ("tp", "tp-hf", "tp-sp")
                                                                       for w in (2, 4)} | {("fsdp2-tp", 4),
                                                                                           ("fsdp2-tp-sp", 4),
@@ -53,7 +56,7 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 18 + 1 + 2 * 4 + 9 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 312
+    assert len(runs) == len(cases) == (2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 316
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
