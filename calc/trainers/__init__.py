@@ -71,7 +71,8 @@ def _yaml(text: str) -> list[dict]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise Refused("trainer-config", f"not YAML: {getattr(e, 'problem', None) or e}{where}") from None
+        said = " ".join(str(getattr(e, "problem", None) or e).split())  # one line: a ReaderError's has two
+        raise Refused("trainer-config", f"not YAML: {said}{where}") from None
     except RecursionError:
         raise Refused("trainer-config", "not YAML: nested too deeply") from None
     if not docs or not all(isinstance(d, dict) and all(isinstance(k, str) for k in d) for d in docs):

@@ -174,6 +174,13 @@ def test_bad_configs_are_refused_naming_the_key(bad, key):
     assert e.value.key == key
 
 
+def test_a_control_character_is_refused_in_one_line():
+    """PyYAML's reader says where a NUL byte is on a second line: the refusal is one line (the CLI's, the page's)."""
+    with pytest.raises(trainers.Refused) as e:
+        trainers.apply({}, ["\x00base_model: x\n"])
+    assert e.value.key == "trainer-config" and "\n" not in e.value.why and "special characters" in e.value.why
+
+
 def test_hostile_yaml_is_refused_quickly():
     """An alias bomb (each list nine of the one before: 9^9 values) is refused before any reader turns one of
     its values into text (some format a value whole); a large but bounded use of aliases is read as references,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { cliCommand, linkQuery, readLink, tableCsv } from "../../docs/javascripts/calculator/url.js";
+import { cliCommand, linkQuery, mistyped, readLink, tableCsv } from "../../docs/javascripts/calculator/url.js";
 
 const KNOWN = ["preset", "heads", "kv-heads", "seq", "walk", "experts"];
 
@@ -9,6 +9,16 @@ test("a link's fields are read by calc's names; other parameters are ignored", (
   const { values, problems } = readLink("?walk=eager&experts=8&utm_source=x&fbclid=y", KNOWN);
   assert.deepEqual([...values], [["walk", "eager"], ["experts", "8"]]);
   assert.deepEqual(problems, []);
+});
+
+test("a parameter that looks like a field mistyped is ignored and said to be; a tracker's is not said", () => {
+  const { values, problems } = readLink("?Seq=16&sequence=8192&micro_batch=2&utm_source=x&fbclid=y&h=adam", KNOWN);
+  assert.deepEqual([...values], []);
+  assert.deepEqual(problems.map((p) => p.name), ["Seq", "sequence"]);
+  assert.match(problems[0].line, /“Seq” is not a setting here, and was ignored \(did you mean “seq”\?\)/);
+  assert.match(problems[1].line, /did you mean “seq”/);
+  assert.equal(mistyped("micro_batch", ["micro-batch"]), "micro-batch");
+  assert.equal(mistyped("utm_source", ["seq", "preset"]), null);
 });
 
 test("a field given twice keeps its first value and says so", () => {

@@ -3,22 +3,38 @@ import { quote } from "./format.js";
 import { parseBool } from "./values.js";
 
 // The fields a query string sets, by calc's field names (`known`, from the page's config): parameters that are
-// not fields (utm_source, fbclid...) are ignored; a field given twice keeps its first value and says so.
-// -> {values: Map(name -> raw string), problems: [{name, message}]}
+// not fields (utm_source, fbclid...) are ignored, but one that looks like a field mistyped (`mistyped`: "Seq",
+// "sequence") is said to be, with its line; a field given twice keeps its first value and says so.
+// -> {values: Map(name -> raw string), problems: [{name, message} or {name, line}]}
 export function readLink(search, known) {
   const names = new Set(known);
   const values = new Map();
   const counts = new Map();
+  const problems = [];
   for (const [key, value] of new URLSearchParams(search)) {
-    if (!names.has(key)) continue;
+    if (!names.has(key)) {
+      const meant = mistyped(key, known);
+      if (meant && !problems.some((p) => p.name === key)) {
+        problems.push({ name: key, line: `${quote(key)} is not a setting here, and was ignored (did you mean ${quote(meant)}?).` });
+      }
+      continue;
+    }
     counts.set(key, (counts.get(key) ?? 0) + 1);
     if (!values.has(key)) values.set(key, value);
   }
-  const problems = [];
   for (const [key, n] of counts) {
     if (n > 1) problems.push({ name: key, message: `given ${n} times; the first, ${quote(values.get(key))}, is used` });
   }
   return { values, problems };
+}
+
+// The field a link's parameter `key` that is none looks like a mistyping of, or null: the same name in other
+// letters' case ("Seq"), or a name that starts the other (at least 3 letters: "sequence", "micro"); a tracker's
+// parameter (utm_source, fbclid) starts none.
+export function mistyped(key, known) {
+  const k = key.toLowerCase().replaceAll("_", "-");
+  return known.find((name) => name === k) ??
+    known.find((name) => Math.min(name.length, k.length) >= 3 && (k.startsWith(name) || name.startsWith(k))) ?? null;
 }
 
 // The query string for inputs calc answered: every value that is not the form's default.
