@@ -318,8 +318,9 @@ def _validated(args: argparse.Namespace, raw: dict, flags: dict | None = None) -
     inputs = parse_inputs(raw, eager_beside=not rows)
     problem = mode_problem(args, raw if flags is None else flags)
     problem = problem or ((args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))
-    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)
-    problem = problem or refused or late_problem(inputs, args.plan)  # after the modes' own: --plan chooses --zero
+    problem = problem or late_problem(inputs, args.plan)  # after the modes' own (--plan chooses --zero), before
+    beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)  # the figure walks the step
+    problem = problem or refused
     if problem:
         raise InputError(*problem)
     problem = args.fit_card and fit_problem(inputs.shape, inputs.walk)

@@ -574,8 +574,8 @@ def eager_problem(
         return problem
     if par.tp > 1 and (par.dp > 1 or par.zero) and (par.zero < 2 or par.dp == 1):
         return "tp", ("the eager walk runs tensor parallelism alone, or beside FSDP2 over data-parallel processes "
-                      "(DDP or ZeRO 1 beside it is not modelled yet): --dp 2 or more with --zero 2 or 3, --dp 1 and "
-                      "--zero 0, or the deck walk")  # fmt: skip
+                      "(DDP or ZeRO 1 beside it is not modelled yet): --dp 2 or more with --zero 2 or 3, or --dp 1 "
+                      "and --zero 0, or the deck walk")  # fmt: skip
     if par.zero and par.dp == 1:
         return "zero", "ZeRO shards over data-parallel processes: give --dp 2 or more, or --zero 0"
     if par.dp > 1 and shape.family == "decoder":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Generator
 from dataclasses import replace
@@ -56,7 +57,21 @@ def eager_unavailable(inputs: Run) -> str | None:
     problem = problem or (not tune.default and eager_tuning_problem(tune, shape))
     if not problem and inputs.walk == "deck" and par.devices > 1:  # the eager walk's engine for the layout
         problem = engine_problem(shape, par, inputs.recipe, inputs.device, tune, inputs.loop)
-    return DECK_SUGGESTED.sub("", problem[1]) if problem else None  # shown beside the deck walk's figure
+        passes = layer_passes(shape.layers, par.pp, inputs.grad_accum or par.pp)
+        if not problem and (passes > PAGE_EAGER_LAYERS or par.dp * par.tp > BESIDE_RANKS):
+            return (f"the eager figure beside the deck's walks at most {PAGE_EAGER_LAYERS:,} layers a stage (counted "
+                    f"once a micro-batch) and {BESIDE_RANKS} data- and tensor-parallel ranks, at every change: the "
+                    "CLI's --walk eager answers this layout")  # fmt: skip
+    return _beside(problem[1]) if problem else None
+
+
+BESIDE_RANKS = 64  # the figure beside the deck's walks each rank's share at every change: a bound on its time
+
+
+def _beside(reason: str) -> str:
+    """An eager refusal as said beside the deck walk's figure: without its pointer to the deck walk (", or the deck
+    walk", "or the deck walk without --device")."""
+    return DECK_SUGGESTED.sub("", re.sub(r",? or the deck walk without --device$", "", reason))
 
 
 def eager_beside(inputs: Run, step: dict | None = None) -> dict:
@@ -71,7 +86,10 @@ def eager_beside(inputs: Run, step: dict | None = None) -> dict:
         return {"available": False, "reason": reason}
     how = eager_how(tune, inputs.loop, inputs.device)
     if inputs.walk == "deck" and inputs.par.devices > 1:  # the layout's ranks (or stages) under their engine
-        step = run_step(replace(inputs, walk="eager"))
+        try:
+            step = run_step(replace(inputs, walk="eager"))
+        except ValueError as e:  # calc.api's own checks, should one be missed above
+            return {"available": False, "reason": _beside(str(e))}
         how = f"{how}; {engine_text(step)}"
     if step is not None and step["config"]["walk"] == "eager":
         top, event = step["peak"], step["peak_event"]
@@ -107,6 +125,7 @@ def engine_text(step: dict) -> str:
     words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if par["zero"] == 1 else "",
                                   "fsdp2": f" with reshard_after_forward={par['zero'] == 3}" + (
                                       f" over {par['tp']} tensor-parallel ranks of the layers plan"
+                                      + (" with sequence parallelism" if par["sequence_parallel"] else "")
                                       if par["tp"] > 1 else ""),
                                   "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
                                   + (f" with {stages} stages a rank" if stages > 1 else ""),

@@ -95,6 +95,9 @@ def test_learned_positions_default_to_the_context(capsys):
         (["--capacity-gb", "1e3", "--plan"], "capacity-gb"),
         (["--walk", "eager", "--tp", "2", "--sequence-parallel", "--tp-plan", "transformers"], "sequence-parallel"),
         (["--sequence-parallel"], "sequence-parallel"),  # the deck walk too: one rank splits nothing
+        (["--dp", "4", "--device", "cpu", "--tp-plan", "transformers"], "tp-plan"),  # before the figure beside
+        (["--dp", "4", "--device", "cpu", "--pp-schedule", "gpipe"], "pp-schedule"),
+        (["--pp", "2", "--grad-accum", "64", "--recipe", "autocast", "--device", "cpu"], "device"),  # too long
         (["--sequence-parallel", "--table"], "sequence-parallel"),
         (["--walk", "eager", "--pp", "2"], "recipe"),  # the default mixed recipe: a pipeline steps fp32 parameters
         (["--walk", "lazy"], "walk"),

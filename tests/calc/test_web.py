@@ -107,6 +107,20 @@ def test_the_eager_figure_beside_the_decks_layout_is_its_engines_busiest_rank(la
     assert said.returncode == 0 and json.loads(said.stdout)["eager"]["peak"] == beside["peak"]
 
 
+@pytest.mark.parametrize(("layout", "said"), [
+    ({"pp": "2", "grad-accum": "64"}, "at most 256 layers a stage"),  # 1,024 passes of a stage
+    ({"dp": "128", "zero": "3"}, "64 data- and tensor-parallel ranks"),
+    ({"dp": "2", "tp": "2"}, "--dp 2 or more with --zero 2 or 3, or --dp 1 and --zero 0"),  # DDP x TP
+    ({"dp": "4", "zero": "3", "device": "cuda"}, "gloo only (on CUDA its collectives run on streams of their own)"),
+])  # fmt: skip
+def test_the_eager_figure_beside_a_layout_is_bounded_and_says_why_not(layout, said):
+    """Beside the deck's figure the eager walk runs at every change: a layout too long or too wide for that, or
+    one it does not replay, shows the reason instead (no pointer to the deck walk the reader is in)."""
+    inputs = {"preset": "llama-7b", "recipe": "autocast", "device": "cpu", **layout}
+    beside = web.eager_beside(calc.inputs.parse_inputs(inputs, eager_beside=True))
+    assert beside["available"] is False and said in beside["reason"] and "deck walk" not in beside["reason"]
+
+
 def test_eager_walk_beside_the_deck():
     """The page gets the eager walk's peak for the same step beside the deck's, or the reason it has none."""
     out = json.loads(web.handle(json.dumps({"inputs": {"preset": "llama-7b", "seq": 512, "attention": "eager"}})))

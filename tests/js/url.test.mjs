@@ -19,6 +19,8 @@ test("a parameter that looks like a field mistyped is ignored and said to be; a 
   assert.match(problems[1].line, /did you mean “seq”/);
   assert.equal(mistyped("micro_batch", ["micro-batch"]), "micro-batch");
   assert.equal(mistyped("utm_source", ["seq", "preset"]), null);
+  assert.equal(mistyped("share", ["shared-expert-ffn"]), null);  // a shorter word is no mistyped name
+  assert.equal(mistyped("seq_len", ["seq", "seq-len-x"]), "seq");
 });
 
 test("a field given twice keeps its first value and says so", () => {

@@ -333,6 +333,18 @@ def test_clearing_the_links_other_settings_takes_their_notice_along(open_page, q
     assert recorder.errors == []
 
 
+@pytest.mark.parametrize("query", ["?Seq=4096", "?sequence=8192&utm_source=x"])
+def test_a_link_of_mistyped_names_alone_says_what_it_ignored(open_page, query):
+    """A link whose only parameters look like fields mistyped (?Seq=, ?sequence=) opens at the defaults and says,
+    in its notice, which it ignored and the field each resembles; a tracker's parameter is not named."""
+    page, recorder = open_page(query)
+    settle(page)
+    assert page.locator("[data-calc-notice]").is_visible()
+    lines = page.evaluate(LINK_LINES)
+    assert len(lines) == 1 and "is not a setting here, and was ignored (did you mean “seq”?)" in lines[0], lines
+    assert recorder.errors == []
+
+
 @pytest.mark.parametrize("query", [
     "",
     "?preset=gpt2&seq=512&tied=false",

@@ -79,7 +79,10 @@ export function createLink(root, config, f, notice, takeConfig, changed = () => 
   function read() {
     const { values, problems: found } = readLink(location.search, config.fields.all);
     problems.push(...found);
-    if (!values.size) return;
+    if (!values.size) {  // a link of mistyped names alone (?Seq=4096) still says what it ignored
+      if (problems.length) showNotice();
+      return;
+    }
     let preset = config.defaults.preset;
     if (values.has(HF_CONFIG)) {
       if (values.has("preset")) say("preset", "a link gives a preset or a config.json, not both; the config is used");

@@ -95,7 +95,8 @@ function mount(root) {
     const result = await numbers;
     if (result.superseded || ticket !== asked) return;
     performance.mark("calc:answered");
-    if (!result.ok && (link.refused(result) || link.dropped(result))) { update(); return; }
+    // a switch the step refuses and the planner reads (result.plans) stays as the link gave it
+    if (!result.ok && !result.plans && (link.refused(result) || link.dropped(result))) { update(); return; }
     f.state.fromLink.clear();
     if (!result.ok && result.field === "seq" && seqKept) {  // the typed sequence does not suit the new model
       msg.notes.set("seq", seqResetNote(f.valueOf("seq"), f.words(result.message)));

@@ -29,12 +29,11 @@ export function readLink(search, known) {
 }
 
 // The field a link's parameter `key` that is none looks like a mistyping of, or null: the same name in other
-// letters' case ("Seq"), or a name that starts the other (at least 3 letters: "sequence", "micro"); a tracker's
-// parameter (utm_source, fbclid) starts none.
+// letters' case or with _ for - ("Seq", "micro_batch"), or a longer word that starts with a name of at least 3
+// letters ("sequence", "seq_len"); a tracker's parameter (utm_source, fbclid) starts with none.
 export function mistyped(key, known) {
   const k = key.toLowerCase().replaceAll("_", "-");
-  return known.find((name) => name === k) ??
-    known.find((name) => Math.min(name.length, k.length) >= 3 && (k.startsWith(name) || name.startsWith(k))) ?? null;
+  return known.find((name) => name === k) ?? known.find((name) => name.length >= 3 && k.startsWith(name)) ?? null;
 }
 
 // The query string for inputs calc answered: every value that is not the form's default.
