@@ -463,8 +463,13 @@ def test_what_pytorch_allocates_and_its_measured_error_follow_the_inputs(open_pa
         bands["gpt2"]["low"],
         bands["gpt2"]["high"],
     )
-    change(page, "dp", "2")
-    assert "one device" in eager_shown(page)["reason"] and eager_shown(page)["peak"] is None
+    change(page, "dp", "2")  # beside the deck's layout: the busiest rank of the engine that runs it, DDP
+    asked = {"recipe": "autocast", "attention": "eager", "seq": "512", "preset": "gpt2", "dp": "2"}
+    ddp = answer_for(asked)["eager"]
+    assert eager_shown(page)["peak"] == ddp["peak"] > gpt2["peak"]  # its buckets: a second copy of the gradients
+    assert "the busiest of 2 ranks of DDP" in line.text_content()
+    change(page, "zero", "3")  # FSDP2, measured on the CPU only: the reason, and no figure
+    assert "on the CPU with gloo only" in eager_shown(page)["reason"] and eager_shown(page)["peak"] is None
     assert recorder.errors == []
 
 
