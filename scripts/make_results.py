@@ -1224,16 +1224,16 @@ def workspace_held(row: dict, rank: int) -> bool:
 
 def unseen_reduced(row: dict, rank: int) -> bool:
     """Whether a tensor-parallel rank reads high by exactly one all-reduce output of o or down (the hidden state,
-    b x s x h values in the matmul's dtype: bf16 under autocast), or under transformers' plan of the embedding
-    (b x s x h in fp32, the table's dtype, autocast or not), within a kilobyte, from a start equal to its lowest
-    peer's or above it by that block (one of the step before): a functional collective's output whose last
-    reference went with its work on gloo's thread."""
+    b x s x h values in the matmul's dtype: bf16 under autocast), or of a column-wise linear's input gradient in
+    backward (b x s x h in fp32: the input is wrapped before autocast casts it), or under transformers' plan of
+    the embedding (b x s x h in fp32), within a kilobyte, from a start equal to its lowest peer's or above it by
+    that block (one of the step before): a functional collective's output whose last reference went with its
+    work on gloo's thread."""
     if row["engine"] not in ("tp", "tp-hf", "fsdp2-tp", "fsdp2-zero2-tp"):  # FSDP2 x TP: the layers plan's too
         return False
     r, m = row["ranks"][rank], row["model"]
     hidden = row["seq"] * row["micro_batch"] * m["hidden_size"]
-    reduced = {hidden * (2 if row["precision"] == "autocast" else 4)}
-    reduced |= {4 * hidden} if row["engine"] == "tp-hf" else set()  # the embedding's, in the table's fp32
+    reduced = {hidden * (2 if row["precision"] == "autocast" else 4), 4 * hidden}  # forward's, backward's
     lowest = min(x["measured_start"] for x in row["ranks"])
     high = r["measured_peak"] - r["predicted_peak"]
     above = r["measured_start"] - lowest

@@ -141,9 +141,9 @@ def test_the_decoder_reads_its_bytes(open_page):
 
 
 def test_messages_name_the_forms_labels_and_a_configs_own_value_is_refused_under_its_box(open_page):
-    """Item 7: a fine-tuning beside a pipeline names “Pipeline stages”, not --pp, and the eager figure's reason
-    names “Sequence parallel”, not --sequence-parallel; a config.json too large to count is refused under the
-    config box, not under Layers (which shows the previous model's value)."""
+    """Item 7: a fine-tuning beside a pipeline names “Pipeline stages”, not --pp, and the step's refusal of sequence
+    parallelism at one rank names “Tensor parallel” and the planner, not --tp and --plan; a config.json too large
+    to count is refused under the config box, not under Layers (which shows the previous model's value)."""
     page, recorder = open_page()
     change(page, "pp", "2")
     page.select_option('[name="finetune"]', "lora")  # refused: no redraw comes
@@ -154,10 +154,10 @@ def test_messages_name_the_forms_labels_and_a_configs_own_value_is_refused_under
                                   "num_attention_heads": 64, "num_key_value_heads": 64}
     change(page, "finetune", "full")
     change(page, "pp", "1")
-    page.check('[name="sequence-parallel"]')  # the eager walk replays no sequence parallelism
-    page.wait_for_function("() => document.querySelector('[data-out=\"eager-reason\"]')?.textContent.trim()")
-    reason = page.text_content('[data-out="eager-reason"]')  # calc's reason for no eager walk, in the form's words
-    assert "“Sequence parallel”" in reason and "--sequence-parallel" not in reason
+    page.check('[name="sequence-parallel"]')  # at one tensor-parallel rank the step refuses it
+    page.wait_for_function("() => document.querySelector('[data-error-for=\"sequence-parallel\"]')?.textContent.trim()")
+    reason = page.text_content('[data-error-for="sequence-parallel"]')  # calc's reason, in the form's words
+    assert "“Tensor parallel”" in reason and "the planner" in reason and "--" not in reason
     page.uncheck('[name="sequence-parallel"]')
     paste(page, json.dumps(huge))
     error = page.locator('[data-error-for="hf-config"]')
