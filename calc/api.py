@@ -164,17 +164,38 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
     (`ranks`)."""
     m, peaks, busiest = loop.grad_accum, [], None  # busiest: (stage, segments, (peak, at)), the first highest
     for s in range(par.pp):
-        segs = eager.segments(*args[:-1], loops.BARE, engine=pipeline.PipelineStage(par.pp, s, par.pp_schedule, m))
-        top = peak(segs)
-        peaks.append(top[0])
-        if busiest is None or top[0] > busiest[2][0]:
-            busiest = (s, segs, top)
+        stage_peaks = [0] * par.dp  # each data-parallel rank's, walked once for the ranks alike
+        for d, alike in _dp_ranks(args[0], par, s).items():
+            rank = pipeline.PipelineStage(par.pp, s, par.pp_schedule, m, par.dp, par.tp, par.zero == 2, d)
+            segs = eager.segments(*args[:-1], loops.BARE, engine=rank)
+            top = peak(segs)
+            if busiest is None or top[0] > busiest[2][0]:
+                busiest = (s, segs, top)
+            for i in alike:
+                stage_peaks[i] = top[0]
+        peaks += stage_peaks
     stage, segs, (top, at) = busiest
     rank = pipeline.PipelineStage(par.pp, stage, par.pp_schedule, m)
     per_layer = next(sum(e.bytes for e in s.events if e.category == "activations") for s in segs
                      if s.reps and s.events[0].phase == "forward")  # fmt: skip
-    return Walked(stage, rank.in_flight, rank.accumulating, segs, top, at, category_peaks(segs), per_layer,
-                  tuple(peaks))  # fmt: skip
+    # every process, stage by stage (the pipeline's dimension outermost), a stage's tensor-parallel ranks alike
+    ranks = tuple(p for p in peaks for _ in range(par.tp)) if par.devices <= RANKS_LISTED else ()
+    return Walked(stage, rank.in_flight, rank.accumulating, segs, top, at, category_peaks(segs), per_layer, ranks)
+
+
+def _dp_ranks(shape: Shape, par: Parallel, stage: int) -> dict[int, list[int]]:
+    """A pipeline stage's data-parallel ranks, grouped by what they hold, in rank order: {the first of a group: its
+    ranks}. Beside DDP every rank holds alike; beside FSDP2 (ZeRO 2) a rank holds its rows of each tensor, which
+    differ where dp does not divide a tensor's rows (calc.engines.fsdp.local)."""
+    if par.zero != 2:
+        return {0: list(range(par.dp))}
+    sub = replace(shape, layers=len(stage_layers(shape, par.pp, stage)))
+    sub = tensor.TensorParallel(par.tp).local(sub) if par.tp > 1 else sub  # FSDP2 shards a tp rank's tensors
+    stored = optim_step.stage_params(sub, finetune.DEFAULT, stage == 0, stage == par.pp - 1, stored=True)
+    groups: dict[tuple, list[int]] = {}
+    for d in range(par.dp):
+        groups.setdefault(tuple(fsdp.local(p, par.dp, d) for p in stored), []).append(d)
+    return {ranks[0]: ranks for ranks in groups.values()}
 
 
 RANKS_LISTED = 1024  # step's "rank_peaks" lists every rank's peak up to this many processes
@@ -198,10 +219,10 @@ def engine_name(par: Parallel) -> str:
     """The engine the eager walk runs this layout on, as --engine names it (step's "engine"): ddp (with
     ZeroRedundancyOptimizer under ZeRO 1), fsdp2 (over tensor parallelism's ranks too), or tensor-parallel; "" on
     one device."""
+    if par.pp > 1:  # beside DDP or tensor parallelism too
+        return "pipeline"
     if par.tp > 1 and par.dp == 1:
         return "tensor-parallel"
-    if par.pp > 1:
-        return "pipeline"
     return "" if par.dp == 1 else next(e for e, stages in ENGINES.items() if str(par.zero) in stages)
 
 
@@ -259,9 +280,14 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
         alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SINGLE.pp_schedule,
                         tp_plan=SINGLE.tp_plan, sequence_parallel=False) == SINGLE
         two = par.dp > 1 and par.tp > 1 and par.pp == 1 and par.zero > 1  # FSDP2 x TP
-        if not alone or (sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1 and not two):
+        staged = par.pp > 1 and (par.dp == 1 or par.tp == 1 or par.zero == 2)  # beside DDP, FSDP2, TP or FSDP2 x TP
+        if not alone or (sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1 and not (two or staged)):
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
-                             "pipeline alone, or FSDP2 over tensor parallelism's ranks: use the deck walk")  # fmt: skip
+                             "pipeline alone, FSDP2 over tensor parallelism's ranks, or a pipeline beside DDP, FSDP2, "
+                             "tensor parallelism or FSDP2 over it: use the deck walk")  # fmt: skip
+        if par.pp > 1 and (par.zero not in (0, 2) or par.tp_plan != SINGLE.tp_plan or par.sequence_parallel):
+            raise ValueError("the eager walk's pipeline runs beside DDP (ZeRO 0), FSDP2 (ZeRO 2) or the layers "
+                             "plan without sequence parallelism")  # fmt: skip
         if two and (par.tp_plan != SINGLE.tp_plan or RECIPES[recipe].computes):
             raise ValueError("the eager walk's FSDP2 x TP runs the layers plan (with or without sequence "
                              "parallelism) over fp32 parameters (fp32-full or autocast)")  # fmt: skip
@@ -361,8 +387,11 @@ def _device_total(shape: Shape, par: Parallel, walk: str, stage: int) -> int:
     """The parameters one device holds before ZeRO: under the eager walk's tensor parallelism the local model's
     (calc.engines.tensor, its embedding and head whole, or split by vocabulary under transformers' plan); under
     interleaved 1F1B its stages' (calc.engines.pipeline); else the deck's split (calc.parallel.device_params)."""
-    if walk == "eager" and par.tp > 1:
-        return param_counts(tensor.TensorParallel(par.tp, par.tp_plan).stored(shape))["total"]
+    if walk == "eager" and par.tp > 1:  # a pipeline's stage of the local model (calc.engines.pipeline)
+        local = tensor.TensorParallel(par.tp, par.tp_plan).stored(shape)
+        if par.pp == 1:
+            return param_counts(local)["total"]
+        shape, par = local, replace(par, tp=1)
     rank = pipeline.PipelineStage(par.pp, stage, par.pp_schedule, 1)
     if walk == "eager" and rank.looped:  # interleaved 1F1B: the rank's stages of rank.count
         return sum(device_params(shape, replace(par, pp=rank.count), s)["total"] for s in rank.stages)

@@ -462,26 +462,43 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
     recipe, device, tune = args[2], args[5], args[6]
     parts, params, buffers, held = {}, [], [], 0
     autocast = RECIPES[recipe].autocast  # the layers' outputs in the weights' dtype, the head's in 16 bits
+    local = tensor.TensorParallel(stage.tp).local if stage.tp > 1 else lambda sub: sub  # the layers plan's share
+    stored, unit = [], finetune.trained_recipe(recipe, tune).gradients  # FSDP2's tensors, in model order
     for s in stage.stages:
         first, last = s == 0, s == stage.count - 1
         layers = stage_layers(shape, stage.count, s)
-        sub = replace(shape, layers=len(layers))  # the stage's layers, numbered from 1 in its replay
+        sub = local(replace(shape, layers=len(layers)))  # the stage's layers, numbered from 1 in its replay
         below = layers.start - 1  # the model's numbers
-        rp, st, replayed = _replayed(sub, args, stage=(first, last), below=below)
-        later = _replayed(sub, args, accumulate=True, stage=(first, last), below=below)[2]
+        how = {"stage": (first, last), "below": below, **({"tp": stage.tp} if stage.tp > 1 else {})}
+        rp, st, replayed = _replayed(sub, args, **how)
+        later = _replayed(sub, args, accumulate=True, **how)[2]
         forward = [_shifted(g, below) for g in replayed if g.events[0].phase == "forward"]
         backward = ([_shifted(g, below) for g in replayed if g.events[0].phase != "forward"],
                     [_shifted(g, below) for g in later if g.events[0].phase != "forward"])  # fmt: skip
-        params += optim_step.stage_params(sub, tune, first, last)
+        mine = optim_step.stage_params(sub, tune, first, last)
+        params += mine
         act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act))
         logits = rp.blocks(st.tokens * shape.vocab * (2 if autocast else st.act))
         buffers += stage.buffers(s, act, logits)
+        gather, reduce = (), ()
+        if stage.shard:  # FSDP2 around the stage's layers and module (calc.engines.fsdp.staged)
+            stored += optim_step.stage_params(sub, tune, first, last, stored=True)
+            gather, reduce = fsdp.staged(fsdp.FullyShard(stage.dp, False), optim_step.stage_groups(sub, first, last),
+                                         unit, rp.blocks, below)  # fmt: skip
+            held += sum(e.bytes for e in reduce if e.category == "gradients")  # the shards for the unsharded
+        elif stage.dp > 1:  # DDP around the stage's module: its buckets (calc.engines.pipeline)
+            b = ddp.DataParallel(stage.dp).buckets(mine, unit, rp.block)
+            buffers.append(b._replace(label=f"{b.label}{f' (stage {s})' if stage.looped else ''}"))
         after = [Event("backward", f"free {t.label}", t.category, rp.blocks(-t.nbytes), "the stage's backward returns: "
                        "the micro-batch's graph goes") for t in rp.after]  # fmt: skip
         parts[s] = pipeline.Part(forward, backward, 0 if last else act, rp.blocks(rp.sent.nbytes) if rp.sent else 0,
-                                 after)  # fmt: skip
+                                 after, tuple(gather), tuple(reduce))  # fmt: skip
         held += phases.gradients_held(backward[0])
     start = resident_state(sum(p.numel for p in params), recipe)
+    if stage.shard:  # a rank of FSDP2: its rows of the weights and of AdamW's state
+        share = tuple(fsdp.local(p, stage.dp, stage.dp_rank) for p in stored)
+        start = fsdp.resident(start, stored, stored, fsdp.FullyShard(stage.dp, False, share), RECIPES[recipe].weights)
+        params = list(share)
     if stage.first or stage.last:  # the step's input ids (first) or labels (last), every micro-batch's
         start.append(Event("start", f"token ids (int64) of the step's {stage.micro_batches} micro-batches",
                            "activations", 8 * st.tokens * stage.micro_batches, "s x b x 8 bytes a micro-batch"))

@@ -534,9 +534,9 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
     if par.tp > 1 and engine == "ddp":
         return "engine", ("DDP beside tensor parallelism is not modelled: --engine fsdp2 with --dp 2 or more and "
                           "--zero 2 or 3 (FSDP2 over its ranks), or leave --engine unset")  # fmt: skip
-    if par.pp > 1 or (par.tp > 1 and par.dp == 1):
-        return "engine", ("names the engine over data-parallel processes: leave it unset beside --pp, and beside "
-                          "--tp give --dp 2 or more (FSDP2 over its ranks)")  # fmt: skip
+    if (par.pp > 1 or par.tp > 1) and par.dp == 1:
+        return "engine", ("names the engine over data-parallel processes: give --dp 2 or more (DDP beside --pp, FSDP2 "
+                          "beside --tp)")  # fmt: skip
     if par.dp == 1:
         return "engine", "names the engine over data-parallel processes: give --dp 2 or more"
     if str(par.zero) not in ENGINES[engine]:
@@ -562,11 +562,10 @@ def eager_problem(
     if par.tp > 1 and par.dp > 1 and par.tp_plan != tensor.PLANS[0]:
         return "tp-plan", ("the eager walk's FSDP2 over tensor parallelism runs the layers plan: --tp-plan layers, "
                            "or --dp 1 with --zero 0 and no --engine, or the deck walk")  # fmt: skip
+    if par.pp > 1 and (problem := _beside_pipeline(par)):
+        return problem
     if par.sequence_parallel and (problem := tensor.sequence_problem(seq, par.tp, par.tp_plan)):
         return problem
-    if par.pp > 1 and (par.dp > 1 or par.tp > 1 or par.zero):
-        return "pp", ("the eager walk runs a pipeline alone (DDP, FSDP2 or tensor parallelism beside its stages is not "
-                      "modelled yet): --dp 1, --tp 1 and --zero 0, or the deck walk")  # fmt: skip
     if par.pp > 1 and par.pp_schedule == "1f1b" and grad_accum is not None and grad_accum < par.pp:
         return "grad-accum", (f"torch's Schedule1F1B needs at least as many micro-batches as stages: --grad-accum "
                               f"{par.pp} or more (its default), or --pp-schedule gpipe")  # fmt: skip
@@ -591,6 +590,32 @@ def eager_problem(
     return ("attention", lacks) if lacks else None
 
 
+def _beside_pipeline(par: Parallel) -> tuple[str, str] | None:
+    """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP over
+    each stage's module, or the layers plan over each stage's layers: calc.engines.pipeline), or None."""
+    if par.dp > 1 and par.tp > 1 and par.zero != 2:
+        return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
+                      "FSDP2 over tensor parallelism's ranks (--zero 2), not DDP and tensor parallelism together: "
+                      "--dp 1, --tp 1 or --zero 2, or the deck walk")  # fmt: skip
+    if par.zero not in (0, 2):
+        return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0) or FSDP2 with reshard_after_forward=False "
+                        "(ZeRO 2, torchtitan's default beside a pipeline): ZeroRedundancyOptimizer, or FSDP2 "
+                        "resharding after each forward, beside its stages is not modelled yet: --zero 0 or 2, or the "
+                        "deck walk")  # fmt: skip
+    if par.zero == 2 and pipeline.stages_a_rank(par.pp_schedule) > 1:
+        return "pp-schedule", ("the eager walk's FSDP2 beside a pipeline runs one stage a rank (interleaved 1F1B "
+                               "reduces each stage at its own point of the order, not modelled): --pp-schedule 1f1b "
+                               "or gpipe, or --zero 0")  # fmt: skip
+    if par.tp > 1 and par.tp_plan != tensor.PLANS[0]:
+        return "tp-plan", ("the eager walk's pipeline runs beside the layers plan (transformers' plan splits the "
+                           "embedding and head, which a stage cut by hand does not keep): --tp-plan layers, or the "
+                           "deck walk")  # fmt: skip
+    if par.sequence_parallel:
+        return "sequence-parallel", ("the eager walk's pipeline runs beside tensor parallelism without sequence "
+                                     "parallelism: leave --sequence-parallel unset, or the deck walk")  # fmt: skip
+    return None
+
+
 ZERO1_RANKS = 1024  # the eager walk's ZeRO 1 walks each distinct share (calc.api.eager_walk): a bound on its time
 FSDP2_RANKS = 1024  # and FSDP2 each rank's rows (ranks differ where dp does not divide a parameter's rows)
 FSDP2_RECIPES = ("fp32-full", "autocast", "fsdp-bf16")  # fully_shard of fp32 parameters, or its bf16 policy
@@ -613,6 +638,9 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
     if shape.moe_layers and tune.adapters and (par.dp > 1 or par.tp > 1 or par.pp > 1):
         return "finetune", ("LoRA on a mixture of experts is measured on one device only: no walk answers it over "
                             "several processes yet")  # fmt: skip
+    if par.pp > 1:  # beside tensor parallelism, the layers plan's checks too
+        return pipeline_problem(shape, par, recipe, device, tune, loop) or (  # a pipeline's micro-batches
+            tensor_problem(shape, par, recipe, device, tune, replace(loop, grad_accum=1)) if par.tp > 1 else None)
     if par.tp > 1 and par.dp > 1:  # FSDP2 x TP: the layers plan's checks, and FSDP2's full training
         problem = tensor_problem(shape, par, recipe, device, tune, loop)
         if not problem and par.dp * par.tp > FSDP2_RANKS:
@@ -620,8 +648,6 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
         return problem
     if par.tp > 1:
         return tensor_problem(shape, par, recipe, device, tune, loop)
-    if par.pp > 1:
-        return pipeline_problem(shape, par, recipe, device, tune, loop)
     if par.dp == 1 or not par.zero:
         return None
     if par.zero == 1:

@@ -84,6 +84,14 @@ def model_groups(shape: Shape, tune: finetune.Tuning = finetune.DEFAULT) -> list
     return [(embed + tail, []), *((layer + adapters, adapters) for layer in layers)]
 
 
+def stage_groups(shape: Shape, first: bool, last: bool) -> list[tuple[list[Param], list[Param]]]:
+    """model_groups of one pipeline stage whose layers are `shape`'s (full training): its root (the embedding on
+    the first stage, the final norm and head on the last; nothing in between), then each of its layers."""
+    embed, layers, tail = _as_stored(shape)
+    root = (embed if first else []) + (tail if last else [])
+    return [(g, g) for g in [root, *layers]]
+
+
 def model_params(shape: Shape) -> list[Param]:
     """Every parameter tensor of the model in model.parameters() order, each as stored: full training's
     trainable tensors, each with its first dimension as its rows."""
@@ -114,10 +122,11 @@ def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
     return embedding + layers + _stored(outer["final_norm"] + outer["head"])
 
 
-def stage_params(shape: Shape, tune: finetune.Tuning, first: bool, last: bool) -> list[Param]:
+def stage_params(shape: Shape, tune: finetune.Tuning, first: bool, last: bool, stored: bool = False) -> list[Param]:
     """The trainable tensors of one pipeline stage whose layers are `shape`'s: the blocks, the embedding on the
-    first stage, the final norm and the head on the last (calc.engines.pipeline)."""
-    outer, params = inventory.outer_tensors(shape), trainable(shape, tune)
+    first stage, the final norm and the head on the last (calc.engines.pipeline); `stored`: each as stored, its
+    rows FSDP2's (model_params: full training only)."""
+    outer, params = inventory.outer_tensors(shape), model_params(shape) if stored else trainable(shape, tune)
     front = len(outer["embedding"] + outer["positions"]) if finetune.embedding_trains(tune) and not first else 0
     back = 0 if last else len(_stored(outer["final_norm"] + outer["head"]))
     return params[front : len(params) - back]

@@ -84,19 +84,19 @@ def eager_beside(inputs: Run, step: dict | None = None) -> dict:
     reason = eager_unavailable(inputs)
     if reason:
         return {"available": False, "reason": reason}
-    how = eager_how(tune, inputs.loop, inputs.device)
-    if inputs.walk == "deck" and inputs.par.devices > 1:  # the layout's ranks (or stages) under their engine
+    loop, beside = inputs.loop, inputs.walk == "deck" and inputs.par.devices > 1  # beside: the layout's ranks
+    if beside:  # (or stages) under their engine
         try:
             step = run_step(replace(inputs, walk="eager"))
         except ValueError as e:  # calc.api's own checks, should one be missed above
             return {"available": False, "reason": _beside(str(e))}
-        how = f"{how}; {engine_text(step)}"
     if step is not None and step["config"]["walk"] == "eager":
         top, event = step["peak"], step["peak_event"]
+        loop = replace(loop, grad_accum=step["config"]["grad_accum"])  # a pipeline's micro-batches: pp by default
     else:
         top, event = eager_peak(shape, inputs.seq, inputs.micro_batch, inputs.recipe, inputs.recompute,
                                 inputs.attention, inputs.device, tune, None if inputs.loop == BARE else inputs.loop)
-    loop = inputs.loop
+    how = eager_how(tune, loop, inputs.device) + (f"; {engine_text(step)}" if beside else "")
     return {
         "available": True,
         "peak": top,
@@ -128,11 +128,15 @@ def engine_text(step: dict) -> str:
                                       + (" with sequence parallelism" if par["sequence_parallel"] else "")
                                       if par["tp"] > 1 else ""),
                                   "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
-                                  + (f" with {stages} stages a rank" if stages > 1 else ""),
+                                  + (f" with {stages} stages a rank" if stages > 1 else "")
+                                  + (f", {'FSDP2 (reshard_after_forward=False)' if par['zero'] == 2 else 'DDP'} "
+                                     f"over {par['dp']} processes a stage" if par["dp"] > 1 else "")
+                                  + (f", the layers plan over {par['tp']} ranks a stage" if par["tp"] > 1 else ""),
                                   "tensor-parallel": f" {par['tp_plan']} plan" + (
                                       " with sequence parallelism" if par["sequence_parallel"] else "")
                                   }.get(name, "")  # fmt: skip
-    ranks, rank = step.get("rank_peaks", []), "stage" if name == "pipeline" and stages == 1 else "rank"
+    alone = name == "pipeline" and stages == 1 and par["dp"] * par["tp"] == 1  # a rank a stage: named as its stage
+    ranks, rank = step.get("rank_peaks", []), "stage" if alone else "rank"
     if not ranks:
         return f"the busiest {rank} of {words}"
     busiest = ranks.index(max(ranks))
@@ -209,7 +213,8 @@ def engine_band(step: dict, tune) -> str:
     """Which measured steps speak for an eager step over several processes (results §14): its engine as
     scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, tp-sp,
     tp-eager: the layers plan under eager attention; FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp,
-    and fsdp2-tp-sp with sequence parallelism; and FSDP2's with peft's LoRA)."""
+    and fsdp2-tp-sp with sequence parallelism; FSDP2's with peft's LoRA; a pipeline's schedule, pp-1f1b, with -ddp
+    -fsdp2 or -tp where DDP, FSDP2 or the layers plan runs beside its stages, -fsdp2-tp where FSDP2 over it does)."""
     par, name = step["config"]["parallel"], step["engine"]
     two = ("-tp" + "-sp" * par["sequence_parallel"]) if par["tp"] > 1 else ""  # FSDP2 x TP
     band = {"ddp": "ddp-zero1" if par["zero"] == 1 else "ddp",
@@ -217,7 +222,9 @@ def engine_band(step: dict, tune) -> str:
             "tensor-parallel": "tp-hf" if par["tp_plan"] == "transformers" else
                                "tp-sp" if par["sequence_parallel"] else
                                "tp-eager" if step["config"]["attention"] == "eager" else "tp",
-            "pipeline": f"pp-{par['pp_schedule']}"}[name]  # fmt: skip
+            "pipeline": f"pp-{par['pp_schedule']}" + ("-fsdp2" if par["zero"] == 2 else "-ddp" if par["dp"] > 1 else
+                                                      "") + ("-tp" if par["tp"] > 1 else "")
+            }[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 
 

@@ -1109,14 +1109,27 @@ head and transformers' `ForCausalLMLoss` as the schedule's `loss_fn`. `pp-interl
 r runs stages r and r + N of 2N, on the same 4-layer models over 2 processes (a layer a stage) and on a 6-layer
 Llama (`llama-6`) over 2 (2, 2, 1 and 1 layers: uneven) or 3 processes, one AdamW over both of a process's
 stages. Each stage's module is the model's own
-forward over its layers (and, under autocast, its own autocast region); `n_microbatches` is twice the processes
+forward over its layers (and, under autocast, its own autocast region); `n_microbatches` is twice the stages
 ({micro_batches} micro-batches of {micro_batch} sequences), torch's defaults otherwise; the first stage is given the
 input ids, the last the labels, the stages between no batch; AdamW steps each stage's parameters.
+`pp-1f1b-ddp`, `pp-1f1b-fsdp2` and `pp-1f1b-tp` are `pp-1f1b` over 2 stages on 4 processes as torchtitan composes a
+pipeline with data or tensor parallelism: a (2, 2) device mesh, the pipeline's dimension outermost (processes 2i and
+2i + 1 run stage i); under `pp-1f1b-ddp` each stage's module is wrapped in `DistributedDataParallel` over its "dp"
+dimension (torch's defaults; the stage runs every forward and every backward but the step's last under `no_sync`);
+under `pp-1f1b-fsdp2` `fully_shard` runs on each of the stage's layers and then on the stage's module over "dp" with
+`reshard_after_forward=False` (torchtitan's default beside a pipeline; the stage runs every backward without
+resharding or reducing, and reduce-scatters every group once its backwards end); under both each process of a stage
+has its own batch; under `pp-1f1b-tp` the `tp` plan splits each decoder layer over the "tp" dimension before the
+stages are cut, both processes of a stage on one batch. `pp-1f1b-fsdp2-tp` is torchtitan's three dimensions on 8
+processes of the 4-layer Llama: a (2, 2, 2) mesh ("pp", "dp", "tp"), the `tp` plan over "tp", then `fully_shard` over
+"dp" as under `pp-1f1b-fsdp2`, each data-parallel pair of tensor-parallel processes on its own batch.
 The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, `--walk eager --tp N` (with
 `--tp-plan transformers` for `tp-hf`, `--sequence-parallel` for `tp-sp`, `--attention eager` for `tp-eager`),
 `--walk eager --dp 2 --tp 2 --zero 3
 --engine fsdp2` for `fsdp2-tp` (`--zero 2` for `fsdp2-zero2-tp`, `--sequence-parallel` for `fsdp2-tp-sp`), or
-`--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M`, from the config.json, one per rank
+`--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M` (with `--dp 2 --engine ddp` for
+`pp-1f1b-ddp`, `--dp 2 --zero 2 --engine fsdp2` for `pp-1f1b-fsdp2`, `--tp 2` for `pp-1f1b-tp`, all three of
+`--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`), from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
 gradient buckets (a second flat copy of every gradient, `gradient_as_bucket_view=False`), with each rank's own
@@ -1153,7 +1166,13 @@ ends; interleaved 1F1B every one as the step ends, `_PipelineScheduleRuntime` wa
 process under interleaved 1F1B running both its stages' micro-batches in the order torch computes for it
 (`_get_1f1b_rank_ops`: a round of micro-batches through one of its stages, then the other); and, on the last stage,
 every micro-batch's logits kept until the next step begins, with one more copy of them all as the step returns them
-merged (`calc/engines/pipeline.py`). Worst rank, predicted / measured:
+merged (`calc/engines/pipeline.py`); beside DDP, each stage's buckets (a second copy of its gradients, made when
+DDP wraps the stage's module); beside FSDP2, the rank's rows of the stage's weights and of AdamW's state, every
+group all-gathered and copied out before the first micro-batch and kept whole all step, the gradients accumulated
+whole, and each group resharded and reduce-scattered in turn, root first, once the backwards end
+(`calc/engines/fsdp.py`, `staged`), over the layers plan's tensors where both run beside it; beside the layers
+plan, each stage's step of the narrower model one rank runs (as
+under `tp`), the activations it sends and receives whole. Worst rank, predicted / measured:
 {worst}. The deck walk's `--dp N --zero K`, `--tp N` and `--pp N` (1F1B only: it refuses `--pp-schedule
 gpipe` and `interleaved-1f1b`) give {deck_low} to {deck_high} of the busiest rank. It counts no bucket; under ZeRO
 1 it saves the sharded
@@ -1184,8 +1203,9 @@ rank's figure, so each rank's lowest of {runs} runs is kept. `tp-hf` loads its m
 loader threads would hide the rank's weights from the profile); a checkpoint saved in the dtype it loads in (fp32
 here) would on the CPU keep each row-split weight's whole tensor, the rank's shard a view of it (transformers'
 `DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. DDP or ZeRO 1 beside tensor
-parallelism, FSDP2 over transformers' tensor-parallel plan, and a pipeline beside data or tensor
-parallelism are not replayed yet: the eager walk refuses them, naming the deck walk,
+parallelism, FSDP2 over transformers' tensor-parallel plan, and a pipeline beside ZeRO 1, FSDP2 with
+`reshard_after_forward=True` or under interleaved 1F1B, sequence parallelism, transformers' plan, or DDP and tensor
+parallelism together are not replayed yet: the eager walk refuses them, naming the deck walk,
 whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
 fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of Qwen3-MoE, and
 peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp`, `tp-hf` and `tp-sp`, full training of
@@ -1194,7 +1214,8 @@ Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with a vocabulary th
 the layers plan; of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
 autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
-offered), each stage's forward its own autocast region (an autocast region around the schedule's whole step keeps
+offered), beside DDP, FSDP2 or the layers plan too, each stage's forward its own autocast region (an autocast
+region around the schedule's whole step keeps
 each weight's cast from the first micro-batch to the last, and is not modelled); each with AdamW in a bare loop, on
 the CPU; the rest is refused, naming the field. The collectives' own scratch memory (gloo's, NCCL's) is outside
 PyTorch's allocator and not counted; on CUDA the buckets' rounding is from source, not measured. Environment:
@@ -1202,16 +1223,26 @@ PyTorch's allocator and not counted; on CUDA the buckets' rounding is from sourc
 """
 
 
+def peers(row: dict, rank: int) -> list[dict]:
+    """The ranks whose step is a rank's own, itself among them: every rank of the case, or beside a pipeline's
+    stages (pp-1f1b-ddp, pp-1f1b-fsdp2, pp-1f1b-tp: a (pp, 2) mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2)) those of its
+    stage."""
+    if row["engine"].endswith(("-ddp", "-fsdp2", "-tp")) and row["engine"].startswith("pp-"):
+        size = row["world"] // (row["micro_batches"] // 2)  # a stage's processes: micro-batches are twice the stages
+        return row["ranks"][rank - rank % size : rank - rank % size + size]
+    return row["ranks"]
+
+
 def unseen_start(row: dict, rank: int) -> bool:
     """Whether a rank's measured step reads high by exactly what it started above its lowest peer with (a block
     of the step before freed unseen on gloo's thread), within a kilobyte, and rises from its start as a peer does
     (within 1%)."""
     r = row["ranks"][rank]
-    lowest = min(x["measured_start"] for x in row["ranks"])
+    lowest = min(x["measured_start"] for x in peers(row, rank))
     above, high = r["measured_start"] - lowest, r["measured_peak"] - r["predicted_peak"]
     rise = r["measured_peak"] - r["measured_start"]
-    peers = [x["measured_peak"] - x["measured_start"] for x in row["ranks"] if x is not r]
-    return above >= 1024 and abs(high - above) < 1024 and min(abs(rise - p) for p in peers) <= 0.01 * rise
+    others = [x["measured_peak"] - x["measured_start"] for x in peers(row, rank) if x is not r]
+    return above >= 1024 and abs(high - above) < 1024 and min(abs(rise - p) for p in others) <= 0.01 * rise
 
 
 def workspace_held(row: dict, rank: int) -> bool:
@@ -1229,12 +1260,12 @@ def unseen_reduced(row: dict, rank: int) -> bool:
     the embedding (b x s x h in fp32), within a kilobyte, from a start equal to its lowest peer's or above it by
     that block (one of the step before): a functional collective's output whose last reference went with its
     work on gloo's thread."""
-    if row["engine"] not in ("tp", "tp-hf", "fsdp2-tp", "fsdp2-zero2-tp"):  # FSDP2 x TP: the layers plan's too
+    if row["engine"] not in ("tp", "tp-hf", "fsdp2-tp", "fsdp2-zero2-tp", "pp-1f1b-tp", "pp-1f1b-fsdp2-tp"):
         return False
     r, m = row["ranks"][rank], row["model"]
     hidden = row["seq"] * row["micro_batch"] * m["hidden_size"]
     reduced = {hidden * (2 if row["precision"] == "autocast" else 4), 4 * hidden}  # forward's, backward's
-    lowest = min(x["measured_start"] for x in row["ranks"])
+    lowest = min(x["measured_start"] for x in peers(row, rank))
     high = r["measured_peak"] - r["predicted_peak"]
     above = r["measured_start"] - lowest
     return any(abs(high - n) < 1024 and above in (0, n) for n in reduced)
@@ -1273,7 +1304,7 @@ def unseen_buckets(row: dict, rank: int) -> bool:
     above the prediction, and its start above its lowest peer's, by the buckets' bytes (a second copy of the
     trainable gradients, fp32 in both measured recipes), within a kilobyte."""
     buckets, r = 4 * row["eager"]["trainable_params"], row["ranks"][rank]
-    lowest = min(x["measured_start"] for x in row["ranks"])
+    lowest = min(x["measured_start"] for x in peers(row, rank))
     near = lambda n: abs(n - buckets) < 1024  # noqa: E731
     return near(r["measured_peak"] - r["predicted_peak"]) and near(r["measured_start"] - lowest)
 
@@ -1442,7 +1473,8 @@ def engines_section() -> list[str]:
                                                                    if "micro_batches" in r})),
               "micro_batch": runs[0]["micro_batch"],
               "steps": len(runs),
-              "runs": data.get("runs_each", 1),
+              "runs": data.get("runs_each", 1) if not data.get("runs_of") else f"{data['runs_each']} (" + ", ".join(
+                  f"{n} for `{e}`" for e, n in data["runs_of"].items()) + ")",
               "processes": calc.families.listing([str(w) for w in sorted({r["world"] for r in runs})]),
               "families": ", ".join(f"`{f}`" for f in dict.fromkeys(r["family"] for r in runs)), "shape": shape,
               "worst": worst, "deck_low": f"{min(deck):.3f}", "deck_high": f"{max(deck):.3f}",

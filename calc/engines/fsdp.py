@@ -203,3 +203,55 @@ def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped: l
                 after += [freed] if gs.trains[0] else []
         out.append((layer, before + evs + after))
     return out
+
+
+def staged(engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]], unit: int, blocks,
+           below: int = 0) -> tuple[list[Event], list[Event]]:  # fmt: skip
+    """FSDP2 on one pipeline stage's layers and module (calc.engines.pipeline), reshard_after_forward=False as
+    torchtitan runs it beside a pipeline: `grouped` the stage's groups (its root: what of the embedding, final
+    norm and head it holds, maybe nothing; then its layers, the model's layers `below` + 1 on), `unit` and
+    `blocks` as `around` takes them. Two lists of events:
+
+    - Before the stage's first micro-batch: each group all-gathered and copied out in forward order (root first),
+      each all-gather's output freed at the next copy-out (the last one at once, where torch keeps it until the
+      first micro-batch's forward returns). The groups stay unsharded for the whole step: PipelineStage's every
+      backward runs under set_reshard_after_backward(False) and set_requires_gradient_sync(False), so each
+      micro-batch's gradients accumulate into the unsharded parameters' .grad, as without FSDP2.
+    - After the stage's last backward (PipelineStage.perform_reduce_grad): each group's post_backward in turn,
+      root first: its unsharded parameters freed (reshard), the previous group's reduce-scatter input freed, its
+      gradients copied into a flat input and freed, the rank's reduced shard made (kept until zero_grad), gloo's
+      clone of the input made and freed; the last input freed by the final callback."""
+    names = ["the stage's root (the embedding, final norm and head it holds)"] + [
+        f"layer {below + i}" for i in range(1, len(grouped))]  # fmt: skip
+    kept = [(name, g, t) for name, (g, t) in zip(names, grouped, strict=True) if g]  # a stage without the outer
+    # tensors has no root group
+    gs = _Groups(engine, [(g, t) for _, g, t in kept], unit, blocks)
+    gathers: list[Event] = []
+    for g, (name, _, _) in enumerate(kept):
+        whole = gs.whole[g]
+        gathers += [_ev("forward", f"all-gather {name}: flat output", "weights", whole),
+                    _ev("forward", f"all-gather {name}: gloo's copy and receive buffer", "weights", whole),
+                    _ev("forward", f"all-gather {name}: gloo's buffers freed", "weights", -whole),
+                    _ev("forward", f"{name}: unsharded parameters (copy-out), kept all step", "weights", whole)]
+        gathers += [_ev("forward", "free the all-gather output before", "weights", -gs.whole[g - 1])] if g else []
+    gathers += [_ev("forward", "free the last all-gather output", "weights", -gs.whole[-1])] if kept else []
+    reduces, before = [], None  # before: the group whose reduce-scatter input is still held
+    for g, (name, _, trains) in enumerate(kept):
+        reduces.append(_ev("backward", f"reshard {name}: free its unsharded parameters", "weights", -gs.whole[g]))
+        if before is not None:
+            reduces.append(_ev("backward", "free the reduce-scatter input before", "gradients", -gs.flat[before]))
+            before = None
+        if not trains:
+            continue
+        flat, grads = gs.flat[g], sum(blocks(p.numel * unit) for p in trains)
+        reduces += [_ev("backward", f"reduce-scatter {name}: flat input (its gradients copied in)", "gradients", flat),
+                    _ev("backward", f"free the unsharded gradients of {name}", "gradients", -grads),
+                    _ev("backward", f"reduce-scatter {name}: this rank's shard (its gradients from here)",
+                        "gradients", gs.mine[g]),
+                    _ev("backward", f"reduce-scatter {name}: gloo's clone of the input", "gradients", flat),
+                    _ev("backward", f"reduce-scatter {name}: gloo's clone freed", "gradients", -flat)]  # fmt: skip
+        before = g
+    if before is not None:
+        reduces.append(_ev("backward", "free the last reduce-scatter input (the final callback)", "gradients",
+                           -gs.flat[before]))  # fmt: skip
+    return gathers, reduces

@@ -33,6 +33,23 @@ CPU steps:
   the first micro-batch's forward to the step's end and routes every later micro-batch's weight gradient through
   that one cast's node, which autograd runs after every newer one.
 
+Beside the stages, as torchtitan composes them on a (pp, dp) or (pp, tp) mesh (the pipeline's dimension
+outermost: rank stage x dp + d, or stage x tp + t):
+
+- DDP (`dp`): each stage's module wrapped in DistributedDataParallel over its data-parallel group before its
+  PipelineStage. The stage runs every forward, and every backward but the step's last, under no_sync
+  (forward_maybe_with_nosync, backward_maybe_with_nosync), so gradients accumulate in .grad as without DDP;
+  the last backward's hooks copy them into DDP's buckets and all-reduce those. What a rank adds is its
+  stage's buckets (calc.engines.ddp), a second copy of the stage's gradients, held for the whole step.
+- FSDP2 (`dp`, `shard`): fully_shard on each of the stage's layers and on its module over its data-parallel
+  group, reshard_after_forward=False (torchtitan's default beside a pipeline): every group is gathered in the
+  first micro-batch's forward and stays whole for the step, the gradients accumulate unsharded, and the stage
+  reduce-scatters them group by group once its backwards end (calc.engines.fsdp.staged). 1F1B and GPipe only:
+  interleaved 1F1B's runtime reduces each stage at its own point of the order, not modelled.
+- The layers plan (`tp`): every decoder layer's linears split over the stage's tensor-parallel group as one
+  device's are (calc.engines.tensor); the embedding, the final norm and the head stay whole, so the activations
+  a stage sends and receives are whole too.
+
 Each micro-batch through the stage is calc.eager_step's replay of the stage (Forward.stage_step); the first
 backward writes each parameter's .grad, the later ones add into it (gradient accumulation's replay). Not
 counted: gloo's scratch memory outside PyTorch's allocator, and scalars (each micro-batch's loss).
@@ -68,6 +85,8 @@ class Part(NamedTuple):
     output: int
     sent: int
     after: list[Event]
+    gather: tuple[Event, ...] = ()  # FSDP2 beside the stage: before its first micro-batch
+    reduce: tuple[Event, ...] = ()  # and once its backwards end (perform_reduce_grad)
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,10 @@ class PipelineStage:
     stage: int
     schedule: str
     micro_batches: int
+    dp: int = 1  # DDP over each stage's module, this many processes a stage (calc.engines.ddp)
+    tp: int = 1  # the layers plan over each stage's layers, this many processes a stage (calc.engines.tensor)
+    shard: bool = False  # FSDP2 over the dp processes instead of DDP (calc.engines.fsdp.staged)
+    dp_rank: int = 0  # which of them: FSDP2's rows of a parameter may differ by rank
 
     @property
     def count(self) -> int:
@@ -175,6 +198,7 @@ class PipelineStage:
         for s, kind, i in self.order():
             part, tag = parts[s], f" ({self._of(s, i)})"
             if kind == "F":
+                segs += [Segment(part.gather)] if part.gather and not i else []
                 segs += _labelled(part.forward, tag)
                 continue
             segs += _labelled(part.backward[0] if not done.get(s) else part.backward[1], tag)
@@ -184,6 +208,7 @@ class PipelineStage:
                 segs.append(Segment(tuple(tail)))
         if ends := [e for s in parts for e in frees.get((s, None), [])]:
             segs.append(Segment(tuple(ends)))
+        segs += [Segment(part.reduce) for part in parts.values() if part.reduce]  # after the last send's wait
         if last:
             segs.append(Segment((
                 Event("optimizer", f"the step's output: {m} micro-batches' logits merged (torch.cat)", "logits",

@@ -84,7 +84,19 @@ MODELS = {"llama": measure_families.family("llama"), "qwen3": measure_families.F
 FAMILIES = tuple(MODELS)
 ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0, "tp-eager": 0,
            "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-tp-sp": 3, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2,
-           "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0}  # the ZeRO stage each runs
+           "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0, "pp-1f1b-ddp": 0, "pp-1f1b-tp": 0,
+           "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2}  # its ZeRO
+# pp-1f1b-ddp, pp-1f1b-tp: 1F1B over 2 stages beside DDP over each stage's module, or the layers plan over each
+# stage's layers, on a (pp, dp) or (pp, tp) mesh of 4 processes (torchtitan's order: the pipeline's outermost)
+BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",), "pp-1f1b-fsdp2-tp": ("dp", "tp")}
+# the mesh's dimensions beside the pipeline's, 2 processes each; pp-1f1b-fsdp2: fully_shard on each
+# stage's layers and on the stage's module over "dp", reshard_after_forward=False (torchtitan's default beside a
+# pipeline)
+
+
+def schedule_of(engine: str) -> str:
+    """A pipeline case's schedule, as --pp-schedule names it."""
+    return engine[3:].removesuffix("-ddp").removesuffix("-tp").removesuffix("-fsdp2")
 TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp", "fsdp2-tp-sp")  # FSDP2 x TP: reshard_after_forward True (torch's default)
 # or False; fsdp2-tp-sp: with torchtitan's sequence parallelism over the tp dimension (its 2D default)
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
@@ -109,8 +121,9 @@ MEASURED = {
     "qwen3_moe": FSDP2,
     "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "tp-eager": (2,), "fsdp2-tp": (4,),
                   "fsdp2-tp-sp": (4,)},
-    "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,)},
-    "qwen3-4": PIPELINES,
+    "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,), "pp-1f1b-ddp": (4,),
+                "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,)},
+    "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,)},
     "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
 }
 
@@ -127,15 +140,20 @@ def local_stages(engine: str) -> int:
     return 2 if engine == "pp-interleaved-1f1b" else 1
 
 
+def stages(engine: str, world: int) -> int:
+    """A pipeline's ranks (pp): every process, or half of them beside DDP or tensor parallelism (a (pp, 2) mesh)."""
+    return world // 2 ** len(BESIDE[engine]) if engine in BESIDE else world
+
+
 def micro_batches(engine: str, world: int) -> int:
-    """A pipeline's micro-batches a step (n_microbatches, the CLI's --grad-accum): twice its processes, so that
+    """A pipeline's micro-batches a step (n_microbatches, the CLI's --grad-accum): twice its ranks, so that
     1F1B reaches its steady state on every stage but the first; 1 for the other engines."""
-    return 2 * world if engine.startswith("pp-") else 1
+    return 2 * stages(engine, world) if engine.startswith("pp-") else 1
 MIXED = "fsdp-bf16"  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over the fp32 model
 GRID = [(name, engine, world, precision, checkpointing)
         for name in FAMILIES for engine, worlds in MEASURED[name].items() for world in worlds
         for precision, checkpointing in itertools.product(
-            hf_models.PRECISIONS + ((MIXED,) if ENGINES[engine] > 1 and engine not in (*LORA, *TWO_D) else ()),
+            hf_models.PRECISIONS + ((MIXED,) if ENGINES[engine] > 1 and engine not in (*LORA, *TWO_D, *BESIDE) else ()),
             hf_models.CHECKPOINTING)]  # fmt: skip
 
 
@@ -152,20 +170,40 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
 
     def make():
         if engine.startswith("pp-"):  # the rank's stages of the model's layers (calc.parallel.stage_layers)
+            from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
             net = hf_models.build(model, "sdpa", checkpointing)
-            local = local_stages(engine)  # stages a rank runs: rank, rank + world, ... (torchtitan's default)
-            stages, modules = [], []
-            for s in range(rank, local * world, world):
-                layers = stage_layers(shape_from_config(model.config()), local * world, s)
-                modules.append(Stage(net, layers.start - 1, layers.stop - 1, s == 0, s == local * world - 1,
+            local, pp, group = local_stages(engine), stages(engine, world), None  # group: the pipeline's processes
+            if engine in BESIDE:  # a (pp, 2[, 2]) mesh: the layers plan over "tp" first, as torchtitan applies it
+                dims = BESIDE[engine]
+                mesh = init_device_mesh("cpu", (pp, *(2 for _ in dims)), mesh_dim_names=("pp", *dims))
+                group = mesh["pp"].get_group()
+                if "tp" in BESIDE[engine]:
+                    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+                    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+                    for layer in net.model.layers:
+                        parallelize_module(layer, mesh["tp"], {n: styles[style]() for n, style in TP_PLAN.items()})
+            modules, pipes = [], []  # a rank runs stages stage, stage + pp, ... (torchtitan's default)
+            for s in range(rank // (world // pp), local * pp, pp):
+                layers = stage_layers(shape_from_config(model.config()), local * pp, s)
+                modules.append(Stage(net, layers.start - 1, layers.stop - 1, s == 0, s == local * pp - 1,
                                      precision == "autocast"))  # fmt: skip
-                stages.append(PipelineStage(modules[-1], s, local * world, torch.device("cpu")))
+                if engine == "pp-1f1b-ddp":  # DDP over the stage's data-parallel group, torch's defaults
+                    modules[-1] = torch.nn.parallel.DistributedDataParallel(modules[-1],
+                                                                            process_group=mesh["dp"].get_group())
+                if engine.startswith("pp-1f1b-fsdp2"):  # FSDP2 over it: each layer a group, then the stage's module
+                    from torch.distributed.fsdp import fully_shard
+
+                    for layer in modules[-1].layers:
+                        fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=False)
+                    fully_shard(modules[-1], mesh=mesh["dp"], reshard_after_forward=False)
+                pipes.append(PipelineStage(modules[-1], s, local * pp, torch.device("cpu"), group=group))
             del net  # the stages keep their own modules; the rest of the model goes
-            schedule = {"pp-1f1b": Schedule1F1B, "pp-gpipe": ScheduleGPipe,
-                        "pp-interleaved-1f1b": ScheduleInterleaved1F1B}[engine]  # fmt: skip
-            pipe = schedule(stages if local > 1 else stages[0], micro_batches(engine, world),
+            schedule = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe,
+                        "interleaved-1f1b": ScheduleInterleaved1F1B}[schedule_of(engine)]
+            pipe = schedule(pipes if local > 1 else pipes[0], micro_batches(engine, world),
                             loss_fn=lambda logits, labels: ForCausalLMLoss(logits, labels, vocab_size=model.vocab))
             params = [p for m in modules for p in m.parameters()]  # one AdamW over the rank's stages, in order
             return pipe, torch.optim.AdamW(params, lr=1e-3)
@@ -223,15 +261,18 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
 
     def step(state, x):  # under FSDP2's bf16 policy the model computes in bf16 without autocast
         if engine.startswith("pp-"):
-            pipeline_step(*state, x, rank, world)
+            pipeline_step(*state, x, stage, stages(engine, world))
             return
         hf_models.train_step(*state, x, "fp32-full" if precision == MIXED else precision)
 
     seed = 0 if engine.startswith(("tp", "pp-")) else rank  # tp, pp: every rank on the same batch
     seed = rank // TP_OF_2D if engine in TWO_D else seed  # a data-parallel group's ranks: one batch
+    if "dp" in BESIDE.get(engine, ()):  # a stage's data-parallel ranks: a batch each (mesh (pp, dp[, tp]))
+        seed = rank // (2 if "tp" in BESIDE[engine] else 1) % 2
     m = micro_batches(engine, world)
     batches = [hf_models.tokens(model.vocab, SEQ, MICRO_BATCH * m, 100 * i + seed) for i in range(3)]
-    if engine.startswith("pp-") and 0 < rank < world - 1:  # a stage in between is given no batch
+    stage = rank // (world // stages(engine, world))  # a pipeline's: (pp, 2) meshes put the pipeline outermost
+    if engine.startswith("pp-") and 0 < stage < stages(engine, world) - 1:  # a stage in between is given no batch
         batches = [torch.empty(0, dtype=torch.long) for _ in batches]
     got = profile_step.on_cpu(profile_step.two_steps(make, step, batches))[0]
     out.put((rank, got))
@@ -322,13 +363,13 @@ class Stage(torch.nn.Module):
         return self.head(self.norm(h)) if self.head is not None else h
 
 
-def pipeline_step(pipe, optimizer, x, rank: int, world: int) -> None:
-    """One step of a pipeline stage: the schedule's step (the first stage given the input ids, the last the
+def pipeline_step(pipe, optimizer, x, stage: int, pp: int) -> None:
+    """One step of a pipeline rank: the schedule's step (the first stage given the input ids, the last the
     labels; the merged logits it returns are dropped), then AdamW's. Under autocast the stage's forward is the
     autocast region (Stage)."""
-    if rank == 0:
+    if stage == 0:
         pipe.step(x)
-    elif rank == world - 1:
+    elif stage == pp - 1:
         pipe.step(target=x)
     else:
         pipe.step()
@@ -336,7 +377,11 @@ def pipeline_step(pipe, optimizer, x, rank: int, world: int) -> None:
     optimizer.zero_grad()
 
 
+TIMEOUT = 600  # seconds a rank may take to report (a rank that failed leaves the others waiting)
 RUNS = 3  # each case is run this many times; each rank's lowest peak is kept (measured)
+RUNS_OF = {"pp-1f1b-tp": 6, "pp-1f1b-fsdp2-tp": 6}  # a pipeline beside the layers plan: every micro-batch's
+# all-reduces may leave a block freed unseen on gloo's thread (3 runs left 14 of pp-1f1b-tp's 32 ranks high by such
+# blocks, 6 runs 1)
 
 
 def measured(case: tuple, world: int) -> list[dict]:
@@ -344,7 +389,7 @@ def measured(case: tuple, world: int) -> list[dict]:
     block gloo's worker thread frees is not seen freed (profile_step.unseen_frees, collective_frees count
     what they can find); what stays unseen only ever raises a rank's running sum, and whether gloo's thread or
     the step drops the last reference changes from run to run."""
-    runs = [_run(case, world) for _ in range(RUNS)]
+    runs = [_run(case, world) for _ in range(RUNS_OF.get(case[1], RUNS))]
     return [min((run[r] for run in runs), key=lambda got: got["measured_peak"]) for r in range(world)]
 
 
@@ -373,7 +418,7 @@ def _run(case: tuple, world: int) -> list[dict]:
     procs = [ctx.Process(target=_rank, args=(r, world, port, case, out)) for r in range(world)]
     for p in procs:
         p.start()
-    got = dict(out.get(timeout=600) for _ in procs)
+    got = dict(out.get(timeout=TIMEOUT) for _ in procs)
     for p in procs:
         p.join()
     return [got[r] for r in range(world)]
@@ -386,8 +431,12 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
     run = ["--hf-config", config, "--seq", SEQ, "--micro-batch", MICRO_BATCH, "--walk", "eager", "--recipe",
            precision, "--attention", attention(engine), "--recompute", checkpointing, "--device", "cpu"]  # fmt: skip
     if engine.startswith("pp-"):
-        pipe = ["--pp", world, "--pp-schedule", engine[3:], "--grad-accum", micro_batches(engine, world)]
-        return [str(a) for a in [*run, *pipe]]
+        pipe = ["--pp", stages(engine, world), "--pp-schedule", schedule_of(engine), "--grad-accum",
+                micro_batches(engine, world)]
+        beside = {"pp-1f1b-ddp": ["--dp", 2, "--engine", "ddp"], "pp-1f1b-tp": ["--tp", 2],
+                  "pp-1f1b-fsdp2": ["--dp", 2, "--zero", 2, "--engine", "fsdp2"],
+                  "pp-1f1b-fsdp2-tp": ["--dp", 2, "--zero", 2, "--engine", "fsdp2", "--tp", 2]}.get(engine, [])
+        return [str(a) for a in [*run, *pipe, *beside]]
     tp = engine.startswith("tp")
     run += ["--tp" if tp else "--dp", world // TP_OF_2D if engine in TWO_D else world]
     run += ["--tp", TP_OF_2D] if engine in TWO_D else []
@@ -452,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         kept = [r for r in old if args.only not in (r["family"], r["engine"], r["precision"],
                                                      f"{r['family']}:{r['engine']}",
                                                      "lora" if r["engine"] in LORA else "")]  # fmt: skip
-        data = {"environment": measure_transformers.environment("cpu"), "runs_each": RUNS, "runs": []}
+        data = {"environment": measure_transformers.environment("cpu"), "runs_each": RUNS, "runs_of": RUNS_OF,
+                "runs": []}
         for case in GRID:
             old = next((r for r in kept if (r["family"], r["engine"], r["world"], r["precision"],
                                              r["checkpointing"]) == case), None)  # fmt: skip

@@ -193,16 +193,19 @@ def test_deck_is_the_default_and_unchanged():
 
 
 def test_eager_refuses_parallelism_and_unknown_walks():
-    """The eager walk runs data or tensor parallelism or a pipeline alone, and the course's Decoder on one device;
-    other walk names are refused."""
+    """The eager walk runs data or tensor parallelism or a pipeline alone, FSDP2 over tensor parallelism, a pipeline
+    beside DDP or tensor parallelism, and the course's Decoder on one device; other walk names are refused."""
     with pytest.raises(ValueError, match="Decoder on one device"):
         calc.step(DECODER, 8, 16, par=calc.Parallel(dp=2), walk="eager")
     with pytest.raises(ValueError, match="llama and qwen3's dense layers only"):  # the layers plan's families
         calc.step(DECODER, 8, 16, par=calc.Parallel(tp=2), walk="eager")
     with pytest.raises(ValueError, match="pipeline is measured on llama and qwen3's dense, untied layers only"):
         calc.step(DECODER, 8, 16, par=calc.Parallel(pp=2), walk="eager")
-    for par in (calc.Parallel(pp=2, dp=2), calc.Parallel(dp=2, tp=2)):
-        with pytest.raises(ValueError, match=r"\(DDP, ZeRO 1, FSDP2\), tensor parallelism or a pipeline alone"):
+    for par in (calc.Parallel(pp=2, dp=2, tp=2), calc.Parallel(dp=2, tp=2)):
+        with pytest.raises(ValueError, match=r"\(DDP, ZeRO 1, FSDP2\), tensor parallelism or a\s+pipeline alone"):
+            calc.step(DECODER, 8, 16, par=par, walk="eager")
+    for par in (calc.Parallel(pp=2, dp=2, zero=1), calc.Parallel(pp=2, tp=2, sequence_parallel=True)):
+        with pytest.raises(ValueError, match=r"beside DDP \(ZeRO 0\), FSDP2 \(ZeRO 2\) or the layers plan"):
             calc.step(DECODER, 8, 16, par=par, walk="eager")
     with pytest.raises(ValueError, match="unknown walk"):
         calc.step(DECODER, 8, 16, walk="lazy")

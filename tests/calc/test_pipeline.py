@@ -2,6 +2,7 @@
 each stage keeps and lets go, the eager walk of every stage, and the flags that ask for it."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -193,7 +194,15 @@ def test_cli_gives_every_stages_peak(capsys):
         (["--pp", "2", "--preset", "llama-3.2-1b"], "--tied"),  # a tied head's last stage
         (["--pp", "2", "--preset", "qwen3-30b-a3b"], "--walk"),  # experts
         (["--pp", "2", "--recipe", "mixed"], "--recipe"),
-        (["--pp", "2", "--dp", "2"], "--pp"),
+        (["--pp", "2", "--dp", "2", "--tp", "2"], "--pp"),  # DDP and tensor parallelism beside one pipeline
+        (["--pp", "2", "--dp", "2", "--zero", "1"], "--zero"),  # ZeroRedundancyOptimizer beside its stages
+        (["--pp", "2", "--dp", "2", "--zero", "3"], "--zero"),  # FSDP2 resharding after each forward
+        (["--pp", "2", "--dp", "2", "--zero", "2", "--pp-schedule", "interleaved-1f1b"], "--pp-schedule"),
+        (["--pp", "2", "--dp", "2", "--zero", "2", "--engine", "ddp"], "--engine"),
+        (["--pp", "2", "--dp", "2", "--engine", "fsdp2"], "--engine"),
+        (["--pp", "2", "--tp", "2", "--tp-plan", "transformers"], "--tp-plan"),
+        (["--pp", "2", "--tp", "2", "--sequence-parallel", "true"], "--sequence-parallel"),
+        (["--pp", "2", "--tp", "3"], "--tp"),  # 3 does not divide the heads
         (["--pp", "2", "--device", "cuda"], "--device"),
         (["--pp", "2", "--finetune", "lora"], "--finetune"),
         (["--pp", "2", "--pp-schedule", "zb"], "--pp-schedule"),
@@ -209,7 +218,7 @@ def test_eager_pipeline_refusals_name_the_field(flags, field, capsys):
     given = dict(zip(flags[::2], flags[1::2], strict=True))
     if given.get("--walk") == "deck":
         del base["--device"], given["--device"]
-    args = [a for k, v in {**base, **given}.items() for a in (k, v)]
+    args = [a for k, v in {**base, **given}.items() for a in ((k,) if v == "true" else (k, v))]  # a switch
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}:"), err
@@ -223,3 +232,79 @@ def test_the_planners_pipelines_are_1f1b_and_its_load_says_so():
     rows = calc.plan(calc.PRESETS["llama-2-70b"], 4096, 1024, 80 * 10**9)
     assert rows and {r["pp_schedule"] for r in rows} == {"1f1b"}
     assert "pp-schedule" in deck.page_fields()["layout"]
+
+
+def _beside(stage: int, dp: int = 1, tp: int = 1) -> list:
+    return eager_step.segments(calc.PRESETS[UNTIED], 512, 1, "fp32-full", "none", "sdpa", "cpu",
+                               engine=PipelineStage(2, stage, "1f1b", 4, dp, tp))  # fmt: skip
+
+
+def test_a_stage_beside_ddp_adds_its_buckets_beside_tp_runs_its_share():
+    """Beside DDP a stage's rank holds the stage's step plus DDP's buckets of the stage's parameters (a second copy
+    of its gradients, fp32 here, whole for the step); beside the layers plan it runs the narrower model, its share
+    of the heads and of the MLP, the embedding and the head whole."""
+    from calc import optim_step
+    from calc.engines.tensor import TensorParallel
+
+    shape = calc.PRESETS[UNTIED]
+    for s in range(2):
+        alone, ddp = _stage(UNTIED, 2, s, "1f1b", 4), _beside(s, dp=2)
+        buckets = [e for e in ddp[0].events if "bucket" in e.label]
+        sub = replace(shape, layers=len(stage_layers(shape, 2, s)))
+        params = optim_step.stage_params(sub, calc.finetune.DEFAULT, s == 0, s == 1)
+        assert len(buckets) == 1 and 0 <= buckets[0].bytes - 4 * sum(p.numel for p in params) < 4096 * len(params)
+        assert peak(ddp)[0] == peak(alone)[0] + buckets[0].bytes  # resident from start to end
+        local = TensorParallel(2).local(sub)
+        mine = optim_step.stage_params(local, calc.finetune.DEFAULT, s == 0, s == 1)
+        assert _beside(s, tp=2)[0].events[0].bytes == 4 * sum(p.numel for p in mine)  # the fp32 weights
+        assert peak(_beside(s, tp=2))[0] < peak(alone)[0]
+
+
+def test_cli_lists_every_process_of_a_pipeline_beside_ddp_or_tp(capsys):
+    """--pp 2 --dp 2 --engine ddp (or --tp 2) --json lists 4 processes, the pipeline's dimension outermost (rank
+    stage x 2 + i): a stage's two processes hold alike; the peak is the busiest's, and its stage is named."""
+    for beside in (["--dp", "2", "--engine", "ddp"], ["--tp", "2"]):
+        args = ["--preset", UNTIED, "--seq", "512", "--walk", "eager", "--recipe", "fp32-full", "--device", "cpu",
+                "--pp", "2", *beside, "--json"]  # fmt: skip
+        assert main(args) == 0
+        step = json.loads(capsys.readouterr().out)
+        peaks = step["rank_peaks"]
+        assert step["engine"] == "pipeline" and len(peaks) == 4 and peaks[0] == peaks[1] and peaks[2] == peaks[3]
+        assert step["peak"] == max(peaks) == peaks[2 * step["stage"]]
+        alone = calc.step(calc.PRESETS[UNTIED], 512, 1, "fp32-full", par=Parallel(pp=2), walk="eager", device="cpu")
+        assert (max(peaks) > max(alone["rank_peaks"])) == (beside[0] == "--dp")  # buckets add, a share takes away
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_a_stage_under_fsdp2_gathers_once_reduces_once_and_ends_where_it_started(recompute):
+    """Beside FSDP2 (ZeRO 2) a stage's rank starts with its rows of the stage's weights, gathers every group once
+    before its first micro-batch and keeps them whole for the step, reduce-scatters each group once after its
+    last backward, and after zero_grad holds what it started with; its peak lies between the pipeline's alone with
+    those shards and with the whole weights resident."""
+    for s in range(2):
+        segs = eager_step.segments(calc.PRESETS[UNTIED], 512, 1, "fp32-full", recompute, "sdpa", "cpu",
+                                   engine=PipelineStage(2, s, "1f1b", 4, 2, 1, True, 0))  # fmt: skip
+        events = [e for seg in segs for _ in range(seg.repeats) for e in seg.events]
+        start = sum(e.bytes for e in segs[0].events)
+        assert sum(e.bytes for e in events) == start, s
+        layers = len(stage_layers(calc.PRESETS[UNTIED], 2, s))
+        assert sum("flat output" in e.label for e in events) == layers + 1  # each layer, and the stage's root
+        assert sum("flat input" in e.label for e in events) == layers + 1
+        shards = next(e for e in segs[0].events if e.category == "weights").bytes
+        whole = next(e for e in _stage(UNTIED, 2, s, "1f1b", 4, recompute=recompute)[0].events
+                     if e.category == "weights").bytes  # fmt: skip
+        assert 2 * shards == whole  # dp 2 divides every tensor's rows
+        alone = peak(_stage(UNTIED, 2, s, "1f1b", 4, recompute=recompute))[0]
+        assert alone - whole < peak(segs)[0] < alone + whole
+
+
+def test_fsdp2_beside_a_pipeline_lists_each_ranks_rows(capsys):
+    """--pp 2 --dp 3 --zero 2: FSDP2's last rank holds fewer rows where 3 does not divide a tensor's (a width of
+    4,000 here), so a stage's ranks differ; --json lists all 6, the pipeline's dimension outermost."""
+    args = ["--preset", UNTIED, "--hidden", "4000", "--heads", "32", "--kv-heads", "8", "--seq", "512", "--walk",
+            "eager", "--recipe", "autocast", "--device", "cpu", "--pp", "2", "--dp", "3", "--zero", "2", "--json"]
+    assert main(args) == 0
+    step = json.loads(capsys.readouterr().out)
+    peaks = step["rank_peaks"]
+    assert step["engine"] == "pipeline" and len(peaks) == 6 and step["peak"] == max(peaks)
+    assert peaks[0] == peaks[1] > peaks[2] and peaks[3] == peaks[4] > peaks[5]

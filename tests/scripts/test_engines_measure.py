@@ -26,9 +26,10 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
-    at 2 (uneven) and 3 of a 6-layer Llama, twice as many micro-batches as processes; fp32 and autocast, and FSDP2's
-    bf16 policy where FSDP2 trains every parameter, checkpointing off and on; transformers' plan on the tied Llama
-    at 2; no refusal."""
+    at 2 (uneven) and 3 of a 6-layer Llama, and under 1F1B over 2 stages beside DDP, FSDP2 or the layers plan on 4
+    processes of both and beside FSDP2 over the layers plan on 8 of the Llama, twice as many micro-batches as
+    stages; fp32 and autocast, and FSDP2's bf16 policy where FSDP2 trains every parameter, checkpointing off and
+    on; transformers' plan on the tied Llama at 2; no refusal."""
     runs = ENGINES["runs"]
     cases = {(r["family"], r["engine"], r["world"], r["precision"], r["checkpointing"]) for r in runs}
     worlds = {"ddp": {2, 4}, "ddp-zero1": {2, 4}, "fsdp2": {2, 3, 4}, "fsdp2-zero2": {2, 3, 4}, "tp": {2}, "tp-hf": {2},
@@ -48,15 +49,20 @@ def test_every_engine_and_layout_is_recorded_and_answered():
                                                                                           ("fsdp2-tp-sp", 4),
                                                                                           ("tp-eager", 2)}  # fmt: skip
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)} | {("pp-interleaved-1f1b", 2)}
-    assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines
-    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | {("pp-1f1b", 3), ("pp-gpipe", 3)}
+    beside = {("pp-1f1b-ddp", 4), ("pp-1f1b-fsdp2", 4), ("pp-1f1b-tp", 4)}  # a (2, 2) mesh: 2 stages, DDP, FSDP2
+    # or the layers plan beside
+    assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines | beside
+    assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | beside | {
+        ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8)}  # and torchtitan's three dimensions, (2, 2, 2)
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-6"} == {("pp-interleaved-1f1b", 2),
                                                                    ("pp-interleaved-1f1b", 3)}  # fmt: skip
-    assert all(r["micro_batches"] == 2 * r["world"] for r in runs if r["engine"].startswith("pp-"))
+    assert all(r["micro_batches"] == 2 * r["world"] // (2 if r["engine"] in {e for e, _ in beside} else
+                                                        4 if r["engine"] == "pp-1f1b-fsdp2-tp" else 1)
+               for r in runs if r["engine"].startswith("pp-"))  # fmt: skip
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2) * 2 * 2 + len(bf16) * 2 == 316
+    assert len(runs) == len(cases) == (2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1) * 2 * 2 + len(bf16) * 2 == 344
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
@@ -78,7 +84,7 @@ def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen
         for i, r in enumerate(row["ranks"]):
             why = make_results.explained_by(row, i)
             explained += why is not None
-            lowest = min(x["measured_start"] for x in row["ranks"])
+            lowest = min(x["measured_start"] for x in make_results.peers(row, i))  # a stage's, beside a pipeline
             if why is make_results.unseen_gathered or (why is make_results.unseen_reduced and row["engine"] == "tp"):
                 assert r["measured_start"] == lowest, (row["eager"]["command"], i)  # from its peers' start
             elif why is make_results.unseen_reduced:  # transformers' plan: or from one such block above them
@@ -86,7 +92,7 @@ def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen
                 assert above == 0 or abs(above - high) < 1024, (row["eager"]["command"], i)
             elif why is make_results.unseen_buckets or why is make_results.unseen_start:
                 rise = r["measured_peak"] - r["measured_start"]
-                peers = [x["measured_peak"] - x["measured_start"] for j, x in enumerate(row["ranks"]) if j != i]
+                peers = [x["measured_peak"] - x["measured_start"] for x in make_results.peers(row, i) if x is not r]
                 assert min(abs(rise - p) for p in peers) <= 0.01 * rise, (row["eager"]["command"], i)
             elif why is make_results.rerun_reduced:  # both ranks alike, from their peers' start
                 assert r["measured_start"] == lowest and r["ratio"] == row["ranks"][1 - i]["ratio"], i
@@ -115,17 +121,19 @@ def test_recorded_cli_answers_are_todays():
 @pytest.mark.parametrize(
     ("engine", "precision"),
     [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "tp-sp", "fsdp2-tp",
-                                 "fsdp2-tp-sp", "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b")),
+                                 "fsdp2-tp-sp", "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b", "pp-1f1b-ddp",
+                                 "pp-1f1b-fsdp2", "pp-1f1b-tp")),
      ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
 )  # fmt: skip
 def test_a_sample_measures_as_recorded(engine, precision):
-    """One case of each engine (FSDP2's bf16 policy, LoRA under FSDP2 and the three pipelines among them), 2
-    processes (FSDP2 x TP: 4), measured again: every rank's peak within 1% of the CLI's (a rank reading high by a
-    block freed unseen excepted, as in the record), and within 0.1% of its recorded peak."""
+    """One case of each engine (FSDP2's bf16 policy, LoRA under FSDP2 and the pipelines among them), 2 processes
+    (FSDP2 x TP and a pipeline beside DDP, FSDP2 or TP: 4), measured again: every rank's peak within 1% of the
+    CLI's (a rank reading high by a block freed unseen excepted, as in the record), and within 0.1% of its recorded
+    peak."""
     import make_results
     import measure_engines
 
-    world = 4 if engine.startswith("fsdp2-tp") else 2  # FSDP2 x TP: a (2, 2) mesh
+    world = 4 if engine.startswith("fsdp2-tp") or engine in measure_engines.BESIDE else 2  # a (2, 2) mesh
     old = next(r for r in ENGINES["runs"] if r["engine"] == engine and r["world"] == world
                and r["checkpointing"] == "full" and r["precision"] == precision)  # fmt: skip
     new = measure_engines.measure(old["family"], engine, world, old["precision"], old["checkpointing"])

@@ -173,6 +173,30 @@ def test_an_fsdp2_over_tensor_parallel_link_gives_the_clis_ranks(open_page):
     assert recorder.errors == []
 
 
+def test_a_pipeline_beside_fsdp2_link_gives_the_clis_ranks_and_ddp_on_the_form_its_own(open_page):
+    """`?walk=eager&pp=2&dp=2&zero=2...` (issue 31): FSDP2 beside a pipeline's stages (ZeRO 2's engine); the peak is
+    the CLI's busiest of its 4 ranks, the summary names both, and the line beside quotes the band of the
+    `pp-1f1b-fsdp2` steps measured (results §14); ZeRO 0 on the form (DDP beside the stages) gives the CLI's."""
+    settings = {"preset": "qwen3-8b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
+                "pp": "2", "dp": "2", "zero": "2"}  # fmt: skip
+    page, recorder, flags, cli = _engine_link(open_page, settings)
+    assert len(cli["rank_peaks"]) == 4
+    assert "FSDP2 (reshard_after_forward=False) over 2 processes a stage" in page.text_content("[data-calc-summary]")
+    from hooks import deck
+
+    band = deck.band_for(deck.eager_bands(), "pp-1f1b-fsdp2", answer_for(settings)["eager"]["setting"])
+    shown = calculator_tests.eager_shown(page)
+    assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
+    page.evaluate(WATCH)
+    page.select_option('select[name="zero"]', "0")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    settle(page)
+    ddp = [*flags[: flags.index("--zero")], "--json"]  # the form's ZeRO 0, whose engine is DDP
+    assert page.evaluate(PEAK) == cli_json(ddp)["peak"] and "DDP over 2 processes a stage" in page.text_content(
+        "[data-calc-summary]")
+    assert recorder.errors == []
+
+
 def test_a_mixture_of_experts_fit_list_says_it_is_not_computed_and_why(open_page):
     """Mixtral (M3): the fit list's status and its one cell give the CLI's --fit-card reason, never "0 ... fit";
     Trains LoRA then (minor 1): the planner's reason names the page's table, planner and fit list, no flag."""
