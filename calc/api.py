@@ -183,6 +183,19 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
     return Walked(stage, rank.in_flight, rank.accumulating, segs, top, at, category_peaks(segs), per_layer, ranks)
 
 
+def _staged_problem(par: Parallel, recipe: str, tune: finetune.Tuning) -> str | None:
+    """calc.step's refusal of what the eager walk does not run beside a pipeline's stages, or None (calc.inputs
+    names the field for the CLI and the page)."""
+    if par.zero not in (0, 2) or par.tp_plan != SINGLE.tp_plan or par.sequence_parallel or (par.zero and par.dp == 1):
+        return ("the eager walk's pipeline runs beside DDP (ZeRO 0), FSDP2 (ZeRO 2, over 2 or more processes) or the "
+                "layers plan without sequence parallelism")  # fmt: skip
+    if par.zero and pipeline.stages_a_rank(par.pp_schedule) > 1:
+        return "the eager walk's FSDP2 beside a pipeline runs one stage a rank: 1f1b or gpipe"
+    if RECIPES[recipe].computes or not tune.default:
+        return "the eager walk's pipeline trains every fp32 parameter (fp32-full or autocast) with AdamW"
+    return None
+
+
 def _dp_ranks(shape: Shape, par: Parallel, stage: int) -> dict[int, list[int]]:
     """A pipeline stage's data-parallel ranks, grouped by what they hold, in rank order: {the first of a group: its
     ranks}. Beside DDP every rank holds alike; beside FSDP2 (ZeRO 2) a rank holds its rows of each tensor, which
@@ -285,9 +298,8 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
                              "pipeline alone, FSDP2 over tensor parallelism's ranks, or a pipeline beside DDP, FSDP2, "
                              "tensor parallelism or FSDP2 over it: use the deck walk")  # fmt: skip
-        if par.pp > 1 and (par.zero not in (0, 2) or par.tp_plan != SINGLE.tp_plan or par.sequence_parallel):
-            raise ValueError("the eager walk's pipeline runs beside DDP (ZeRO 0), FSDP2 (ZeRO 2) or the layers "
-                             "plan without sequence parallelism")  # fmt: skip
+        if par.pp > 1 and (problem := _staged_problem(par, recipe, tune)):
+            raise ValueError(problem)
         if two and (par.tp_plan != SINGLE.tp_plan or RECIPES[recipe].computes):
             raise ValueError("the eager walk's FSDP2 x TP runs the layers plan (with or without sequence "
                              "parallelism) over fp32 parameters (fp32-full or autocast)")  # fmt: skip

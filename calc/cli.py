@@ -106,8 +106,9 @@ def format_summary(result: dict) -> str:
             f"pipeline {_stage(result)}: {result['device_params']:,} parameters"
         )
     if "engine" in result:
-        looped = stages_a_rank(result["config"]["parallel"]["pp_schedule"]) > 1  # several stages a rank
-        unit = "stage" if result["engine"] == "pipeline" and not looped else "rank"
+        p = result["config"]["parallel"]  # a rank a stage (none looped, none beside it): named as its stage
+        alone = stages_a_rank(p["pp_schedule"]) == 1 and p["dp"] * p["tp"] == 1
+        unit = "stage" if result["engine"] == "pipeline" and alone else "rank"
         lines.append(f"  engine: {engine_text(result)}; the figures below are that {unit}'s")
     if "finetune" in cfg:
         t = cfg["finetune"]

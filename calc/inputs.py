@@ -535,8 +535,12 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
         return "engine", ("DDP beside tensor parallelism is not modelled: --engine fsdp2 with --dp 2 or more and "
                           "--zero 2 or 3 (FSDP2 over its ranks), or leave --engine unset")  # fmt: skip
     if (par.pp > 1 or par.tp > 1) and par.dp == 1:
-        return "engine", ("names the engine over data-parallel processes: give --dp 2 or more (DDP beside --pp, FSDP2 "
-                          "beside --tp)")  # fmt: skip
+        return "engine", ("names the engine over data-parallel processes: give --dp 2 or more (DDP or FSDP2 beside "
+                          "--pp, FSDP2 beside --tp)")  # fmt: skip
+    if par.pp > 1 and par.zero != {"ddp": 0, "fsdp2": 2}.get(engine, par.zero):
+        return "engine", {"ddp": "DDP beside a pipeline's stages runs ZeRO 0: --zero 0 (ZeRO 2 is FSDP2's)",
+                          "fsdp2": "FSDP2 beside a pipeline's stages runs with reshard_after_forward=False: --zero 2 "
+                                   "(ZeRO 0 is DDP's)"}[engine]  # fmt: skip
     if par.dp == 1:
         return "engine", "names the engine over data-parallel processes: give --dp 2 or more"
     if str(par.zero) not in ENGINES[engine]:
@@ -559,11 +563,11 @@ def eager_problem(
         # flash is the eager walk's sdpa
         return "walk", ("the eager walk runs data parallelism (--dp), tensor parallelism (--tp) or a pipeline (--pp): "
                         "leave --ep unset, or use the deck walk")  # fmt: skip
+    if par.pp > 1 and (problem := _beside_pipeline(par)):
+        return problem
     if par.tp > 1 and par.dp > 1 and par.tp_plan != tensor.PLANS[0]:
         return "tp-plan", ("the eager walk's FSDP2 over tensor parallelism runs the layers plan: --tp-plan layers, "
                            "or --dp 1 with --zero 0 and no --engine, or the deck walk")  # fmt: skip
-    if par.pp > 1 and (problem := _beside_pipeline(par)):
-        return problem
     if par.sequence_parallel and (problem := tensor.sequence_problem(seq, par.tp, par.tp_plan)):
         return problem
     if par.pp > 1 and par.pp_schedule == "1f1b" and grad_accum is not None and grad_accum < par.pp:
@@ -593,15 +597,15 @@ def eager_problem(
 def _beside_pipeline(par: Parallel) -> tuple[str, str] | None:
     """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP over
     each stage's module, or the layers plan over each stage's layers: calc.engines.pipeline), or None."""
-    if par.dp > 1 and par.tp > 1 and par.zero != 2:
-        return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
-                      "FSDP2 over tensor parallelism's ranks (--zero 2), not DDP and tensor parallelism together: "
-                      "--dp 1, --tp 1 or --zero 2, or the deck walk")  # fmt: skip
     if par.zero not in (0, 2):
         return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0) or FSDP2 with reshard_after_forward=False "
                         "(ZeRO 2, torchtitan's default beside a pipeline): ZeroRedundancyOptimizer, or FSDP2 "
                         "resharding after each forward, beside its stages is not modelled yet: --zero 0 or 2, or the "
                         "deck walk")  # fmt: skip
+    if par.dp > 1 and par.tp > 1 and par.zero != 2:
+        return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
+                      "FSDP2 over tensor parallelism's ranks (--zero 2), not DDP and tensor parallelism together: "
+                      "--dp 1, --tp 1 or --zero 2, or the deck walk")  # fmt: skip
     if par.zero == 2 and pipeline.stages_a_rank(par.pp_schedule) > 1:
         return "pp-schedule", ("the eager walk's FSDP2 beside a pipeline runs one stage a rank (interleaved 1F1B "
                                "reduces each stage at its own point of the order, not modelled): --pp-schedule 1f1b "
@@ -639,6 +643,9 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
         return "finetune", ("LoRA on a mixture of experts is measured on one device only: no walk answers it over "
                             "several processes yet")  # fmt: skip
     if par.pp > 1:  # beside tensor parallelism, the layers plan's checks too
+        if par.zero == 2 and par.dp * par.tp > FSDP2_RANKS:
+            return "dp", f"the eager walk's FSDP2 beside a pipeline walks each rank's rows: at most {FSDP2_RANKS:,} "\
+                "data- and tensor-parallel processes a stage"
         return pipeline_problem(shape, par, recipe, device, tune, loop) or (  # a pipeline's micro-batches
             tensor_problem(shape, par, recipe, device, tune, replace(loop, grad_accum=1)) if par.tp > 1 else None)
     if par.tp > 1 and par.dp > 1:  # FSDP2 x TP: the layers plan's checks, and FSDP2's full training

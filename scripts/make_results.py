@@ -1233,6 +1233,15 @@ def peers(row: dict, rank: int) -> list[dict]:
     return row["ranks"]
 
 
+def _runs(data: dict) -> str:
+    """How many times each case ran, in words: "3", or "3 (6 for `a` and `b`)"."""
+    more: dict[int, list[str]] = {}
+    for engine, n in data.get("runs_of", {}).items():
+        more.setdefault(n, []).append(f"`{engine}`")
+    extra = "; ".join(f"{n} for {calc.families.listing(engines)}" for n, engines in more.items())
+    return f"{data.get('runs_each', 1)}" + (f" ({extra})" if extra else "")
+
+
 def unseen_start(row: dict, rank: int) -> bool:
     """Whether a rank's measured step reads high by exactly what it started above its lowest peer with (a block
     of the step before freed unseen on gloo's thread), within a kilobyte, and rises from its start as a peer does
@@ -1473,8 +1482,7 @@ def engines_section() -> list[str]:
                                                                    if "micro_batches" in r})),
               "micro_batch": runs[0]["micro_batch"],
               "steps": len(runs),
-              "runs": data.get("runs_each", 1) if not data.get("runs_of") else f"{data['runs_each']} (" + ", ".join(
-                  f"{n} for `{e}`" for e, n in data["runs_of"].items()) + ")",
+              "runs": _runs(data),
               "processes": calc.families.listing([str(w) for w in sorted({r["world"] for r in runs})]),
               "families": ", ".join(f"`{f}`" for f in dict.fromkeys(r["family"] for r in runs)), "shape": shape,
               "worst": worst, "deck_low": f"{min(deck):.3f}", "deck_high": f"{max(deck):.3f}",

@@ -308,3 +308,24 @@ def test_fsdp2_beside_a_pipeline_lists_each_ranks_rows(capsys):
     peaks = step["rank_peaks"]
     assert step["engine"] == "pipeline" and len(peaks) == 6 and step["peak"] == max(peaks)
     assert peaks[0] == peaks[1] > peaks[2] and peaks[3] == peaks[4] > peaks[5]
+    args[args.index("--dp") : args.index("--dp")] = ["--tp", "2"]  # and over the layers plan: (pp, dp, tp)
+    assert main(args) == 0
+    peaks = json.loads(capsys.readouterr().out)["rank_peaks"]
+    assert len(peaks) == 12 and [p == peaks[0] for p in peaks[:6]] == [True] * 4 + [False] * 2  # rank d x 2 + t
+    assert peaks[6:10] == [peaks[6]] * 4 and peaks[10] == peaks[11] < peaks[6]
+
+
+@pytest.mark.parametrize(
+    ("flags", "suggests"),
+    [
+        (["--dp", "2", "--engine", "fsdp2"], "--zero 2 (ZeRO 0 is DDP's)"),  # not "--zero 3", refused beside it
+        (["--dp", "2", "--zero", "2", "--engine", "ddp"], "--zero 0 (ZeRO 2 is FSDP2's)"),  # not "or 1"
+        (["--engine", "fsdp2"], "DDP or FSDP2 beside --pp"),
+    ],
+)
+def test_an_engine_beside_a_pipeline_is_refused_with_what_runs_beside_it(flags, suggests, capsys):
+    """--engine beside --pp: the refusal suggests only what the eager walk runs beside a pipeline's stages."""
+    args = ["--preset", UNTIED, "--walk", "eager", "--recipe", "autocast", "--device", "cpu", "--pp", "2", *flags]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --engine:") and suggests in err and len(err.splitlines()) == 1, err
