@@ -36,7 +36,7 @@ PYODIDE = ROOT / "node_modules" / "pyodide"
 TOOL_VENV = Path(os.environ.get("PYODIDE_BUILD_VENV", ROOT / ".venv-pyodide"))
 CACHE = ROOT / "build" / "pyodide-site"
 HERE = Path(__file__).resolve().parent
-PREPARE = (HERE / "pyodide_prepare.mjs", HERE / "pyodide_prepare.py", Path(__file__).resolve())
+PREPARE = (HERE / "pyodide_prepare.mjs", HERE / "pyodide_prepare.py", HERE / "wheel.py", Path(__file__).resolve())
 LOCK = "pyodide-lock.json"
 STDLIB = "python_stdlib.zip"
 

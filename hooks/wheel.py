@@ -23,6 +23,8 @@ TAG = "py3-none-any"
 SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip can hold
 # Besides calc/ itself, what setuptools may read to build the wheel.
 PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "LICENSE.txt")
+# The wheel's README (its metadata's long description): one line, where the project's README is 26 kB
+PAGE_README = "calc: the memory a training step needs, as the course's site runs it (see the repository's README).\n"
 
 
 def _project(root: Path) -> dict:
@@ -59,6 +61,8 @@ def build(root: Path = ROOT) -> bytes:
             target = src / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
+        if (src / "README.md").is_file():  # the metadata's long description: the page never reads it, and every
+            (src / "README.md").write_text(PAGE_README)  # reader would download the README's 26 kB with calc
         env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH, "PYTHONHASHSEED": "0"}
         out = subprocess.run(
             [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
