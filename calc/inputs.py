@@ -595,8 +595,9 @@ def eager_problem(
 
 
 def _beside_pipeline(par: Parallel) -> tuple[str, str] | None:
-    """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP over
-    each stage's module, or the layers plan over each stage's layers: calc.engines.pipeline), or None."""
+    """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP or FSDP2
+    with reshard_after_forward=False over each stage's module, the layers plan over each stage's layers, or FSDP2
+    over it: calc.engines.pipeline), or None."""
     if par.zero not in (0, 2):
         return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0) or FSDP2 with reshard_after_forward=False "
                         "(ZeRO 2, torchtitan's default beside a pipeline): ZeroRedundancyOptimizer, or FSDP2 "
