@@ -103,11 +103,13 @@ class Forward:
                  sp: bool = False):  # fmt: skip
         r, tr = RECIPES[recipe], finetune.trained_recipe(recipe, tune)  # tr: what the trainable parameters are
         act = r.activations if not r.autocast else 4
-        adapted = frozenset(module for module, _, _ in finetune.adapted(shape, tune.targets) +  # q_proj, qkv_proj...
-                            finetune.expert_adapted(shape, tune.targets))  # experts.gate_up_proj, experts.down_proj
+        wrapped = finetune.expert_adapted(shape, tune)  # experts.gate_up_proj, experts.down_proj, gate.weight
+        adapted = frozenset([module for module, _, _ in finetune.adapted(shape, tune.targets)] +  # q_proj, qkv_proj
+                            [name for name, *_ in wrapped])  # fmt: skip
         lora = (tune.rank, adapted) if tune.adapters else (0, frozenset())
         self.st = st = Step(shape, seq, micro_batch, act, r.autocast, attention, tr.gradients, device, *lora,
-                            tr.weights, tune.mode == "qlora", tp, vocab_split, sp)  # fmt: skip
+                            tr.weights, tune.mode == "qlora", tp, vocab_split, sp,
+                            tuple((name, ranks) for name, _, _, ranks in wrapped))  # fmt: skip
         self.rp = rp = Replay("forward", CUDA_BLOCK if device == "cuda" else 1, trainable(tune))
         rp.accumulating = accumulate  # issue 19: gradient accumulation (calc.loops)
         rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state

@@ -55,6 +55,8 @@ class Tuning:
     freeze_embedding: bool = True  # freeze: the embedding (and a head tied to it) frozen too; False: it trains
     paged: bool = False  # the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers)
     adapter_dtype: str = "fp32"  # lora / qlora: the adapters' dtype (ADAPTER_DTYPES); fp32 is peft's default
+    moe_all_linear: bool = False  # all-linear on Qwen3-MoE or Mixtral as peft converts it (all_linear): the router's
+    # weight adapted too, the experts' gate_up_proj at twice the rank
 
     @property
     def default(self) -> bool:
@@ -119,16 +121,41 @@ def _adapted(shape: Shape, targets: tuple[str, ...], own) -> tuple[tuple[str, in
     return tuple((key.rsplit(".", 1)[-1], d_in, d_out) for key, (d_in, d_out) in out.items())
 
 
-def expert_adapted(shape: Shape, targets: tuple[str, ...]) -> list[tuple[str, int, int]]:
-    """The experts' fused weights peft's LoRA adapts through target_parameters (its ParamWrapper, one adapter of
-    rank r an expert on each), as (module name, d_in, d_out) of one expert: experts.gate_up_proj for gate and up
-    (one weight, named together: check), experts.down_proj for down; none on a model without experts, whose
-    gate, up and down are linears (adapted)."""
-    if not shape.moe_layers:
+def expert_adapted(shape: Shape, tune: Tuning) -> list[tuple[str, int, int, int]]:
+    """The parameters peft's LoRA adapts through target_parameters (its ParamWrapper), as (name, d_in, d_out,
+    rows of A): the experts' experts.gate_up_proj for gate and up (one weight, named together: check) and
+    experts.down_proj for down, one adapter of rank r an expert on each (A is (r E) x d_in, B d_out x (r E));
+    under all-linear's conversion (Tuning.moe_all_linear) gate_up_proj at twice the rank, and the router's
+    gate.weight (one adapter, r x d_in and d_out x r). None on a model without experts, whose gate, up and down
+    are linears (adapted)."""
+    if not shape.moe_layers or not tune.adapters:
         return []
-    f, h = shape.expert_width, shape.hidden
-    return ([("experts.gate_up_proj", h, 2 * f)] if "gate" in targets else []) + (
-        [("experts.down_proj", f, h)] if "down" in targets else [])
+    f, h, e, r = shape.expert_width, shape.hidden, shape.experts, tune.rank
+    converted = tune.moe_all_linear
+    return ([("experts.gate_up_proj", h, 2 * f, (2 if converted else 1) * r * e)] if "gate" in tune.targets
+            else []) + ([("experts.down_proj", f, h, r * e)] if "down" in tune.targets else []) + (
+        [("gate.weight", h, e, r)] if converted else [])  # fmt: skip
+
+
+def all_linear(shape: Shape) -> tuple[tuple[str, ...], bool] | str:
+    """peft's all-linear on this shape: (calc's targets, Tuning.moe_all_linear), or why it is not modelled. Dense
+    blocks: every linear they have (linears). A mixture of experts in transformers 5 keeps only its attention's
+    projections as nn.Linear (the router and the experts are parameters); peft 0.21 adds, on the model types it
+    converts from transformers 4 (utils/transformers_weight_conversion.py, _resolve_string_target_modules), the
+    router and the experts by their old names, which become target_parameters: the router's weight at rank r,
+    the experts' gate_up_proj at twice the rank (rank_pattern, alpha doubled too) and down_proj at r. Qwen3-MoE
+    and Mixtral are converted (Family.all_linear_experts); GPT-OSS is not: its attention alone. (Qwen2-MoE is
+    not converted either, peft mapping the models it converts to its pattern, not itself: its all-linear is the
+    attention and the shared expert's linears, refused here with the dense layers among experts.)"""
+    if not shape.moe_layers:
+        return tuple(linears(shape)), False
+    if shape.shared_expert_ffn or shape.moe_layers < shape.layers:
+        return ("peft's all-linear adapts the shared expert's or the dense layers' linears too, which is not "
+                "modelled on a mixture of experts yet: name the targets (q, k, v, o; gate, up and down: the "
+                "experts' weights)")  # fmt: skip
+    if not FAMILIES[shape.family].all_linear_experts:
+        return ATTENTION, False
+    return (*ATTENTION, "gate", "up", "down"), True
 
 
 def fused_apart(shape: Shape, targets: tuple[str, ...]) -> tuple[str, list[str]] | None:
@@ -158,8 +185,7 @@ def adapter_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
     out = []
     for _, d_in, d_out in adapted(shape, tune.targets):
         out += [(1, tune.rank, d_in), (1, d_out, tune.rank)]
-    ranks = tune.rank * shape.experts  # a ParamWrapper's A is (r E) x d_in, its B d_out x (r E)
-    for _, d_in, d_out in expert_adapted(shape, tune.targets):
+    for _, d_in, d_out, ranks in expert_adapted(shape, tune):  # a ParamWrapper's A, its B
         out += [(1, ranks, d_in), (1, d_out, ranks)]
     return out
 

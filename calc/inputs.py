@@ -462,7 +462,7 @@ def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
         optimizer=optimizer,
         rank=_number(given, "lora-rank"),
         alpha=_number(given, "lora-alpha"),
-        targets=_targets(given["lora-targets"], shape) if "lora-targets" in given else fields.TUNED.targets,
+        **(_targets(given["lora-targets"], shape) if "lora-targets" in given else {}),
         freeze_layers=_number(given, "freeze-layers"),
         freeze_embedding=_bool("freeze-embedding", given.get("freeze-embedding", FIELD["freeze-embedding"].default)),
         paged=_bool("paged-optimizer", given.get("paged-optimizer", FIELD["paged-optimizer"].default)),
@@ -474,16 +474,15 @@ def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
     return tune
 
 
-def _targets(raw: object, shape: Shape) -> tuple[str, ...]:
-    """A comma list of q, k, v, o, gate, up, down, or all-linear (every linear the blocks have)."""
+def _targets(raw: object, shape: Shape) -> dict[str, object]:
+    """A comma list of q, k, v, o, gate, up, down, or all-linear (peft's: calc.finetune.all_linear), as the
+    Tuning's targets (and, for all-linear on a mixture of experts, whether peft converts it)."""
     text = str(raw).strip().lower()
-    if text == finetune.ALL_LINEAR and shape.moe_layers:  # peft resolves it by model type (calc.finetune.moe_problem)
-        raise InputError("lora-targets", "peft's all-linear on a mixture of experts depends on its model type (on "
-                                         "Qwen3-MoE and Mixtral it adapts the router too, and the experts' "
-                                         "gate_up_proj at twice the rank): not modelled yet; name the targets (q, k, "
-                                         "v, o; gate, up and down: the experts' weights)")
     if text == finetune.ALL_LINEAR:
-        return tuple(finetune.linears(shape))
+        resolved = finetune.all_linear(shape)
+        if isinstance(resolved, str):
+            raise InputError("lora-targets", resolved)
+        return {"targets": resolved[0], "moe_all_linear": resolved[1]}
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
         raise InputError("lora-targets", "name at least one of q, k, v, o, gate, up, down, or all-linear")
@@ -494,7 +493,7 @@ def _targets(raw: object, shape: Shape) -> tuple[str, ...]:
             raise InputError(
                 "lora-targets", f"must be a comma list of {', '.join(finetune.TARGETS)}, or all-linear, got {name!r}"
             )
-    return tuple(t for t in finetune.TARGETS if t in names)
+    return {"targets": tuple(t for t in finetune.TARGETS if t in names)}
 
 
 DECK_MOE = "the deck walk does not fine-tune a mixture of experts: --walk eager replays this LoRA"

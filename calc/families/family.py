@@ -57,6 +57,8 @@ class Family:
     finetune: bool = False  # the eager walk replays peft's LoRA and frozen layers on it
     expert_lora: tuple[str, ...] = ()  # the models with experts of its code that the eager walk fine-tunes with
     # peft's LoRA, on the attention's linears and the experts' weights (calc.finetune.check says which targets)
+    all_linear_experts: bool = True  # peft converts all-linear on its experts to the router and the experts
+    # (calc.finetune.all_linear; GPT-OSS's: the attention alone)
     window_mask: Callable | None = None  # (shape) -> whether its model also makes a sliding-window mask, used or
     # not, under eager attention
     embed: Callable | None = None  # (ops, x) -> x: what its model does to the token embeddings first

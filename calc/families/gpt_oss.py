@@ -272,7 +272,7 @@ def sliding(shape: Shape, layer: int) -> bool:
 MODEL_TYPES = (ModelType("gpt_oss", read_gpt_oss, "gpt_oss", (("num_experts", "num_local_experts"),)),)  # attribute_map
 FAMILY = Family("gpt_oss", ("GPT-OSS",), layer, experts=True, window_mask=window_mask, tensors=tensors,
                 expert_bias=True, rotary_width=half_head, window_layer=sliding, attentions=("eager",),
-                problem=problem, expert_lora=("GPT-OSS",))  # fmt: skip
+                problem=problem, expert_lora=("GPT-OSS",), all_linear_experts=False)  # fmt: skip
 FAMILIES = (FAMILY,)
 ORDER = 120  # where the registry lists it (calc.families)
 # calc/configs/NAME.json -> its group in the list. gpt-oss-20b.json: the config.json of the EchoCog/gpt-oss-20b

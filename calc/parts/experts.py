@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..replay import T
+from .linear import AUTOCAST
 from .mlp import activation, mlp
 
 if TYPE_CHECKING:  # the ops import nothing of the parts built on them
@@ -52,7 +53,11 @@ def topk_router(ops: Ops, x: T, layer: str, renorm: bool, cast: bool) -> tuple[T
     Qwen3-MoE renormalises them where norm_topk_prob is on, then casts them. (logits, weights, indices)."""
     rp, st = ops.rp, ops.st
     n, e, k = st.tokens, st.shape.experts, st.shape.experts_per_token
-    logits = ops.linear(x, st.shape.hidden, e, f"{layer} mlp.gate", False, f"{layer}: router logits")
+    held: tuple[T, ...] = ()
+    if "gate.weight" in dict(st.wrapped):
+        logits, held = adapted_router(ops, x, layer)
+    else:
+        logits = ops.linear(x, st.shape.hidden, e, f"{layer} mlp.gate", False, f"{layer}: router logits")
     wide = logits if logits.unit == 4 else ops.unary(f"{layer}: router logits in fp32", logits, [], 4)
     probs = ops.new(n * e, 4, f"{layer}: router probabilities", "softmax saves its result")
     rp.node("softmax", probs, saved=[probs], inputs=[(wide, wide.nbytes, "new")])
@@ -75,6 +80,7 @@ def topk_router(ops: Ops, x: T, layer: str, renorm: bool, cast: bool) -> tuple[T
         wide_weights = weights
         weights = ops.unary(f"{layer}: routing weights in 16 bits", wide_weights, [], logits.unit)
         rp.drop(wide_weights)
+    rp.drop(*held, why="the router's LoRA wrapper returns: its cache and proxy go")
     return logits, weights, index
 
 
@@ -168,6 +174,47 @@ def summed_back(ops: Ops, weighted: T, layer: str) -> tuple[T, T, T]:
     return moe, ordered, inverse
 
 
+def adapted_router(ops: Ops, x: T, layer: str) -> tuple[T, tuple[T, T]]:
+    """The router's logits where peft's LoRA adapts its weight through target_parameters (all-linear's conversion,
+    calc.finetune.expert_adapted): a ParamWrapper with one adapter on a 2-D weight, whose _activate_lora makes
+    delta = (lora_B @ lora_A) x scaling (Linear.get_delta_weight, in the adapters' dtype, then cast to the
+    weight's) and registers W + delta as the weight's parametrization (_LoraParameterProxy, which holds delta
+    until the wrapper returns; registering runs it once to check its dtype and shape). Under
+    parametrize.cached() F.linear reads W + delta, made once; it requires grad, so the linear saves it (its
+    16-bit cast under autocast, not cached: not a leaf) beside its input. E x h values each. (The logits, and
+    W + delta and delta, which the router's caller drops as the wrapper returns.)"""
+    rp, st = ops.rp, ops.st
+    h, e, a, w = st.shape.hidden, st.shape.experts, st.adapter, st.act
+    r, name = dict(st.wrapped)["gate.weight"], f"{layer} mlp.gate.weight"
+    factors = [(f"{name}.lora_A", r * h * a, "param"), (f"{name}.lora_B", e * r * a, "param")]
+    product = ops.new(e * h, a, f"{layer}: router's B A", "peft Linear.get_delta_weight: lora_B @ lora_A")
+    rp.node("mm", product, inputs=factors)  # it saves A and B, parameters
+    delta = ops.unary(f"{layer}: router's B A x scaling", product, [])
+    rp.drop(product)
+    if a != w:  # delta_weight.to(param.dtype)
+        cast = ops.unary(f"{layer}: router's delta in the weight's dtype", delta, [], w)
+        rp.drop(delta)
+        delta = cast
+    weight = (f"{layer} mlp.gate.weight", e * h * w, "param")  # frozen: no gradient
+    check = ops.new(e * h, w, f"{layer}: router's W + delta (registering the parametrization runs it once)",
+                    "register_parametrization: _LoraParameterProxy's forward, to check its dtype and shape")
+    rp.node("add", check, inputs=[weight, (delta, delta.nbytes, "new")])
+    rp.drop(check, why="register_parametrization's check")
+    merged = ops.new(e * h, w, f"{layer}: router's W + delta (parametrize.cached())",
+                     "_LoraParameterProxy: made once, read by F.linear")
+    rp.node("add", merged, inputs=[weight, (delta, delta.nbytes, "new")])
+    x_in = ops.cast16(x, x.label) if ops.autocast and x.unit != AUTOCAST else x
+    w_in = merged
+    if ops.autocast:
+        w_in = ops.new(e * h, AUTOCAST, f"{layer}: 16-bit copy of the router's W + delta", "autocast: not a leaf")
+        rp.node("to(bfloat16)", w_in, inputs=[(merged, merged.nbytes, "new")])
+    logits = ops.new(st.tokens * e, ops.mm, f"{layer}: router logits", f"{layer} mlp.gate: s x b x {e} values")
+    rp.node(f"{layer} mlp.gate", logits, saved=[x_in, w_in], inputs=[(x_in, x_in.nbytes, "new"),
+                                                                     (w_in, w_in.nbytes, "new")])  # fmt: skip
+    rp.drop(*[t for t in (x_in, w_in) if t is not x and t is not merged])
+    return logits, (merged, delta)
+
+
 def for_weight(ops: Ops, weight: str, x: T) -> list[T]:
     """What a grouped matmul of `x` by the experts' `weight` saves: GroupedMmBackward0 keeps x only for the
     weight's gradient, so frozen experts (LoRA on the attention) keep none (the weight, a parameter, is
@@ -188,7 +235,7 @@ def expert_weight(ops: Ops, name: str, d_in: int, d_out: int, layer: str) -> tup
     e, module = st.shape.experts, name.rsplit(" mlp.", 1)[-1]
     if module not in st.lora_targets:
         return (name, e * d_in * d_out * st.param_bytes, "param"), None
-    ranks, w = st.lora_rank * e, st.act  # the weights' dtype (outside autocast)
+    ranks, w = dict(st.wrapped)[module], st.act  # A's rows (r E, or 2 r E: all-linear's gate_up); the weights' dtype
     factors = [(f"{name}.lora_A", ranks * d_in * st.adapter, "param"), (f"{name}.lora_B", d_out * ranks * st.adapter,
                                                                          "param")]  # fmt: skip
     copies = []

@@ -46,6 +46,8 @@ class Step:
     tp: int = 1  # tensor-parallel processes splitting the layers' linears (calc.engines.tensor; 1: none)
     vocab_split: bool = False  # and the embedding and head by vocabulary (transformers' plan, calc.engines.tensor)
     sp: bool = False  # and the sequence outside the attention and the MLP (sequence parallelism, calc.engines.tensor)
+    wrapped: tuple[tuple[str, int], ...] = ()  # peft's ParamWrappers: (parameter, rows of its A), from
+    # calc.finetune.expert_adapted
 
     @property
     def tokens(self) -> int:

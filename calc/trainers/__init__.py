@@ -262,11 +262,11 @@ def _checked(raw: dict, given: dict, reading: Reading, validate) -> tuple[dict, 
     reading says why."""
     from ..inputs import BESIDE_FIELDS, InputError
 
+    if reading.linear_names and from_file("lora-targets", reading, raw):
+        given = _linear_names(raw, given, reading)
     try:
         answer = validate(given)
     except InputError as e:
-        if e.field == "lora-targets" and reading.linear_names and from_file("lora-targets", reading, raw):
-            return _linear_names(raw, given, reading, validate, e)
         loop = [f for f in BESIDE_FIELDS if f in reading.fields and raw.get(f) in (None, "")]
         if e.field not in loop or given.get("walk") == "eager":
             raise InputError(*blame(e.field, e.message, reading, raw)) from None
@@ -286,29 +286,29 @@ def _checked(raw: dict, given: dict, reading: Reading, validate) -> tuple[dict, 
 ATTENTION_LINEARS = "q,k,v,o"  # what the tools' search for every nn.Linear finds in a sparse layer (transformers 5)
 
 
-def _linear_names(raw: dict, given: dict, reading: Reading, validate, refused) -> tuple[dict, Reading, tuple]:
-    """_checked's answer where the tool's own search for every nn.Linear by name (Reading.linear_names) met a
-    mixture of experts, whose peft all-linear calc refuses (`refused`): in transformers 5 its experts are fused
-    parameters and its router no nn.Linear, so on a model with experts in every layer and no shared expert the
-    search finds the attention's q_proj, k_proj, v_proj and o_proj only, and the fields are checked again with
-    them. A dense layer or a shared expert adds gate_proj, up_proj and down_proj, which peft then reads by model
-    type: refused, as `refused` says."""
+def _linear_names(raw: dict, given: dict, reading: Reading) -> dict:
+    """The fields where the tool's own search for every nn.Linear by name (Reading.linear_names) gave
+    --lora-targets all-linear: on a dense model that is peft's all-linear; on a mixture of experts it is not
+    (peft converts its all-linear by model type, calc.finetune.all_linear), as in transformers 5 the experts are
+    fused parameters and the router no nn.Linear, so on a model with experts in every layer and no shared
+    expert the search finds the attention's q_proj, k_proj, v_proj and o_proj only. A dense layer or a shared
+    expert adds gate_proj, up_proj and down_proj, which peft then reads by model type: refused."""
     from ..inputs import InputError, parse_shape
 
     try:
         shape = parse_shape({k: v for k, v in given.items() if v not in (None, "")})
     except InputError:
-        shape = None
-    if not shape or not shape.experts:
-        raise InputError(*blame(refused.field, refused.message, reading, raw)) from None
+        return given  # the fields' own check names what is wrong
+    if not shape.experts:
+        return given
     if shape.moe_layers < shape.layers or shape.shared_expert_ffn:
         raise InputError(*blame("lora-targets", "the tool names every nn.Linear, which on this mixture of experts (a "
                                 "shared expert, or dense layers among the experts) includes gate_proj, up_proj and "
                                 "down_proj, which peft reads by model type: not modelled yet; name q_proj, k_proj, "
-                                "v_proj and o_proj", reading, raw)) from None  # fmt: skip
+                                "v_proj and o_proj", reading, raw))  # fmt: skip
     reading.retarget(ATTENTION_LINEARS, "every nn.Linear's name: on this mixture of experts, the attention's")
     reading.linear_names = False
-    return _checked(raw, {**given, "lora-targets": ATTENTION_LINEARS}, reading, validate)
+    return {**given, "lora-targets": ATTENTION_LINEARS}
 
 
 def blame(field: str, message: str, r: Reading, raw: Mapping[str, object]) -> tuple[str, str]:

@@ -53,13 +53,17 @@ FUSED = {"phi3": {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "gate": "ga
 
 # A mixture of experts' gate, up and down are its experts' fused weights, which peft adapts through
 # target_parameters (a ParamWrapper on each), not target_modules
+ALL_LINEAR = "all-linear"  # peft's shorthand, given to it as is
 MOE_TYPES = ("qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")
 EXPERT_PARAMETERS = {"gate": "mlp.experts.gate_up_proj", "up": "mlp.experts.gate_up_proj",
                      "down": "mlp.experts.down_proj"}  # fmt: skip
 
 
-def peft_modules(m: hf_models.Model, targets: tuple[str, ...]) -> list[str]:
-    """peft's target_modules for calc's targets on this model: its module names, each once."""
+def peft_modules(m: hf_models.Model, targets: tuple[str, ...]) -> list[str] | str:
+    """peft's target_modules for calc's targets on this model: its module names, each once; all-linear itself,
+    which peft resolves by the model's type (on a mixture of experts, calc.finetune.all_linear)."""
+    if targets == (ALL_LINEAR,):
+        return ALL_LINEAR
     names = {**MODULES, **FUSED.get(m.model_type, {})}
     return list(dict.fromkeys(names[t] for t in targets if m.model_type not in MOE_TYPES or t not in EXPERT_PARAMETERS))
 
@@ -150,6 +154,12 @@ RUNS += [  # issue 34: LoRA on the experts' fused weights too (peft's target_par
     (MIXTRAL, 128, 2, Tune("lora", 8, 16, ALL)),
     (FAMILIES["gpt_oss"], 128, 2, Tune("lora", 8, 16, ALL)),  # the experts of TRL's gpt-oss recipe
 ]
+RUNS += [  # issue 34: peft's all-linear on a mixture of experts, which peft 0.21 converts by model type: the router
+    # and the experts too (gate_up_proj at twice the rank) on Qwen3-MoE and Mixtral, the attention alone on GPT-OSS
+    (FAMILIES["qwen3_moe"], 128, 2, Tune("lora", 8, 16, (ALL_LINEAR,))),
+    (MIXTRAL, 128, 2, Tune("lora", 8, 16, (ALL_LINEAR,))),
+    (FAMILIES["gpt_oss"], 128, 2, Tune("lora", 8, 16, (ALL_LINEAR,))),
+]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 
@@ -173,6 +183,9 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
                             target_parameters=peft_parameters(m, tune.targets))  # fmt: skip
         with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated is_gradient_checkpointing
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            # and, converting all-linear on a mixture of experts, warns that its gate_up_proj rank and alpha patterns
+            # matched no module, though its ParamWrapper on gate_up_proj is made at that rank (lora.json's rows)
+            warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys did not match", RuntimeWarning)
             return get_peft_model(net, config)
     if not tune.embedding:  # frozen with a head tied to it (one Parameter)
         net.model.embed_tokens.requires_grad_(False)

@@ -444,6 +444,25 @@ def test_the_tools_every_linear_on_a_mixture_of_experts_is_its_attention(capsys)
                                               "mixture of experts is modelled with AdamW on the device only")
 
 
+def test_peft_all_linear_in_a_trainer_config_is_peft_s_on_a_mixture_of_experts(capsys, tmp_path):
+    """TRL's `lora_target_modules: all-linear` hands peft its own all-linear, which peft 0.21 converts on
+    Qwen3-MoE (the router and the experts too: calc.finetune.all_linear): the same step as --lora-targets
+    all-linear, and not the attention alone that LLaMA-Factory's `lora_target: all` names there."""
+    trl = tmp_path / "sft.yaml"
+    trl.write_text("model_name_or_path: Qwen/Qwen3-30B-A3B\nuse_peft: true\nlora_target_modules: all-linear\n"
+                   "bf16: true\nmax_length: 512\nper_device_train_batch_size: 1\n")
+    model = ["--preset", "qwen3-30b-a3b", "--walk", "eager", "--json"]
+    assert main(["--trainer-config", str(trl), *model]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["trainer_config"]["fields"]["lora-targets"] == "all-linear"
+    flags = [a for k, v in got["trainer_config"]["fields"].items() if k != "preset" for a in (f"--{k}", v)]
+    for targets in ("all-linear", "q,k,v,o"):
+        assert main([*flags, *model, "--lora-targets", targets]) == 0
+        want = json.loads(capsys.readouterr().out)
+        same = (got["trainable_params"], got["peak"]) == (want["trainable_params"], want["peak"])
+        assert same == (targets == "all-linear"), targets
+
+
 def test_yaml_aliases_that_repeat_without_end_are_refused():
     """A few hundred characters of YAML aliases (a "billion laughs") make a value of millions of items, and a
     recursive alias one without end: refused before any reader turns a value into text, in the CLI and the page."""

@@ -70,6 +70,8 @@ FAMILY_CASES = [
     ("gpt_oss", ("lora", 4, 8, ("q", "v")), "fp32-full", "eager", "none"),
     # and on the experts' fused weights (peft's target_parameters): each merged weight made, kept and differentiated
     ("mixtral", ("lora", 4, 8, ("q", "v", "gate", "up", "down")), "autocast", "sdpa", "full"),
+    # peft's all-linear as peft converts it: the router's weight too, the experts' gate_up_proj at twice the rank
+    ("qwen3_moe", ("lora", 4, 8, ("all-linear",)), "fp32-full", "eager", "none"),
 ]
 TENTH = 0.001  # the families' band on the step's tensors
 
@@ -225,7 +227,8 @@ def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_na
     eager walk: on the attention's linears, and on the experts' fused weights through peft's target_parameters
     (gate,up: gate_up_proj; down: down_proj; A (r E) x d_in and B d_out x (r E) each), the router frozen
     (lora.json: every such step within 0.1%). The deck walk refuses it naming the eager walk, which answers;
-    all-linear (peft resolves it by model type), gate apart from up, the experts of a model with a shared expert,
+    all-linear as peft converts it (the router and the experts too, gate_up_proj at twice the rank; GPT-OSS's
+    attention alone) is replayed too; gate apart from up, the experts of a model with a shared expert,
     QLoRA on one (Qwen2-MoE: QLoRA is walked on Qwen3-MoE and Mixtral), another optimizer and DeepSeek-V3's
     attention are refused naming the field."""
     from calc.cli import main
@@ -249,15 +252,30 @@ def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_na
         assert main([*flags, "--json"]) == 2
         return capsys.readouterr().err.strip()
 
+    # peft's all-linear as peft 0.21 converts it on Qwen3-MoE: the router's weight at r, gate_up_proj at 2 r
+    router = shape.layers * 8 * (shape.hidden + shape.experts)
+    gate_up = shape.layers * 8 * shape.experts * (shape.hidden + 2 * shape.expert_width)
+    assert main([*base, "--walk", "eager", "--lora-targets", "all-linear", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trainable_params"] == attention + experts + gate_up + router
+    made = [e["bytes"] for e in out["events"] if "router's W + delta" in e["label"] and e["bytes"] > 0
+            and e["phase"] == "forward"]
+    assert len(made) == 2 * shape.layers and set(made) == {2 * shape.experts * shape.hidden}  # bf16 weights
     assert refused(*base) == "error: --finetune: the deck walk does not fine-tune a mixture of experts: --walk eager " \
                              "replays this LoRA"
-    err = refused(*base, "--walk", "eager", "--lora-targets", "all-linear")
-    assert err.startswith("error: --lora-targets: peft's all-linear on a mixture of experts depends on its model"), err
     err = refused(*base, "--walk", "eager", "--lora-targets", "q,gate")
     assert err.endswith("name gate and up together"), err
     qwen2_moe = ["--hf-config", str(ROOT / "tests" / "hf_configs" / "qwen1.5-moe-a2.7b.json"), *base[2:], "--walk",
                  "eager"]  # fmt: skip
     assert "shared expert" in refused(*qwen2_moe, "--lora-targets", "down")
+    assert "shared expert" in refused(*qwen2_moe, "--lora-targets", "all-linear")
+    gpt_oss = ["--preset", "gpt-oss-20b", *base[2:], "--walk", "eager", "--attention", "eager", "--json"]
+    said = {}
+    for targets in ("all-linear", "q,k,v,o"):  # GPT-OSS's all-linear: its attention alone (peft converts nothing)
+        assert main([*gpt_oss, "--lora-targets", targets]) == 0
+        said[targets] = json.loads(capsys.readouterr().out)
+    assert said["all-linear"]["peak"] == said["q,k,v,o"]["peak"]
+    assert said["all-linear"]["trainable_params"] == said["q,k,v,o"]["trainable_params"] > 0
     assert main([*qwen2_moe, "--lora-targets", "q,k,v,o", "--json"]) == 0
     capsys.readouterr()
     assert main([*base[:-1], "qlora", "--walk", "eager", "--json"]) == 0  # qlora.json's moe_runs: within 0.1%
