@@ -821,14 +821,13 @@ gradient before the adapters'; peft's adapter casts a 16-bit input to fp32 befor
 peft's default and calc's; with `--adapter-dtype model` they keep a 16-bit model's dtype, as half of §12.5's
 runs do). peft's `all-linear` on a mixture of experts is given to peft as a user gives it, and peft 0.21
 converts it by model type: on Qwen3-MoE and Mixtral the attention's projections, the router's weight (a
-`ParamWrapper` on a 2-D weight: `B A x scaling` cast to the weight's dtype, `W + delta` made once and saved
-by the router's linear with its input) and the experts' weights, `gate_up_proj` at twice the rank; on GPT-OSS
-the attention alone. Not modelled, beside §10.8's oneDNN scratch buffers: GPT-2's fused `c_attn` adapter
-(refused by the eager walk) and `all-linear` on a mixture of experts with a shared expert or dense layers
-(refused naming `--lora-targets`). The checkpointed steps with adapted experts read up to {ckpt_high:,} bytes
-high, and the `all-linear` steps on Qwen3-MoE and Mixtral under autocast without checkpointing up to
-{router_low:,} bytes low, neither explained; they are left. bitsandbytes' 4-bit layers (`--finetune qlora`) are
-§12.5's.
+`ParamWrapper` on a 2-D weight: `B A x scaling`, under autocast from A's and B's cached 16-bit casts, cast to
+the weight's dtype, `W + delta` made once and saved by the router's linear with its input) and the experts'
+weights, `gate_up_proj` at twice the rank; on GPT-OSS the attention alone. Not modelled, beside §10.8's oneDNN
+scratch buffers: GPT-2's fused `c_attn` adapter (refused by the eager walk) and `all-linear` on a mixture of
+experts with a shared expert or dense layers (refused naming `--lora-targets`). The checkpointed steps with
+adapted experts read up to {ckpt_high:,} bytes high, which is left. bitsandbytes' 4-bit layers (`--finetune
+qlora`) are §12.5's.
 """
 
 
@@ -900,18 +899,11 @@ def lora_section() -> list[str]:
 
 
 def _lora_gaps(runs: list[dict]) -> dict[str, int]:
-    """The two gaps §12.4's prose leaves, in bytes from the data: the most a checkpointed step with adapted
-    experts reads high, and the most an all-linear step on experts under autocast without checkpointing reads
-    low."""
-    def gap(row: dict) -> int:
-        return row["predicted_peak"] - row["measured_peak_tensors"]
-
-    experts = [r for r in runs if r["model_type"] in ("qwen3_moe", "mixtral") and ("gate" in r["tune"]
-                                                                                 or "all-linear" in r["tune"])]
-    high = [gap(r) for r in experts if r["checkpointing"] == "full"]
-    low = [-gap(r) for r in experts if "all-linear" in r["tune"] and r["precision"] == "autocast"
-           and r["checkpointing"] == "none"]  # fmt: skip
-    return {"ckpt_high": max(high, default=0), "router_low": max(low, default=0)}
+    """The gap §12.4's prose leaves, in bytes from the data: the most a checkpointed step with adapted experts
+    reads high."""
+    experts = [r for r in runs if r["model_type"] in ("qwen3_moe", "mixtral") and r["checkpointing"] == "full"
+               and ("gate" in r["tune"] or "all-linear" in r["tune"])]  # fmt: skip
+    return {"ckpt_high": max((r["predicted_peak"] - r["measured_peak_tensors"] for r in experts), default=0)}
 
 
 def _lora_eager(row: dict) -> float:

@@ -176,22 +176,39 @@ def summed_back(ops: Ops, weighted: T, layer: str) -> tuple[T, T, T]:
 
 def adapted_router(ops: Ops, x: T, layer: str) -> tuple[T, tuple[T, T]]:
     """The router's logits where peft's LoRA adapts its weight through target_parameters (all-linear's conversion,
-    calc.finetune.expert_adapted): a ParamWrapper with one adapter on a 2-D weight, whose _activate_lora makes
-    delta = (lora_B @ lora_A) x scaling (Linear.get_delta_weight, in the adapters' dtype, then cast to the
-    weight's) and registers W + delta as the weight's parametrization (_LoraParameterProxy, which holds delta
-    until the wrapper returns; registering runs it once to check its dtype and shape). Under
-    parametrize.cached() F.linear reads W + delta, made once; it requires grad, so the linear saves it (its
-    16-bit cast under autocast, not cached: not a leaf) beside its input. E x h values each. (The logits, and
-    W + delta and delta, which the router's caller drops as the wrapper returns.)"""
+    calc.finetune.expert_adapted): a ParamWrapper with one adapter on a 2-D weight. Its _activate_lora makes
+    delta = (lora_B @ lora_A) x scaling (Linear.get_delta_weight: in the adapters' dtype, autocast's 16 bits
+    within the step's autocast, fp32 for 16-bit adapters on the CPU; then cast to the weight's) and registers
+    W + delta as the weight's parametrization (_LoraParameterProxy, which holds delta until the wrapper returns;
+    registering runs it once to check its dtype and shape). Under parametrize.cached() F.linear reads W + delta,
+    made once; it requires grad, so the linear saves it (its 16-bit cast under autocast, not cached: not a
+    leaf) beside its input. E x h values each. (The logits, and W + delta and delta, which the router's caller
+    drops as the wrapper returns.)"""
     rp, st = ops.rp, ops.st
     h, e, a, w = st.shape.hidden, st.shape.experts, st.adapter, st.act
     r, name = dict(st.wrapped)["gate.weight"], f"{layer} mlp.gate.weight"
     factors = [(f"{name}.lora_A", r * h * a, "param"), (f"{name}.lora_B", e * r * a, "param")]
-    product = ops.new(e * h, a, f"{layer}: router's B A", "peft Linear.get_delta_weight: lora_B @ lora_A")
-    rp.node("mm", product, inputs=factors)  # it saves A and B, parameters
+    saved, unit, copies = [], a, []
+    if ops.autocast:  # the matmul is autocast's: A and B cast to 16 bits, cached (leaves that require grad)
+        for what, n in (("lora_A", r * h), ("lora_B", e * r)):
+            cast = rp.new(n * AUTOCAST, f"16-bit copy of {name}.{what}", "autocast caches a weight's cast", "weights")
+            ops.casts.append((rp.layer, cast))
+            saved.append(cast)
+        unit = AUTOCAST
+    elif st.device == "cpu" and a != 4:  # get_delta_weight's cast_to_fp32: 16-bit adapters multiplied in fp32
+        copies = saved = [ops.new(n, 4, f"{layer}: router's {what} in fp32", "weight.float()") for what, n in
+                          (("lora_A", r * h), ("lora_B", e * r))]  # fmt: skip
+        unit = 4
+    product = ops.new(e * h, unit, f"{layer}: router's B A", "peft Linear.get_delta_weight: lora_B @ lora_A")
+    rp.node("mm", product, saved=saved, inputs=factors)  # A and B (parameters, or their casts)
+    rp.drop(*copies)
     delta = ops.unary(f"{layer}: router's B A x scaling", product, [])
     rp.drop(product)
-    if a != w:  # delta_weight.to(param.dtype)
+    if copies:  # output_tensor.to(dtype=dtype)
+        back = ops.unary(f"{layer}: router's delta in the adapters' dtype", delta, [], a)
+        rp.drop(delta)
+        delta = back
+    if delta.unit != w:  # delta_weight.to(param.dtype)
         cast = ops.unary(f"{layer}: router's delta in the weight's dtype", delta, [], w)
         rp.drop(delta)
         delta = cast
