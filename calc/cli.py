@@ -114,10 +114,11 @@ def format_summary(result: dict) -> str:
         t = cfg["finetune"]
         lines.append(
             f"fine-tuning: {t['mode']}"
-            + (f" rank {t['rank']} on {','.join(t['targets'])}, {ADAPTER_WORDS[t['adapter_dtype']]}"
-               if t["mode"] in ("lora", "qlora") else "")
+            + (f" rank {t['rank']} on {','.join(t['targets'])}" + (MOE_ALL_LINEAR if t["moe_all_linear"] else "")
+               + f", {ADAPTER_WORDS[t['adapter_dtype']]}" if t["mode"] in ("lora", "qlora") else "")
             + (f", first {t['freeze_layers']} layers frozen" if t["mode"] == "freeze" else "")
             + (", the embedding trains" if t["mode"] == "freeze" and not t["freeze_embedding"] else "")
+            + (", the final norm and head frozen too" if t["mode"] == "freeze" and t["freeze_head"] else "")
             + f", {OPTIMIZERS[t['optimizer']].label}" + (" (paged: state off the device)" if t["paged"] else "")
             + f"; {result['trainable_params']:,} trainable parameters"
         )
@@ -196,6 +197,7 @@ def format_fit(rows: list[dict], capacity: int) -> str:
 
 
 ADAPTER_WORDS = {"fp32": "fp32 adapters", "model": "adapters in the model's dtype"}
+MOE_ALL_LINEAR = " (peft's all-linear: the router too, the experts' gate_up_proj at twice the rank)"
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -43,14 +43,15 @@ def stored_tensors(shape: Shape) -> list[int]:
 def trainable(tune: finetune.Tuning):
     """trainable(layer, parameter name) for the replay (None: every parameter trains). LoRA trains its
     adapters only (peft's get_peft_model freezes the base model); freeze trains the blocks above the first N,
-    the final norm and an untied head (calc.finetune.trainable_tensors)."""
+    the final norm and an untied head unless --freeze-head (calc.finetune.trainable_tensors)."""
     if tune.mode == "full":
         return None
     if tune.adapters:
         return lambda layer, name: ".lora_" in name
     embedding = finetune.embedding_trains(tune)  # issue 34: --no-freeze-embedding
-    return lambda layer, name: layer > tune.freeze_layers if layer else embedding or not name.startswith(
-        ("embedding", "positions"))
+    frozen = ("embedding", "positions")[: 0 if embedding else 2] + (("final norm", "lm_head")
+                                                                   if finetune.head_frozen(tune) else ())  # fmt: skip
+    return lambda layer, name: layer > tune.freeze_layers if layer else not name.startswith(frozen)
 
 
 def replay(

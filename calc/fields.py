@@ -49,7 +49,7 @@ OUTPUTS = ("step", "table", "plan", "fit-card")
 PLANNERS = ("plan", "fit-card")  # the output modes that choose a layout themselves
 SECTIONS = ("Model", "Training step", "Several devices", "Fine-tuning", "Device and planner")
 # The page's blocks that are no field (hooks/calculator.html draws each): their fieldset and place in it.
-PAGE_BLOCKS = {"trainer-config": ("Model", 3), "loop-preset": ("Training step", 8), "targets-note": ("Fine-tuning", 8),
+PAGE_BLOCKS = {"trainer-config": ("Model", 3), "loop-preset": ("Training step", 8), "targets-note": ("Fine-tuning", 9),
                "capacity-presets": ("Device and planner", 3)}  # fmt: skip
 
 
@@ -286,8 +286,11 @@ TUNE = (
             "blocks (default); --no-freeze-embedding trains it, backward reaching it through the frozen blocks "
             "(the eager walk)", default=TUNED.freeze_embedding, finetune=("freeze",), chosen=("fit-card",),
             page=Page("Embedding frozen too", "Fine-tuning", 7)),
+    _switch("freeze-head", help="--finetune freeze: the final norm and an untied head frozen too, only the blocks "
+            "above the frozen ones training (LLaMA-Factory's freeze); default: they train", default=TUNED.freeze_head,
+            finetune=("freeze",), chosen=("fit-card",), page=Page("Head and final norm frozen too", "Fine-tuning", 8)),
     _switch("paged-optimizer", help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged "
-            "optimizers): not counted", default=TUNED.paged, page=Page("Paged optimizer state", "Fine-tuning", 8)),
+            "optimizers): not counted", default=TUNED.paged, page=Page("Paged optimizer state", "Fine-tuning", 9)),
 )
 LOOP_WHY = "the deck walk has no loop around its step"
 LOOP = (

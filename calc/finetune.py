@@ -33,7 +33,7 @@ TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_p
 QLORA_EXPERTS = ("qwen3_moe", "llama")  # the families whose mixtures of experts QLoRA was measured on (Mixtral's
 # code is the llama family's; Qwen2-MoE's too, refused by its shared expert)
 ATTENTION = ("q", "k", "v", "o")  # the linears LoRA adapts in a mixture of experts' blocks (moe_problem)
-ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head)
+ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head), by model type (all_linear)
 # The adapters' dtype. fp32: peft's default, get_peft_model(..., autocast_adapter_dtype=True) upcasts adapters
 # made in a 16-bit dtype to fp32 (peft/tuners/tuners_utils.py, _cast_adapter_dtype); model: the model's own
 # dtype (autocast_adapter_dtype=False). On an fp32 model the two are the same.
@@ -53,6 +53,7 @@ class Tuning:
     targets: tuple[str, ...] = ("q", "v")  # the linears of each block that get an adapter (TARGETS)
     freeze_layers: int = 0  # freeze: the first N blocks (and the embedding) are frozen
     freeze_embedding: bool = True  # freeze: the embedding (and a head tied to it) frozen too; False: it trains
+    freeze_head: bool = False  # freeze: the final norm and an untied head frozen too (LLaMA-Factory's freeze)
     paged: bool = False  # the optimizer state lives in CPU-pageable memory (bitsandbytes' paged optimizers)
     adapter_dtype: str = "fp32"  # lora / qlora: the adapters' dtype (ADAPTER_DTYPES); fp32 is peft's default
     moe_all_linear: bool = False  # all-linear on Qwen3-MoE or Mixtral as peft converts it (all_linear): the router's
@@ -149,10 +150,11 @@ def all_linear(shape: Shape) -> tuple[tuple[str, ...], bool] | str:
     attention and the shared expert's linears, refused here with the dense layers among experts.)"""
     if not shape.moe_layers:
         return tuple(linears(shape)), False
+    if tuning_lacks(shape, "lora"):  # a model whose LoRA no walk replays: check says so, naming the model
+        return ATTENTION, False
     if shape.shared_expert_ffn or shape.moe_layers < shape.layers:
         return ("peft's all-linear adapts the shared expert's or the dense layers' linears too, which is not "
-                "modelled on a mixture of experts yet: name the targets (q, k, v, o; gate, up and down: the "
-                "experts' weights)")  # fmt: skip
+                "modelled on a mixture of experts yet: name the attention's q, k, v and o")  # fmt: skip
     if not FAMILIES[shape.family].all_linear_experts:
         return ATTENTION, False
     return (*ATTENTION, "gate", "up", "down"), True
@@ -218,14 +220,21 @@ def embedding_trains(tune: Tuning) -> bool:
 
 def trainable_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
     """Every trainable tensor of the model. freeze trains the blocks above the first N, the final norm and an
-    untied head (the embedding, and a head tied to it, stay frozen unless embedding_trains); lora and qlora
-    only the adapters."""
+    untied head (frozen too where head_frozen; the embedding, and a head tied to it, stay frozen unless
+    embedding_trains); lora and qlora only the adapters."""
     outer = outer_tensors(shape)
     if tune.adapters:
         return [(shape.layers * c, r, k) for c, r, k in adapter_tensors(shape, tune)]
     layers = shape.layers - (tune.freeze_layers if tune.mode == "freeze" else 0)
-    out = [(layers * c, r, k) for c, r, k in layer_tensors(shape)] + outer["final_norm"] + outer["head"]
+    out = [(layers * c, r, k) for c, r, k in layer_tensors(shape)]
+    out += [] if head_frozen(tune) else outer["final_norm"] + outer["head"]
     return out + (outer["embedding"] if embedding_trains(tune) else [])
+
+
+def head_frozen(tune: Tuning) -> bool:
+    """Whether freeze leaves the final norm and an untied head frozen too (--freeze-head: LLaMA-Factory's freeze,
+    which trains only its chosen blocks unless freeze_extra_modules names more)."""
+    return tune.mode == "freeze" and tune.freeze_head
 
 
 @counts.per_shape
@@ -369,7 +378,12 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
                                     f"({module}), which peft adapts whole: name {named} together, or all-linear")
     if tune.mode == "freeze" and tune.freeze_layers > shape.layers:
         return "freeze-layers", f"{tune.freeze_layers} frozen layers are more than the {shape.layers} layers"
+    if head_frozen(tune) and shape.tied and embedding_trains(tune):
+        return "freeze-head", ("the head is tied to the embedding, one weight, which --no-freeze-embedding trains: "
+                               "freeze both or neither")  # fmt: skip
     if not trainable_params(shape, tune):
+        if head_frozen(tune):
+            return "freeze-head", "leaves nothing to train: every block frozen, the final norm and head with them"
         return "freeze-layers", "leaves nothing to train (a tied head is frozen with the embedding)"
     return None
 
@@ -500,11 +514,11 @@ class TunedStep:
     def head(self) -> list[Segment]:
         """The head's logits and the loss, their backward, and the final norm's (where they train)."""
         n, tune = self.n, self.tune
-        head_trains = tune.mode in ("full", "freeze") and not self.shape.tied
+        head_trains = tune.mode in ("full", "freeze") and not self.shape.tied and not head_frozen(tune)
         head_params = n["head"] if head_trains else (n["embedding"] if tune.mode == "full" else 0)
         segs = [Segment(tuple(phases.logits(self.logits16, self.logits32)))]
         segs.append(Segment((*self.grads("loss and head backward", head_params), phases.loss_done(-self.logits32))))
-        if tune.mode in ("full", "freeze") and n["final_norm"]:
+        if tune.mode in ("full", "freeze") and n["final_norm"] and not head_frozen(tune):
             segs.append(Segment(tuple(self.grads("final norm backward", n["final_norm"]))))
         return segs
 

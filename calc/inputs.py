@@ -465,6 +465,7 @@ def parse_tuning(given: Mapping[str, object], shape: Shape) -> finetune.Tuning:
         **(_targets(given["lora-targets"], shape) if "lora-targets" in given else {}),
         freeze_layers=_number(given, "freeze-layers"),
         freeze_embedding=_bool("freeze-embedding", given.get("freeze-embedding", FIELD["freeze-embedding"].default)),
+        freeze_head=_bool("freeze-head", given.get("freeze-head", FIELD["freeze-head"].default)),
         paged=_bool("paged-optimizer", given.get("paged-optimizer", FIELD["paged-optimizer"].default)),
         adapter_dtype=_picked(given, "adapter-dtype"),
     )
@@ -487,7 +488,7 @@ def _targets(raw: object, shape: Shape) -> dict[str, object]:
     if not names:
         raise InputError("lora-targets", "name at least one of q, k, v, o, gate, up, down, or all-linear")
     if finetune.ALL_LINEAR in names:  # it names every linear: alone, not in a list
-        raise InputError("lora-targets", f"all-linear stands alone (every linear the blocks have), got {quote(raw)}")
+        raise InputError("lora-targets", f"all-linear stands alone (peft's every linear), got {quote(raw)}")
     for name in names:
         if name not in finetune.TARGETS:
             raise InputError(

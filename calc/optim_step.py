@@ -119,7 +119,7 @@ def trainable(shape: Shape, tune: finetune.Tuning) -> list[Param]:
     layers = [p for i in range(first + 1, shape.layers + 1) for p in _block(shape, shape.moe_layer(i))]
     embedding = [] if not finetune.embedding_trains(tune) else [Param(t.rows, t.cols, True, t.name.startswith("embed"))
                                                 for t in outer["embedding"] + outer["positions"]]  # fmt: skip
-    return embedding + layers + _stored(outer["final_norm"] + outer["head"])
+    return embedding + layers + ([] if finetune.head_frozen(tune) else _stored(outer["final_norm"] + outer["head"]))
 
 
 def stage_params(shape: Shape, tune: finetune.Tuning, first: bool, last: bool, stored: bool = False) -> list[Param]:
@@ -128,7 +128,7 @@ def stage_params(shape: Shape, tune: finetune.Tuning, first: bool, last: bool, s
     rows FSDP2's (model_params: full training only)."""
     outer, params = inventory.outer_tensors(shape), model_params(shape) if stored else trainable(shape, tune)
     front = len(outer["embedding"] + outer["positions"]) if finetune.embedding_trains(tune) and not first else 0
-    back = 0 if last else len(_stored(outer["final_norm"] + outer["head"]))
+    back = 0 if last or finetune.head_frozen(tune) else len(_stored(outer["final_norm"] + outer["head"]))
     return params[front : len(params) - back]
 
 

@@ -335,7 +335,9 @@ def sweep_for(inputs: Run) -> dict:
         },
     }
     tune = inputs.tune
-    if not tune.default and not tune.embedding_under_frozen:  # the deck's accounting of it; none for that step
+    # the deck's accounting of it; none for a step the deck walk refuses (the embedding under frozen blocks, any
+    # fine-tuning of a mixture of experts: calc.inputs.DECK_MOE)
+    if not tune.default and not tune.embedding_under_frozen and not shape.moe_layers:
         recipe, recompute = inputs.recipe, inputs.recompute
         p = RECIPES[recipe].activations
         out["peaks"]["finetune"] = [

@@ -699,7 +699,8 @@ layer's experts as two fused parameters (`experts.gate_up_proj`, `experts.down_p
 `nn.Linear`, so bitsandbytes quantizes only the attention's linears and a dense layer's MLP: **the experts and the
 router stay bf16**, and they are most of such a model. calc counts them so (`calc.finetune.quantized`):
 Qwen3-30B-A3B under `--finetune qlora` on q, k, v and o stores {big_qlora} of weights (the adapters included),
-against {big_bf16} for the whole model in bf16.
+against {big_bf16} for the whole model in bf16. peft's `all-linear` there is the 4-bit attention's adapters and,
+as peft converts it (§12.4), the bf16 router's and experts' too.
 The deck walk fine-tunes no mixture of experts, so only the eager walk is shown, each run beside the same step on a
 bf16 base (`--finetune lora`); each run {tokens} tokens, its adapters bf16 or fp32 (peft's default). Eager walk /
 the step's tensors, QLoRA: **{low:.4f} to {high:.4f}** over {runs} runs,
@@ -793,7 +794,8 @@ of §13.1, its own config.json passed as `--hf-config`, recorded beside the row)
 code does it: peft's `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules,
 lora_dropout=0.0))` (its fp32 adapters; on a checkpointed model transformers and peft make the embedding's
 output require grad), or
-`requires_grad_(False)` on the embedding and the first N layers; `torch.optim.AdamW` over the parameters that
+`requires_grad_(False)` on the embedding and the first N layers (and on the final norm and head, where the row
+says so: LLaMA-Factory's freeze); `torch.optim.AdamW` over the parameters that
 require grad. The step, the measurement (the second step's CPU allocator peak) and the prediction (the CLI
 in-process, from the flags a user types) are §10.8's; `{command}` remakes the table.
 

@@ -2,7 +2,9 @@
 (finetuning_args.py, model_args.py, data_args.py, parser.py) and model/ (patcher.py, adapter.py,
 model_utils/checkpointing.py, quantization.py) at commit 00577a85775a2a78b14641ff8f68c58c6f46b027.
 
-- `finetuning_type` defaults to lora; `lora_target` to all (every linear but the head); `lora_rank` to 8,
+- `finetuning_type` defaults to lora; freeze trains the last `freeze_trainable_layers` (2) blocks alone, the
+  embedding, final norm and head frozen unless `freeze_extra_modules` names them (_freeze); `lora_target`
+  defaults to all (every linear but the head); `lora_rank` to 8,
   `lora_alpha` to twice the rank. `quantization_bit` 4: bitsandbytes NF4 with double quantization (QLoRA).
 - `cutoff_len` (2048): each row's tokens. `per_device_train_batch_size` (8) and `gradient_accumulation_steps`
   (1) are TrainingArguments'.
@@ -96,8 +98,13 @@ def read(doc: dict, r: Reading, device: str = "cuda") -> None:
 def _tuning(doc: dict, r: Reading) -> None:
     kind = doc.get("finetuning_type", "lora")
     bits = doc.get("quantization_bit")
-    if kind not in ("lora", "full"):
-        raise Refused("finetuning_type", f"{kind}: calc reads lora and full (freeze and oft are not read yet)")
+    if kind not in ("lora", "full", "freeze"):
+        raise Refused("finetuning_type", f"{kind}: calc reads lora, freeze and full (oft is not read yet)")
+    if kind == "freeze":
+        if bits is not None:
+            raise Refused("quantization_bit", "a quantized base trains only adapters: finetuning_type lora")
+        _freeze(doc, r)
+        return
     if bits not in (None, 4):
         raise Refused("quantization_bit", f"{bits}: calc's QLoRA is 4-bit NF4")
     method, kind4 = doc.get("quantization_method", "bnb"), doc.get("quantization_type", "nf4")
@@ -127,6 +134,33 @@ def _tuning(doc: dict, r: Reading) -> None:
     r.linear_names = target == "all"  # model/model_utils/misc.py find_all_linear_modules: by module name
 
 
+def _freeze(doc: dict, r: Reading) -> None:
+    """finetuning_type freeze (model/adapter.py, _setup_freeze_tuning): the last freeze_trainable_layers blocks
+    (2) train, every module of them (freeze_trainable_modules all); every other parameter is frozen, the
+    embedding, the final norm and the head included, unless freeze_extra_modules names them. calc's
+    --freeze-layers is the model's layers less those, set once the model is known (Reading.trainable_last)."""
+    n = doc.get("freeze_trainable_layers", 2)
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise Refused("freeze_trainable_layers", f"{shown(n)}: a whole number of blocks")
+    if n <= 0:
+        raise Refused("freeze_trainable_layers", f"{n}: the first blocks training below frozen ones is not modelled "
+                                                 "(calc freezes from the first block up): give a positive number")
+    if str(doc.get("freeze_trainable_modules", "all")).strip() != "all":
+        raise Refused("freeze_trainable_modules", "some modules of the trained blocks alone is not modelled: all is")
+    extra = {m.strip() for m in str(doc.get("freeze_extra_modules") or "").split(",") if m.strip()}
+    unknown = extra - {"embed_tokens", "norm", "lm_head"}
+    if unknown:
+        raise Refused("freeze_extra_modules", f"{sorted(unknown)[0]}: calc trains embed_tokens, or norm and lm_head")
+    if len(extra & {"norm", "lm_head"}) == 1:
+        raise Refused("freeze_extra_modules", "calc trains the final norm and the head together: name norm and lm_head")
+    fields = {"finetune": "freeze", "freeze_embedding": str("embed_tokens" not in extra).lower(),
+              "freeze_head": str("norm" not in extra).lower()}
+    r.set("finetuning_type", "freeze", **fields)  # freeze is never the default (lora is)
+    r.trainable_last = n
+    r.read.append({"key": "freeze_trainable_layers", "value": shown(n) if "freeze_trainable_layers" in doc else
+                   "2 (LLaMA-Factory's default)", "gives": f"--freeze-layers the model's layers less {n}"})
+
+
 def _precision(doc: dict, r: Reading) -> None:
     pure = truth("pure_bf16", doc.get("pure_bf16", False))
     bf16 = truth("bf16", doc.get("bf16", False))
@@ -135,10 +169,14 @@ def _precision(doc: dict, r: Reading) -> None:
                               "true or pure_bf16: true")  # fmt: skip
     full = r.fields.get("finetune") == "full"
     key = "pure_bf16" if pure else "bf16"
+    if r.fields.get("finetune") == "freeze" and not pure:
+        raise Refused("bf16", "LLaMA-Factory casts a freeze's trainable blocks to fp32 over the bf16 model "
+                              "(cast_trainable_params_to_fp32): two dtypes in one model, not modelled yet; "
+                              "pure_bf16: true keeps them bf16")  # fmt: skip
     value = recipe(key, "bf16" if pure or not full else "fp32", "bf16")
     r.sixteen = "bf16"
     r.set(key, True, recipe=value)
-    if not full:
+    if r.fields.get("finetune") in ("lora", "qlora"):
         dtype = "model" if pure else "fp32"
         r.default("LLaMA-Factory casts trainable parameters to fp32 unless pure_bf16", adapter_dtype=dtype)
 
@@ -147,6 +185,7 @@ HANDLED = frozenset(
     words(
         "model_name_or_path stage finetuning_type lora_target lora_rank lora_alpha quantization_bit "
         "cutoff_len per_device_train_batch_size gradient_accumulation_steps disable_gradient_checkpointing "
-        "pure_bf16 bf16 optim flash_attn deepspeed quantization_method quantization_type double_quantization"
+        "pure_bf16 bf16 optim flash_attn deepspeed quantization_method quantization_type double_quantization "
+        "freeze_trainable_layers freeze_trainable_modules freeze_extra_modules"
     )
 )

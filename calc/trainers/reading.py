@@ -45,6 +45,7 @@ class Reading:
     sixteen: str = ""  # the trainer's autocast: "bf16", "fp16" or "" (what DeepSpeed's "auto" takes)
     linear_names: bool = False  # --lora-targets all-linear is the tool's own search: the name of every nn.Linear
     # but the head (LLaMA-Factory's find_all_linear_modules, axolotl's find_all_linear_names), not peft's all-linear
+    trainable_last: int = 0  # LLaMA-Factory's freeze: the last N blocks train (--freeze-layers: the model's less N)
 
     def set(self, key: str, value: object, **fields: object) -> None:
         """Key `key` (given as `value`) sets `fields` (calc names with _ for -)."""

@@ -9,7 +9,8 @@ does (profile_step.py's CPU allocator trace). The model is trained the way a use
             lora_dropout=0.0)) after the model is built (and, for checkpointing, after
             activation_checkpointing_enable(): peft then calls enable_input_require_grads() itself,
             PeftModel.prepare_model_for_gradient_checkpointing, as it does for any checkpointed model)
-    freeze  requires_grad_(False) on the embedding and the first N decoder layers
+    freeze  requires_grad_(False) on the embedding and the first N decoder layers (and on the final norm and the
+            head, as LLaMA-Factory's freeze leaves them)
 
 and AdamW over the parameters that require grad only. The prediction is the CLI's, from the flags a user
 types (`cli_args`), run in-process. Results go to docs/data/lora.json, rendered by scripts/make_results.py.
@@ -84,19 +85,22 @@ class Tune:
     targets: tuple[str, ...] = ("q", "v")  # calc's names (MODULES gives peft's)
     freeze_layers: int = 0
     embedding: bool = False  # freeze: the embedding trains (calc's --no-freeze-embedding), only the blocks frozen
+    head: bool = False  # freeze: the final norm and the head frozen too (calc's --freeze-head, LLaMA-Factory's freeze)
     adapter_dtype: str = ""  # calc's --adapter-dtype where the run sets peft's autocast_adapter_dtype; "": not said
 
     def flags(self) -> list[str]:
         if self.mode == "freeze":
             trained = ["--no-freeze-embedding"] if self.embedding else []
-            return ["--finetune", "freeze", "--freeze-layers", str(self.freeze_layers), *trained]
+            head = ["--freeze-head"] if self.head else []
+            return ["--finetune", "freeze", "--freeze-layers", str(self.freeze_layers), *trained, *head]
         adapter = ["--adapter-dtype", self.adapter_dtype] if self.adapter_dtype else []
         return ["--finetune", self.mode, "--lora-rank", str(self.rank), "--lora-alpha", str(self.alpha),
                 "--lora-targets", ",".join(self.targets), *adapter]  # fmt: skip
 
     def label(self) -> str:
         if self.mode == "freeze":
-            return f"freeze {self.freeze_layers}" + (", embedding trained" if self.embedding else "")
+            return f"freeze {self.freeze_layers}" + (", embedding trained" if self.embedding else "") + (
+                ", head and final norm frozen" if self.head else "")
         return f"lora r{self.rank} {','.join(self.targets)}"
 
 
@@ -160,6 +164,10 @@ RUNS += [  # issue 34: peft's all-linear on a mixture of experts, which peft 0.2
     (MIXTRAL, 128, 2, Tune("lora", 8, 16, (ALL_LINEAR,))),
     (FAMILIES["gpt_oss"], 128, 2, Tune("lora", 8, 16, (ALL_LINEAR,))),
 ]
+RUNS += [  # issue 32: LLaMA-Factory's freeze: the last blocks alone train, the head and final norm frozen too
+    (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2, Tune("freeze", freeze_layers=2, head=True)),
+    (FAMILIES["qwen3"], 128, 2, Tune("freeze", freeze_layers=1, head=True)),
+]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 
@@ -191,6 +199,9 @@ def tuned(m: hf_models.Model, attention: str, checkpointing: str, tune: Tune) ->
         net.model.embed_tokens.requires_grad_(False)
     for layer in net.model.layers[: tune.freeze_layers]:
         layer.requires_grad_(False)
+    if tune.head:  # LLaMA-Factory's freeze: the chosen blocks alone train (a tied head is the embedding's)
+        net.model.norm.requires_grad_(False)
+        net.lm_head.requires_grad_(False)
     return net
 
 

@@ -75,6 +75,8 @@ CONFIG_RUNS = [
     (replace(measure_lora.FAMILIES["phi3"], hidden=128, ffn=384, extra=tuple(  # whole NF4 blocks
         (k, 32 if k == "head_dim" else v) for k, v in measure_lora.FAMILIES["phi3"].extra)), 128, 2,
      measure_lora.Tune("qlora", 8, 16, ALL)),
+    # peft's all-linear as peft converts it: the 4-bit attention's adapters, the bf16 router's and experts' too
+    (measure_lora.FAMILIES["qwen3_moe"], 128, 2, measure_lora.Tune("qlora", 8, 16, (measure_lora.ALL_LINEAR,))),
 ]
 ATTENTIONS, CHECKPOINTING = ("eager", "sdpa"), ("none", "full")
 ADAPTER_DTYPES = ("model", "fp32")  # calc's --adapter-dtype: autocast_adapter_dtype=False, then peft's default
@@ -107,12 +109,12 @@ def tuned(folder: str, attention: str, checkpointing: str, tune, device: str, pr
     if checkpointing == "full":
         net.activation_checkpointing_enable()
     net.train()
-    by_name = [measure_lora.MODULES[t] for t in tune.targets]
-    modules = by_name if m is None else measure_lora.peft_modules(m, tune.targets)
+    modules = measure_lora.peft_modules(m, tune.targets) if m else [measure_lora.MODULES[t] for t in tune.targets]
     config = LoraConfig(r=tune.rank, lora_alpha=tune.alpha, lora_dropout=0.0, target_modules=modules,
                         target_parameters=m and measure_lora.peft_parameters(m, tune.targets))  # fmt: skip
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys did not match", RuntimeWarning)
         upcast = precision != "bf16" or tune.adapter_dtype != "model"  # peft's default: True
         return get_peft_model(net, config, autocast_adapter_dtype=upcast)
 

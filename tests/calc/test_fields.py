@@ -94,7 +94,7 @@ def test_the_pages_form_is_the_tables():
     tuning = dict(form)["Fine-tuning"]
     assert list(names(tuning)) == ["finetune", "optimizer", "lora qlora:lora-rank", "lora qlora:lora-targets",
                                    "lora qlora:adapter-dtype", "freeze:freeze-layers", "freeze:freeze-embedding",
-                                   "paged-optimizer",
+                                   "freeze:freeze-head", "paged-optimizer",
                                    "[targets-note]"]  # fmt: skip
     shown = {n.split(":")[-1].strip("[]") for _, items in form for n in names(items)}
     assert shown == {f.name for f in fields.TABLE if f.page} | set(fields.PAGE_BLOCKS)

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+import calc
 from calc import trainers
 from calc.cli import main
 from calc.trainers import hf_args
@@ -461,6 +462,43 @@ def test_peft_all_linear_in_a_trainer_config_is_peft_s_on_a_mixture_of_experts(c
         want = json.loads(capsys.readouterr().out)
         same = (got["trainable_params"], got["peak"]) == (want["trainable_params"], want["peak"])
         assert same == (targets == "all-linear"), targets
+
+
+def test_llamafactory_freeze_trains_the_last_blocks_alone(capsys, tmp_path):
+    """LLaMA-Factory's finetuning_type freeze (model/adapter.py, _setup_freeze_tuning) trains the last
+    freeze_trainable_layers blocks (2 by default) and freezes the rest, the embedding, final norm and head too
+    unless freeze_extra_modules names them: --freeze-layers is the model's layers less those, with
+    --freeze-head. Its bf16 (trainable blocks cast to fp32 over a bf16 model), the first blocks training
+    (a negative count) and part of a block are refused, naming the key."""
+    def run(text: str, *flags: str) -> tuple[int, str]:
+        path = tmp_path / "freeze.yaml"
+        path.write_text("model_name_or_path: meta-llama/Llama-2-7b-hf\nfinetuning_type: freeze\n" + text)
+        code = main(["--trainer-config", str(path), "--preset", "llama-7b", "--walk", "eager", *flags, "--json"])
+        out = capsys.readouterr()
+        return code, out.out if code == 0 else out.err
+
+    code, out = run("pure_bf16: true\ncutoff_len: 256\nper_device_train_batch_size: 1\n")
+    assert code == 0, out
+    got = json.loads(out)
+    fields = got["trainer_config"]["fields"]
+    assert (fields["finetune"], fields["freeze-layers"], fields["freeze-head"]) == ("freeze", "30", "true")
+    def typed(k: str, v: str) -> list[str]:  # a switch is typed bare
+        return {"true": [f"--{k}"], "false": [f"--no-{k}"]}.get(v, [f"--{k}", v])
+
+    flags = [a for k, v in fields.items() if k != "preset" for a in typed(k, v)]
+    assert main([*flags, "--preset", "llama-7b", "--walk", "eager", "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert (got["trainable_params"], got["peak"]) == (want["trainable_params"], want["peak"])
+    assert got["trainable_params"] == 2 * calc.param_counts(calc.PRESETS["llama-7b"])["per_layer"]
+    code, out = run("pure_bf16: true\nfreeze_trainable_layers: 40\nfreeze_extra_modules: norm,lm_head\n")
+    assert code == 0 and json.loads(out)["trainer_config"]["fields"]["freeze-layers"] == "0"  # every block trains
+    assert json.loads(out)["trainer_config"]["fields"]["freeze-head"] == "false"
+    for text, key in (("bf16: true\n", "bf16"), ("pure_bf16: true\nfreeze_trainable_layers: -2\n",
+                                                   "freeze_trainable_layers"),
+                      ("pure_bf16: true\nfreeze_trainable_modules: mlp\n", "freeze_trainable_modules"),
+                      ("pure_bf16: true\nfreeze_extra_modules: lm_head\n", "freeze_extra_modules")):  # fmt: skip
+        code, err = run(text)
+        assert code == 2 and err.startswith(f"error: --trainer-config: {key}: "), err
 
 
 def test_yaml_aliases_that_repeat_without_end_are_refused():

@@ -41,6 +41,10 @@ def test_the_page_asks_for_the_numbers_then_their_sweep():
     assert call(inputs=inputs, sweep=True, numbers=False) == {"ok": True, "sweep": full["sweep"]}
     assert "finetune" in full["sweep"]["peaks"]
     assert call(inputs={"seq": "0"}, numbers=False)["field"] == "seq"
+    # a fine-tuned mixture of experts, which the deck walk refuses: no deck line of "your step" beside the eager one
+    moe = call(inputs={"preset": "qwen3-30b-a3b", "seq": "512", "finetune": "lora", "lora-targets": "all-linear",
+                       "walk": "eager"}, sweep=True, numbers=False)  # fmt: skip
+    assert moe["ok"] and "finetune" not in moe["sweep"]["peaks"] and moe["sweep"]["peaks"]
 
 
 def test_inputs_use_the_cli_names():

@@ -78,6 +78,9 @@ test("the summary names the optimizer by its label, and says fine-tuning only wh
   assert.match(tuningText({ ...full, paged: true }, labels), /^Every parameter trains, its optimizer state paged\. $/);
   const lora = { mode: "lora", optimizer: "lion", rank: 8, targets: ["q", "v"], paged: false };
   assert.equal(tuningText(lora, labels), "Fine-tuning: LoRA rank 8 on q, v, Lion. ");
+  // peft's all-linear on Qwen3-MoE or Mixtral: what peft adapts beyond the targets' names is said
+  const moe = { ...lora, targets: ["q", "k", "v", "o", "gate", "up", "down"], moe_all_linear: true };
+  assert.match(tuningText(moe, labels), /on q, k, v, o, gate, up, down \(peft's all-linear: the router too, the experts' gate_up_proj at twice the rank\), Lion\. $/);
 });
 
 test("freezing says what is frozen: the embedding, and the first layers where there are any", () => {
@@ -89,6 +92,9 @@ test("freezing says what is frozen: the embedding, and the first layers where th
   const trained = tuningText({ mode: "freeze", freeze_layers: 2, freeze_embedding: false, optimizer: "adamw" },
     { adamw: "AdamW" });
   assert.equal(trained, "Fine-tuning: freezing the first 2 layers, the embedding training, AdamW. ");
+  // --freeze-head (issue 32, LLaMA-Factory's freeze): the final norm and an untied head frozen too
+  const head = tuningText({ mode: "freeze", freeze_layers: 2, freeze_head: true, optimizer: "adamw" }, { adamw: "AdamW" });
+  assert.equal(head, "Fine-tuning: freezing the embedding and the first 2 layers, the final norm and head too, AdamW. ");
 });
 
 test("the walk is said where it is not the deck's, and over several processes whose rank the peak is", () => {

@@ -73,8 +73,11 @@ export function tuningText(tune, optimizerLabels = {}) {
   const blocks = (n) => `the first ${formatInt(n)} ${n === 1 ? "layer" : "layers"}`;
   const frozen = (n) => (tune.freeze_embedding === false ? ` ${blocks(n)}, the embedding training`
     : n === 0 ? " the embedding only" : ` the embedding and ${blocks(n)}`);
-  const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}`
-    : tune.mode === "freeze" ? frozen(tune.freeze_layers) : "";
+  // peft's all-linear on Qwen3-MoE or Mixtral (tune.moe_all_linear): the router and the experts too (calc.finetune)
+  const converted = tune.moe_all_linear ? " (peft's all-linear: the router too, the experts' gate_up_proj at twice the rank)" : "";
+  const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}${converted}`
+    : tune.mode === "freeze" ? frozen(tune.freeze_layers) + (tune.freeze_head ? ", the final norm and head too" : "")
+    : "";
   return `Fine-tuning: ${what}${detail}, ${optimizerLabels[tune.optimizer] ?? tune.optimizer}${paged}. `;
 }
 
