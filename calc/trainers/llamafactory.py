@@ -137,7 +137,8 @@ def _tuning(doc: dict, r: Reading) -> None:
 def _freeze(doc: dict, r: Reading) -> None:
     """finetuning_type freeze (model/adapter.py, _setup_freeze_tuning): the last freeze_trainable_layers blocks
     (2) train, every module of them (freeze_trainable_modules all); every other parameter is frozen, the
-    embedding, the final norm and the head included, unless freeze_extra_modules names them. calc's
+    embedding, the final norm and the head included, unless freeze_extra_modules names them (each matched
+    anywhere in a parameter's name: embed_tokens is read, --no-freeze-embedding). calc's
     --freeze-layers is the model's layers less those, set once the model is known (Reading.trainable_last)."""
     n = doc.get("freeze_trainable_layers", 2)
     if isinstance(n, bool) or not isinstance(n, int):
@@ -148,13 +149,11 @@ def _freeze(doc: dict, r: Reading) -> None:
     if str(doc.get("freeze_trainable_modules", "all")).strip() != "all":
         raise Refused("freeze_trainable_modules", "some modules of the trained blocks alone is not modelled: all is")
     extra = {m.strip() for m in str(doc.get("freeze_extra_modules") or "").split(",") if m.strip()}
-    unknown = extra - {"embed_tokens", "norm", "lm_head"}
-    if unknown:
-        raise Refused("freeze_extra_modules", f"{sorted(unknown)[0]}: calc trains embed_tokens, or norm and lm_head")
-    if len(extra & {"norm", "lm_head"}) == 1:
-        raise Refused("freeze_extra_modules", "calc trains the final norm and the head together: name norm and lm_head")
-    fields = {"finetune": "freeze", "freeze_embedding": str("embed_tokens" not in extra).lower(),
-              "freeze_head": str("norm" not in extra).lower()}
+    if extra - {"embed_tokens"}:  # LLaMA-Factory matches each by substring: "norm" trains every block's norms too
+        raise Refused("freeze_extra_modules", f"{sorted(extra - {'embed_tokens'})[0]}: calc reads embed_tokens alone "
+                      "(LLaMA-Factory matches a name anywhere in a parameter's: norm trains every block's norms, "
+                      "lm_head the head without the final norm, which is not modelled)")  # fmt: skip
+    fields = {"finetune": "freeze", "freeze_embedding": str("embed_tokens" not in extra).lower(), "freeze_head": "true"}
     r.set("finetuning_type", "freeze", **fields)  # freeze is never the default (lora is)
     r.trainable_last = n
     r.read.append({"key": "freeze_trainable_layers", "value": shown(n) if "freeze_trainable_layers" in doc else

@@ -490,13 +490,14 @@ def test_llamafactory_freeze_trains_the_last_blocks_alone(capsys, tmp_path):
     want = json.loads(capsys.readouterr().out)
     assert (got["trainable_params"], got["peak"]) == (want["trainable_params"], want["peak"])
     assert got["trainable_params"] == 2 * calc.param_counts(calc.PRESETS["llama-7b"])["per_layer"]
-    code, out = run("pure_bf16: true\nfreeze_trainable_layers: 40\nfreeze_extra_modules: norm,lm_head\n")
+    code, out = run("pure_bf16: true\nfreeze_trainable_layers: 40\nfreeze_extra_modules: embed_tokens\n")
     assert code == 0 and json.loads(out)["trainer_config"]["fields"]["freeze-layers"] == "0"  # every block trains
-    assert json.loads(out)["trainer_config"]["fields"]["freeze-head"] == "false"
+    assert json.loads(out)["trainer_config"]["fields"]["freeze-embedding"] == "false"
     for text, key in (("bf16: true\n", "bf16"), ("pure_bf16: true\nfreeze_trainable_layers: -2\n",
                                                    "freeze_trainable_layers"),
                       ("pure_bf16: true\nfreeze_trainable_modules: mlp\n", "freeze_trainable_modules"),
-                      ("pure_bf16: true\nfreeze_extra_modules: lm_head\n", "freeze_extra_modules")):  # fmt: skip
+                      ("pure_bf16: true\nfreeze_extra_modules: lm_head\n", "freeze_extra_modules"),
+                      ("pure_bf16: true\nfreeze_extra_modules: norm\n", "freeze_extra_modules")):  # fmt: skip
         code, err = run(text)
         assert code == 2 and err.startswith(f"error: --trainer-config: {key}: "), err
 

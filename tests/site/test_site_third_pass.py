@@ -279,6 +279,30 @@ def test_the_embedding_switch_trains_it_under_frozen_blocks_as_the_cli_does(open
     assert recorder.errors == []
 
 
+def test_the_head_switch_freezes_the_final_norm_and_head_as_the_cli_does(open_page):
+    """Issue 32: Trains "freeze" shows "Head and final norm frozen too" (LLaMA-Factory's freeze), unchecked by
+    default; checked, the page's peak and trainable count are the CLI's --freeze-head ones, in both walks, and
+    the address keeps it."""
+    from conftest import cli_json
+
+    settings = {"preset": "llama-7b", "seq": "256", "finetune": "freeze", "freeze-layers": "30"}
+    page, recorder = open_page("?" + "&".join(f"{k}={v}" for k, v in settings.items()))
+    settle(page)
+    switch = page.locator('[data-calc-form] [name="freeze-head"]')
+    assert switch.is_visible() and not switch.is_checked()
+    flags = [a for k, v in settings.items() for a in (f"--{k}", v)]
+    assert page.evaluate(PEAK) == cli_json(flags)["peak"]
+    change(page, "freeze-head", True)
+    frozen = cli_json([*flags, "--freeze-head"])
+    assert page.evaluate(PEAK) == frozen["peak"] < cli_json(flags)["peak"]
+    assert page.get_attribute('[data-out="trainable"]', "data-count") == str(frozen["trainable_params"])
+    assert query_of(page)["freeze-head"] == ["true"]
+    page.select_option('[data-calc-form] [name="walk"]', "eager")
+    settle(page)
+    assert page.evaluate(PEAK) == cli_json([*flags, "--freeze-head", "--walk", "eager"])["peak"]
+    assert recorder.errors == []
+
+
 def test_the_arrow_keys_through_a_list_make_one_history_entry(open_page):
     """Issue 33's minor: the arrow keys through the preset list chose at every step, one history entry a preset
     passed. The first step is the entry and the later ones are typing, written into it: the address ends on the
