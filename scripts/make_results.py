@@ -787,7 +787,7 @@ Qwen2 (their shape as flags) and each family issue 18 adds that peft adapts by i
 Granite, Gemma 1 to 3, OLMo 2 and 3, SmolLM3, Ministral and Ministral 3), and Phi-3, whose fused qkv_proj and
 gate_up_proj peft adapts whole, one adapter each (issue 34; calc's `--lora-targets` names their parts together,
 q,k,v and gate,up), and mixtures of experts (issue 34): LoRA on the attention of Qwen3-MoE, with dense layers
-among its experts too, Mixtral, Qwen2-MoE and GPT-OSS, the experts and router frozen, and on the experts' fused
+among its experts too, Mixtral, Qwen2-MoE, GPT-OSS and Llama 4, the experts and router frozen, and on the experts' fused
 weights too through peft's `target_parameters` (`mlp.experts.gate_up_proj` for calc's gate,up and
 `mlp.experts.down_proj` for down: a `ParamWrapper` on each) of Qwen3-MoE, Mixtral and GPT-OSS (the tiny model
 of §13.1, its own config.json passed as `--hf-config`, recorded beside the row), fine-tuned the way a user's

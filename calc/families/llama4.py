@@ -149,22 +149,29 @@ def states(ops: Ops, normed: T, cos: T, sin: T, layer: str) -> tuple[T, T, T]:
 
 
 def expert_bmm(ops: Ops, x: T, name: str, width_in: int, width_out: int, label: str) -> T:
-    """torch.bmm of the experts' tokens (E x tokens x width_in) with a parameter (E x width_in x width_out):
-    it saves both; autocast casts the input to 16 bits and the weight too (cached until the region ends, and
-    saved by the bmm until its backward)."""
+    """torch.bmm of the experts' tokens (E x tokens x width_in) with a parameter (E x width_in x width_out): it
+    saves its input only for the weight's gradient and the weight only for the input's (BmmBackward0, as mm:
+    frozen experts keep no input). Autocast casts the input to 16 bits and the weight too, a cast cached until
+    the region ends for a weight that requires grad, made at each call and freed unless saved for a frozen one
+    (calc.parts.linear's _linear)."""
     rp, st = ops.rp, ops.st
     e, params = st.shape.experts, st.shape.experts * width_in * width_out
+    trains = rp.needs(name)
     cast = w16 = None
     if ops.autocast:
         if x.unit != AUTOCAST:
             x = cast = ops.cast16(x, x.label)
-        w16 = rp.new(params * AUTOCAST, f"16-bit copy of {name}", "autocast caches a weight's cast", "weights")
-        ops.casts.append((rp.layer, w16))
+        how = "autocast caches a weight's cast" if trains else "autocast casts a frozen weight at each call"
+        w16 = rp.new(params * AUTOCAST, f"16-bit copy of {name}", how, "weights")
+        if trains:
+            ops.casts.append((rp.layer, w16))
     y = ops.new(e * st.tokens * width_out, ops.mm, label, f"bmm: E x tokens x {width_out}")
-    rp.node("bmm", y, saved=[x] + ([w16] if w16 is not None else []),
-            inputs=[(x, x.nbytes, "new"), (name, params * st.param_bytes, "param")],
-            work=[params * AUTOCAST] if ops.autocast else [])  # fmt: skip
+    saved = ([x] if trains else []) + ([w16] if w16 is not None and x.requires_grad else [])
+    rp.node("bmm", y, saved=saved, inputs=[(x, x.nbytes, "new"), (name, params * st.param_bytes, "param")],
+            work=[params * AUTOCAST] if ops.autocast and trains else [])  # fmt: skip
     rp.drop(cast)
+    if w16 is not None and not trains:
+        rp.drop(w16, why="an uncached cast of a frozen weight")
     return y
 
 
@@ -280,6 +287,6 @@ def problem(shape: Shape) -> tuple[str, str] | None:
 MODEL_TYPES = (ModelType("llama4_text", read_llama4_text, "llama4_text"),)
 FAMILY = Family("llama4_text", ("Llama 4",), layer, experts=True, window_mask=window_mask, tensors=tensors,
                 rotary_width=half_head, window_layer=chunked, problem=problem, sdpa_window=window_mask,
-                dense_among_experts=True)  # fmt: skip
+                dense_among_experts=True, expert_lora=("Llama 4",))  # fmt: skip
 FAMILIES = (FAMILY,)
 ORDER = 130  # where the registry lists it (calc.families)

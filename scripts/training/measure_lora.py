@@ -168,6 +168,11 @@ RUNS += [  # issue 32: LLaMA-Factory's freeze: the last blocks alone train, the 
     (hf_models.Model("llama", 4, 64, 4, 4, 176, 512), 128, 2, Tune("freeze", freeze_layers=2, head=True)),
     (FAMILIES["qwen3"], 128, 2, Tune("freeze", freeze_layers=1, head=True)),
 ]
+RUNS += [  # issue 34: LoRA on Llama 4's attention, its experts, shared expert and router frozen (bmm then saves no
+    # input), with dense layers among the experts too (interleave_moe_layer_step 2, Llama-4-Maverick's layout)
+    (FAMILIES["llama4_text"], 128, 2, Tune("lora", 8, 16, ATTENTION)),
+    (FAMILIES["llama4_text_interleaved"], 128, 2, Tune("lora", 8, 16, ("q", "v"))),
+]
 SHAPE_FLAGS = ("llama", "mistral", "qwen2")  # the first runs' model types, predicted from shape flags as recorded
 GRID = list(itertools.product(hf_models.PRECISIONS, hf_models.ATTENTIONS, hf_models.CHECKPOINTING))
 

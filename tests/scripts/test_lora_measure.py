@@ -72,6 +72,8 @@ FAMILY_CASES = [
     ("mixtral", ("lora", 4, 8, ("q", "v", "gate", "up", "down")), "autocast", "sdpa", "full"),
     # peft's all-linear as peft converts it: the router's weight too, the experts' gate_up_proj at twice the rank
     ("qwen3_moe", ("lora", 4, 8, ("all-linear",)), "fp32-full", "eager", "none"),
+    # Llama 4's attention, its experts' bmm frozen (it then saves no input), the shared expert and router too
+    ("llama4_text", ("lora", 4, 8, ("q", "k", "v", "o")), "autocast", "sdpa", "full"),
 ]
 TENTH = 0.001  # the families' band on the step's tensors
 
@@ -182,7 +184,7 @@ def test_every_family_s_recorded_fine_tuning_is_within_a_tenth_of_a_percent():
     assert measured == {name for name, fam in FAMILIES.items() if fam.finetune or fam.expert_lora}
     with_experts = {r["model_type"] for r in rows if "num_experts" in str(r.get("config")) or r["model_type"] in
                     ("mixtral", "qwen2_moe")}  # fmt: skip
-    assert with_experts == {"qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss"}  # every model Family.expert_lora names
+    assert with_experts == {"qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss", "llama4_text"}  # Family.expert_lora
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -324,7 +326,7 @@ def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_na
         assert said.startswith("error: --optimizer: a mixture of experts is modelled with AdamW"), said
     flags = ["--preset", "deepseek-v3", "--seq", "512", "--finetune", "lora"]
     err = refused(*flags, "--walk", "eager")
-    assert err.endswith("Mixtral, Qwen2-MoE, Qwen3-MoE and GPT-OSS, and by no walk otherwise"), err
+    assert err.endswith("Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS and Llama 4, and by no walk otherwise"), err
     assert refused(*flags) == err  # the deck walk names no walk that would answer
     assert main(["--preset", "mixtral-8x7b", "--seq", "512", "--finetune", "lora", "--walk", "eager", "--json"]) == 0
     capsys.readouterr()
