@@ -118,7 +118,8 @@ def format_summary(result: dict) -> str:
                + f", {ADAPTER_WORDS[t['adapter_dtype']]}" if t["mode"] in ("lora", "qlora") else "")
             + (f", first {t['freeze_layers']} layers frozen" if t["mode"] == "freeze" else "")
             + (", the embedding trains" if t["mode"] == "freeze" and not t["freeze_embedding"] else "")
-            + (", the final norm and head frozen too" if t["mode"] == "freeze" and t["freeze_head"] else "")
+            + (", the final norm" + ("" if cfg["shape"]["tied"] and not t["freeze_embedding"] else " and head")
+               + " frozen too" if t["mode"] == "freeze" and t["freeze_head"] else "")
             + f", {OPTIMIZERS[t['optimizer']].label}" + (" (paged: state off the device)" if t["paged"] else "")
             + f"; {result['trainable_params']:,} trainable parameters"
         )

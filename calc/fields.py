@@ -286,8 +286,9 @@ TUNE = (
             "blocks (default); --no-freeze-embedding trains it, backward reaching it through the frozen blocks "
             "(the eager walk)", default=TUNED.freeze_embedding, finetune=("freeze",), chosen=("fit-card",),
             page=Page("Embedding frozen too", "Fine-tuning", 7)),
-    _switch("freeze-head", help="--finetune freeze: the final norm and an untied head frozen too, only the blocks "
-            "above the frozen ones training (LLaMA-Factory's freeze); default: they train", default=TUNED.freeze_head,
+    _switch("freeze-head", help="--finetune freeze: the final norm and an untied head frozen too (LLaMA-Factory's "
+            "freeze; a tied head is the embedding's, which --no-freeze-embedding trains); default: they train",
+            default=TUNED.freeze_head,
             finetune=("freeze",), chosen=("fit-card",), page=Page("Head and final norm frozen too", "Fine-tuning", 8)),
     _switch("paged-optimizer", help="the optimizer state lives in CPU-pageable memory (bitsandbytes' paged "
             "optimizers): not counted", default=TUNED.paged, page=Page("Paged optimizer state", "Fine-tuning", 9)),

@@ -233,7 +233,8 @@ def trainable_tensors(shape: Shape, tune: Tuning) -> list[tuple[int, int, int]]:
 
 def head_frozen(tune: Tuning) -> bool:
     """Whether freeze leaves the final norm and an untied head frozen too (--freeze-head: LLaMA-Factory's freeze,
-    which trains only its chosen blocks unless freeze_extra_modules names more)."""
+    which trains only its chosen blocks unless freeze_extra_modules names more). A tied head is the embedding's
+    weight: it trains with the embedding (--no-freeze-embedding), the final norm frozen alone."""
     return tune.mode == "freeze" and tune.freeze_head
 
 
@@ -378,9 +379,6 @@ def check(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
                                     f"({module}), which peft adapts whole: name {named} together, or all-linear")
     if tune.mode == "freeze" and tune.freeze_layers > shape.layers:
         return "freeze-layers", f"{tune.freeze_layers} frozen layers are more than the {shape.layers} layers"
-    if head_frozen(tune) and shape.tied and embedding_trains(tune):
-        return "freeze-head", ("the head is tied to the embedding, one weight, which --no-freeze-embedding trains: "
-                               "freeze both or neither")  # fmt: skip
     if not trainable_params(shape, tune):
         if head_frozen(tune):
             return "freeze-head", "leaves nothing to train: every block frozen, the final norm and head with them"

@@ -264,8 +264,8 @@ def _checked(raw: dict, given: dict, reading: Reading, validate) -> tuple[dict, 
 
     if reading.linear_names and from_file("lora-targets", reading, raw):
         given = _linear_names(raw, given, reading)
-    if reading.trainable_last and raw.get("freeze-layers") in (None, ""):
-        given = _last_blocks(given, reading)
+    if reading.trainable_last and given.get("finetune") == "freeze":
+        given = _last_blocks(raw, given, reading)
     try:
         answer = validate(given)
     except InputError as e:
@@ -313,22 +313,25 @@ def _linear_names(raw: dict, given: dict, reading: Reading) -> dict:
     return {**given, "lora-targets": ATTENTION_LINEARS}
 
 
-def _last_blocks(given: dict, reading: Reading) -> dict:
+def _last_blocks(raw: dict, given: dict, reading: Reading) -> dict:
     """The fields with --freeze-layers the model's layers less the last blocks the file trains
     (Reading.trainable_last: LLaMA-Factory's freeze_trainable_layers), none frozen where it names as many; the
-    fields as given where the model cannot be read (its own check names what is wrong)."""
+    fields as given where the model cannot be read (its own check names what is wrong) or a flag gives the
+    frozen layers (the reading says so)."""
     from ..inputs import InputError, parse_shape
 
+    entry = next(e for e in reading.read if e["key"] == "freeze_trainable_layers")
+    if raw.get("freeze-layers") not in (None, ""):
+        entry["gives"] = f"(--freeze-layers: the flag's {raw['freeze-layers']} instead)"
+        return given
     try:
         shape = parse_shape({k: v for k, v in given.items() if v not in (None, "")})
     except InputError:
         return given
     frozen = max(0, shape.layers - reading.trainable_last)
     reading.fields["freeze-layers"], reading.origin["freeze-layers"] = str(frozen), "freeze_trainable_layers"
-    for entry in reading.read:
-        if entry["key"] == "freeze_trainable_layers":
-            entry["gives"] = f"--freeze-layers {frozen} (the model's {shape.layers} layers less the last " \
-                             f"{reading.trainable_last})"  # fmt: skip
+    entry["gives"] = (f"--freeze-layers {frozen} (the model's {shape.layers} layers less the last "
+                      f"{reading.trainable_last})")
     return {**given, "freeze-layers": str(frozen)}
 
 

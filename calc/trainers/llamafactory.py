@@ -3,7 +3,7 @@
 model_utils/checkpointing.py, quantization.py) at commit 00577a85775a2a78b14641ff8f68c58c6f46b027.
 
 - `finetuning_type` defaults to lora; freeze trains the last `freeze_trainable_layers` (2) blocks alone, the
-  embedding, final norm and head frozen unless `freeze_extra_modules` names them (_freeze); `lora_target`
+  embedding, final norm and head frozen (`freeze_extra_modules` read for embed_tokens alone: _freeze); `lora_target`
   defaults to all (every linear but the head); `lora_rank` to 8,
   `lora_alpha` to twice the rank. `quantization_bit` 4: bitsandbytes NF4 with double quantization (QLoRA).
 - `cutoff_len` (2048): each row's tokens. `per_device_train_batch_size` (8) and `gradient_accumulation_steps`
@@ -138,17 +138,18 @@ def _freeze(doc: dict, r: Reading) -> None:
     """finetuning_type freeze (model/adapter.py, _setup_freeze_tuning): the last freeze_trainable_layers blocks
     (2) train, every module of them (freeze_trainable_modules all); every other parameter is frozen, the
     embedding, the final norm and the head included, unless freeze_extra_modules names them (each matched
-    anywhere in a parameter's name: embed_tokens is read, --no-freeze-embedding). calc's
+    anywhere in a parameter's name: calc reads embed_tokens alone, --no-freeze-embedding). calc's
     --freeze-layers is the model's layers less those, set once the model is known (Reading.trainable_last)."""
     n = doc.get("freeze_trainable_layers", 2)
     if isinstance(n, bool) or not isinstance(n, int):
-        raise Refused("freeze_trainable_layers", f"{shown(n)}: a whole number of blocks")
+        raise Refused("freeze_trainable_layers", f"{n!r} is not a whole number of blocks")
     if n <= 0:
-        raise Refused("freeze_trainable_layers", f"{n}: the first blocks training below frozen ones is not modelled "
-                                                 "(calc freezes from the first block up): give a positive number")
-    if str(doc.get("freeze_trainable_modules", "all")).strip() != "all":
+        raise Refused("freeze_trainable_layers", f"{n}: " + ("trains no block" if n == 0 else "the first blocks "
+                      "training below frozen ones is not modelled (calc freezes from the first block up)") +
+                      ": give a positive number")  # fmt: skip
+    if _names("freeze_trainable_modules", doc.get("freeze_trainable_modules", "all")) != {"all"}:
         raise Refused("freeze_trainable_modules", "some modules of the trained blocks alone is not modelled: all is")
-    extra = {m.strip() for m in str(doc.get("freeze_extra_modules") or "").split(",") if m.strip()}
+    extra = _names("freeze_extra_modules", doc.get("freeze_extra_modules") or "")
     if extra - {"embed_tokens"}:  # LLaMA-Factory matches each by substring: "norm" trains every block's norms too
         raise Refused("freeze_extra_modules", f"{sorted(extra - {'embed_tokens'})[0]}: calc reads embed_tokens alone "
                       "(LLaMA-Factory matches a name anywhere in a parameter's: norm trains every block's norms, "
@@ -160,12 +161,18 @@ def _freeze(doc: dict, r: Reading) -> None:
                    "2 (LLaMA-Factory's default)", "gives": f"--freeze-layers the model's layers less {n}"})
 
 
+def _names(key: str, value: object) -> set[str]:
+    """A LLaMA-Factory list of module names: a comma string, as its parser splits it, or a YAML list."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    return {str(m).strip() for m in items if str(m).strip()}
+
+
 def _precision(doc: dict, r: Reading) -> None:
     pure = truth("pure_bf16", doc.get("pure_bf16", False))
     bf16 = truth("bf16", doc.get("bf16", False))
     if not (pure or bf16):
-        raise Refused("bf16", "not set: LLaMA-Factory then infers the dtype from the card and checkpoint; give bf16: "
-                              "true or pure_bf16: true")  # fmt: skip
+        give = "pure_bf16: true" if r.fields.get("finetune") == "freeze" else "bf16: true or pure_bf16: true"
+        raise Refused("bf16", f"not set: LLaMA-Factory then infers the dtype from the card and checkpoint; give {give}")
     full = r.fields.get("finetune") == "full"
     key = "pure_bf16" if pure else "bf16"
     if r.fields.get("finetune") == "freeze" and not pure:

@@ -490,11 +490,20 @@ def test_llamafactory_freeze_trains_the_last_blocks_alone(capsys, tmp_path):
     want = json.loads(capsys.readouterr().out)
     assert (got["trainable_params"], got["peak"]) == (want["trainable_params"], want["peak"])
     assert got["trainable_params"] == 2 * calc.param_counts(calc.PRESETS["llama-7b"])["per_layer"]
-    code, out = run("pure_bf16: true\nfreeze_trainable_layers: 40\nfreeze_extra_modules: embed_tokens\n")
+    code, out = run("pure_bf16: true\nfreeze_trainable_layers: 40\nfreeze_extra_modules: [embed_tokens]\n")
     assert code == 0 and json.loads(out)["trainer_config"]["fields"]["freeze-layers"] == "0"  # every block trains
     assert json.loads(out)["trainer_config"]["fields"]["freeze-embedding"] == "false"
+    code, out = run("pure_bf16: true\n", "--freeze-layers", "5")  # a flag's frozen layers win, the reading says so
+    entry = next(e for e in json.loads(out)["trainer_config"]["read"] if e["key"] == "freeze_trainable_layers")
+    assert code == 0 and entry["gives"] == "(--freeze-layers: the flag's 5 instead)"
+    assert json.loads(out)["config"]["finetune"]["freeze_layers"] == 5
+    path = tmp_path / "freeze.yaml"  # --fit-card chooses its own fine-tuning: the file's frozen layers go with it
+    assert main(["--trainer-config", str(path), "--preset", "llama-7b", "--fit-card", "--capacity-gb", "80"]) == 0
+    capsys.readouterr()
     for text, key in (("bf16: true\n", "bf16"), ("pure_bf16: true\nfreeze_trainable_layers: -2\n",
                                                    "freeze_trainable_layers"),
+                      ("pure_bf16: true\nfreeze_trainable_layers: '2'\n", "freeze_trainable_layers"),
+                      ("pure_bf16: true\nfreeze_trainable_layers: 0\n", "freeze_trainable_layers"),
                       ("pure_bf16: true\nfreeze_trainable_modules: mlp\n", "freeze_trainable_modules"),
                       ("pure_bf16: true\nfreeze_extra_modules: lm_head\n", "freeze_extra_modules"),
                       ("pure_bf16: true\nfreeze_extra_modules: norm\n", "freeze_extra_modules")):  # fmt: skip

@@ -93,8 +93,15 @@ test("freezing says what is frozen: the embedding, and the first layers where th
     { adamw: "AdamW" });
   assert.equal(trained, "Fine-tuning: freezing the first 2 layers, the embedding training, AdamW. ");
   // --freeze-head (issue 32, LLaMA-Factory's freeze): the final norm and an untied head frozen too
-  const head = tuningText({ mode: "freeze", freeze_layers: 2, freeze_head: true, optimizer: "adamw" }, { adamw: "AdamW" });
-  assert.equal(head, "Fine-tuning: freezing the embedding and the first 2 layers, the final norm and head too, AdamW. ");
+  const head = (n, more = {}) => tuningText({ mode: "freeze", freeze_layers: n, freeze_head: true, optimizer: "adamw",
+    ...more }, { adamw: "AdamW" });
+  assert.equal(head(2), "Fine-tuning: freezing the embedding, the first 2 layers, the final norm and the head, AdamW. ");
+  assert.equal(head(0), "Fine-tuning: freezing the embedding, the final norm and the head, AdamW. ");
+  assert.equal(head(2, { freeze_embedding: false }),
+    "Fine-tuning: freezing the first 2 layers, the final norm and the head, the embedding training, AdamW. ");
+  const tied = tuningText({ mode: "freeze", freeze_layers: 2, freeze_head: true, freeze_embedding: false,
+    optimizer: "adamw" }, { adamw: "AdamW" }, true);  // a tied head trains with the embedding
+  assert.equal(tied, "Fine-tuning: freezing the first 2 layers and the final norm, the embedding training, AdamW. ");
 });
 
 test("the walk is said where it is not the deck's, and over several processes whose rank the peak is", () => {

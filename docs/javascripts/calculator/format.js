@@ -63,21 +63,27 @@ export const walkText = (walk, engine) =>
 
 // The step's fine-tuning as calc describes it (step.config.finetune, absent for the deck's own step). Training
 // every parameter is said by the recipe's words alone (recipeText names its optimizer).
-export function tuningText(tune, optimizerLabels = {}) {
+export function tuningText(tune, optimizerLabels = {}, tied = false) {
   if (!tune) return "";
   const paged = tune.paged ? " (paged)" : "";
   if (tune.mode === "full") return paged && `Every parameter trains, its optimizer state paged. `;
   const what = { lora: "LoRA", qlora: "QLoRA", freeze: "freezing" }[tune.mode] ?? tune.mode;
   // freeze: the embedding and the first N blocks (calc.finetune.Tuning), the embedding alone where N is 0; the
   // blocks alone under --no-freeze-embedding (tune.freeze_embedding false: the embedding trains)
+  // --freeze-head (tune.freeze_head): the final norm and the head too (a `tied` head trains with a trained
+  // embedding). Everything frozen is listed first.
   const blocks = (n) => `the first ${formatInt(n)} ${n === 1 ? "layer" : "layers"}`;
-  const frozen = (n) => (tune.freeze_embedding === false ? ` ${blocks(n)}, the embedding training`
-    : n === 0 ? " the embedding only" : ` the embedding and ${blocks(n)}`);
+  const frozen = (n) => {
+    const parts = [...(tune.freeze_embedding === false ? [] : ["the embedding"]), ...(n > 0 ? [blocks(n)] : []),
+      ...(tune.freeze_head ? ["the final norm", ...(tied && tune.freeze_embedding === false ? [] : ["the head"])] : [])];
+    const listed = parts.length === 1 && tune.freeze_embedding !== false ? "the embedding only"
+      : parts.length < 2 ? parts.join("") : `${parts.slice(0, -1).join(", ")} and ${parts.at(-1)}`;
+    return ` ${listed}${tune.freeze_embedding === false ? ", the embedding training" : ""}`;
+  };
   // peft's all-linear on Qwen3-MoE or Mixtral (tune.moe_all_linear): the router and the experts too (calc.finetune)
   const converted = tune.moe_all_linear ? " (peft's all-linear: the router too, the experts' gate_up_proj at twice the rank)" : "";
   const detail = tune.mode === "lora" || tune.mode === "qlora" ? ` rank ${tune.rank} on ${tune.targets.join(", ")}${converted}`
-    : tune.mode === "freeze" ? frozen(tune.freeze_layers) + (tune.freeze_head ? ", the final norm and head too" : "")
-    : "";
+    : tune.mode === "freeze" ? frozen(tune.freeze_layers) : "";
   return `Fine-tuning: ${what}${detail}, ${optimizerLabels[tune.optimizer] ?? tune.optimizer}${paged}. `;
 }
 

@@ -93,7 +93,7 @@ export function createView(root, config, answerOf, labelOf, isField) {
     event.dataset.out = "peak-event";
     event.textContent = step.peak_event;
     const summary = root.querySelector("[data-calc-summary]");
-    summary.replaceChildren(tuningText(step.config.finetune, config.optimizerLabels),
+    summary.replaceChildren(tuningText(step.config.finetune, config.optimizerLabels, step.config.shape?.tied),
       `With ${recipeText(config.recipeLabels[step.config.recipe], step.config, config.optimizerLabels)} and ` +
       `${recomputeText(step.config.recompute)}${walkText(step.config.walk, answer.engine_text)} the peak is `,
       peakOut, " (", gib, "), reached at “", event, `”: it ${answer.fits ? "fits" : "does not fit"} on ${device}.`);
