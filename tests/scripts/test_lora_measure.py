@@ -97,8 +97,9 @@ def test_eager_walk_predicts_peft_step_on_other_families(case):
 @st.composite
 def tunings(draw, shape: calc.Shape) -> Tuning:
     mode = draw(st.sampled_from(["lora", "qlora", "freeze"]))
-    if mode == "freeze":
-        return Tuning("freeze", freeze_layers=draw(st.integers(0, shape.layers)))
+    if mode == "freeze":  # the embedding trained (eager walk only) or not, the head frozen (--freeze-head) or not
+        return Tuning("freeze", freeze_layers=draw(st.integers(0, shape.layers)), freeze_embedding=draw(st.booleans()),
+                      freeze_head=draw(st.booleans()))
     names = list(finetune.linears(shape))
     targets = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
     return Tuning(mode, rank=draw(st.integers(1, 64)), targets=tuple(t for t in finetune.TARGETS if t in targets))
