@@ -1656,30 +1656,8 @@ def render() -> str:
         *gpu_section(),
         *engines_section(),
     ]
-    return "\n".join(unsearched(lines)).rstrip() + "\n"
+    return "\n".join(lines).rstrip() + "\n"
 
-
-SEARCHED_ROWS = 12  # a table of more rows is the measurements' data: left out of the site's search index
-
-
-def unsearched(lines: list[str]) -> list[str]:
-    """The page's lines with each table of more than SEARCHED_ROWS rows in a block the site's search leaves out
-    (Material's data-search-exclude; md_in_html renders the table inside it as before). Every reader's page
-    downloads the search index; rows of numbers are most of it and no one searches for them, while the prose
-    around them stays searchable."""
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        j = i
-        while j < len(lines) and lines[j].startswith("|"):
-            j += 1
-        if j - i - 2 > SEARCHED_ROWS:  # the header and its rule, then the rows
-            out += ["<div markdown data-search-exclude>", "", *lines[i:j], "", "</div>"]
-            i = j
-        else:
-            out.append(lines[i])
-            i += 1
-    return out
 
 
 def main() -> int:

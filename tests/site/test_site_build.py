@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -9,7 +10,7 @@ from mkdocs.exceptions import PluginError
 from site_fixtures import answer_for, built_site
 
 import calc
-from hooks import deck, placeholders, wheel
+from hooks import deck, placeholders, search, wheel
 
 DEFAULT = answer_for({})
 
@@ -193,3 +194,20 @@ def test_the_built_planner_status_counts_its_rows_as_the_live_one_does():
     rows = html.count("data-plan-row")
     assert rows == deck.PLAN_LIMIT
     assert status == f"The first {rows} layouts that fit (computed when this site was built)."
+
+
+def test_tables_of_data_are_left_out_of_the_search_index_and_the_page_is_as_before():
+    """hooks/search.py: a table of more than SEARCHED_ROWS body rows is marked for Material's search to skip, a
+    smaller one and the prose are not; in the built site the results page's measurement rows are not in the index,
+    its prose is, and the mark (which the search plugin strips) is nowhere in the page."""
+    def table(rows: int) -> str:
+        return "<table><thead><tr><th>a</th></tr></thead><tbody>" + "<tr><td>1</td></tr>" * rows + "</tbody></table>"
+
+    assert search.unsearched(table(search.SEARCHED_ROWS)) == table(search.SEARCHED_ROWS)
+    assert search.unsearched(table(search.SEARCHED_ROWS + 1)).startswith('<table data-search-exclude="table">')
+    site = built_site()
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    results = " ".join(d["text"] for d in index["docs"] if d["location"].startswith("results/"))
+    assert "7,268,768" not in results and "converts it by model type" in results  # a row of §12.4, its prose
+    assert "data-search-exclude" not in (site / "results" / "index.html").read_text()
+
