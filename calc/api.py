@@ -11,13 +11,14 @@ from .counts import param_counts
 from .engines import ddp, fsdp, pipeline, tensor
 from .fields import ENGINES
 from .parallel import SINGLE, Parallel, device_params, stage_layers
-from .recipes import RECIPES, TABLE_ROWS
+from .recipes import HOST_SOURCE, RECIPES, TABLE_ROWS
 from .run import Run
 from .shape import Shape
 from .walk import (
     category_peaks,
     device_state,
     events,
+    host_state,
     label_at,
     part_columns,
     peak,
@@ -391,8 +392,23 @@ def step(
         "peak_index": w.at,
         **({"engine": engine} if walk == "eager" and (engine := engine_name(par)) else {}),
         **({"rank_peaks": list(w.ranks)} if w.ranks else {}),
+        **({"host": host(shape, recipe, par, w.stage)} if par.offload != "none" else {}),
         "events": expanded,
     }
+
+
+NODE = 8  # devices a node: the processes whose offloaded state shares one host (DeepSpeed's estimators' default)
+
+
+def host(shape: Shape, recipe: str, par: Parallel, stage: int) -> dict:
+    """step's "host" under --offload: what the walked device's process keeps in the host's memory, by category
+    (calc.walk.host_state), in all, and for a node of NODE processes (fewer where the job has fewer) each holding
+    as much."""
+    n = device_params(shape, par, stage)
+    held = host_state(n["total"], n["experts"], recipe, par)
+    processes = min(par.devices, NODE)
+    return {"bytes": held, "per_process": sum(held.values()), "processes_per_node": processes,
+            "per_node": processes * sum(held.values()), "source": HOST_SOURCE}  # fmt: skip
 
 
 def _device_total(shape: Shape, par: Parallel, walk: str, stage: int) -> int:

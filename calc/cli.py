@@ -18,7 +18,7 @@ from .recipes import RECIPES
 from .run import Run
 from .units import format_gb, format_gib
 from .walk import CATEGORIES
-from .web import beside_refusal, eager_beside, engine_text
+from .web import beside_refusal, eager_beside, engine_text, host_text
 
 HEADERS = ("Recipe", "Weights", "Gradients", "Optimiser", "Master", "Activations", "Logits", "Peak")
 
@@ -129,6 +129,7 @@ def format_summary(result: dict) -> str:
     n = result["peak"]
     lines.append(f"  {'peak':<12} {n:>20,} bytes  {format_gb(n):>8} GB  {format_gib(n)} GiB")
     lines.append(f"  peak event:  {result['peak_event']}")
+    lines += [f"  host: {host_text(result)}"] if "host" in result else []
     return "\n".join([*lines, *eager_lines(result), *reading_lines(result)])
 
 

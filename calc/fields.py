@@ -17,6 +17,7 @@ from .finetune import ADAPTER_DTYPES, MODES, TARGETS, Tuning
 from .hf import READERS
 from .loops import ADAMW_IMPLS, LOOPS, LOSSES
 from .optimizers import OPTIMIZERS
+from .parallel import OFFLOADS
 from .presets import PRESETS
 from .recipes import RECIPES, RECOMPUTE
 from .shape import ACTIVATIONS, NORMS, POSITIONS
@@ -246,6 +247,14 @@ PARALLEL = (
             "check of that): ddp (--zero 0, or 1: ZeroRedundancyOptimizer) or fsdp2 (fully_shard: --zero 3, "
             "reshard_after_forward=True, torch's default, or 2: False)", walks=("eager",),
             why="the deck walk counts ZeRO as its paper does, whatever engine runs it: give --zero"),
+    _choice("offload", OFFLOADS, help="ZeRO's state kept in the host's memory, as DeepSpeed offloads it (default "
+            "{default}): optimizer (offload_optimizer: the fp32 master copy, Adam and the fp32 gradients of the "
+            "rank's partition), optimizer+params (and offload_param, ZeRO 3: the 16-bit weights)", default="none",
+            sets="parallel", walks=("deck",), outputs=("step", "table"),
+            why="the deck walk counts ZeRO-Offload's device and host figures; the planner and the fit list lay out "
+                "devices without it",
+            page=Page("Offload to the host", "Several devices", 9, options=tuple(zip(
+                OFFLOADS, ("None", "Optimizer (ZeRO-Offload)", "Optimizer and weights (ZeRO 3)"), strict=True)))),
     _switch("sequence-parallel", "parallel", default=False, chosen=("fit-card",),
             page=Page("Sequence parallel", "Several devices", 8)),
     _switch("flash", "parallel", help="FlashAttention: the same as --attention sdpa (--no-flash: --attention eager)"),

@@ -14,9 +14,9 @@ from .engines.pipeline import SCHEDULES
 from .families import listing
 from .fields import ATTENTIONS, CARDS, DEVICES, ENGINES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
-from .parallel import SINGLE, Parallel, check
+from .parallel import OFFLOADS, SINGLE, Parallel, check
 from .presets import PRESETS
-from .recipes import RECIPES
+from .recipes import OFFLOAD_RECIPES, RECIPES
 from .run import Run
 from .shape import Shape
 from .units import GB
@@ -314,7 +314,9 @@ def _parse_parallel(given: Mapping[str, object], shape: Shape, flash: bool) -> P
     flags["flash"] = flash
     schedule = _choice("pp-schedule", given["pp-schedule"], SCHEDULES) if "pp-schedule" in given else SCHEDULES[0]
     plan = _choice("tp-plan", given["tp-plan"], tensor.PLANS) if "tp-plan" in given else tensor.PLANS[0]
-    par = Parallel(**degrees, zero=int(str(zero).strip()), **flags, pp_schedule=schedule, tp_plan=plan)
+    offload = _choice("offload", given["offload"], OFFLOADS) if "offload" in given else OFFLOADS[0]
+    par = Parallel(**degrees, zero=int(str(zero).strip()), **flags, pp_schedule=schedule, tp_plan=plan,
+                   offload=offload)  # fmt: skip
     problem = check(shape, par)
     if problem:
         raise InputError(*problem)
@@ -388,7 +390,9 @@ def late_problem(run, planning: bool = False) -> tuple[str, str] | None:
     a trained embedding under frozen blocks in the deck walk, whose frozen blocks keep nothing (issue 34: the
     eager walk replays the backward through them)."""
     par, tune = run.par, run.tune
-    if par.zero and par.dp == 1:
+    if par.offload != "none" and (problem := offload_problem(par, run.recipe)):
+        return problem
+    if par.zero and par.dp == 1 and par.offload == "none":
         return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
                         "or more, or ZeRO 0")  # fmt: skip
     if par.tp_plan != tensor.PLANS[0] and par.tp == 1:
@@ -552,11 +556,30 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
     return None
 
 
+def offload_problem(par: Parallel, recipe: str) -> tuple[str, str] | None:
+    """(field, message) where --offload cannot be counted as DeepSpeed offloads (calc.recipes.OFFLOADED), or None:
+    it moves ZeRO's partitions, so it needs a ZeRO stage (over one process too, as ZeRO-Offload trains on one
+    GPU), the weights under ZeRO 3 only (offload_param), and DeepSpeed's optimizers: an fp32 partition and Adam."""
+    if not par.zero:
+        return "offload", ("moves ZeRO's partitioned optimizer state to the host (DeepSpeed's offload_optimizer): "
+                           "give --zero 1, 2 or 3, or --offload none")  # fmt: skip
+    if par.offload == "optimizer+params" and par.zero < 3:
+        return "offload", ("offloads the weights under ZeRO 3 only (DeepSpeed's offload_param): give --zero 3, or "
+                           "--offload optimizer")  # fmt: skip
+    if recipe not in OFFLOAD_RECIPES:
+        return "offload", (f"is counted for DeepSpeed's optimizers (an fp32 partition and Adam, over bf16/fp16 or fp32 "
+                           f"weights): --recipe {' or '.join(OFFLOAD_RECIPES)}, not {recipe}")  # fmt: skip
+    return None
+
+
 def eager_problem(
     shape: Shape, recompute: str, par: Parallel, grad_accum: int | None, attention: str = "", seq: int | None = None
 ) -> tuple[str, str] | None:
     """(field, message) where the eager walk cannot answer for this step (with this attention, this sequence), or
     None."""
+    if par.offload != "none":
+        return "offload", ("the eager walk does not replay offload to the host yet: the deck walk counts it, on the "
+                           "device and on the host")  # fmt: skip
     alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SCHEDULES[0], tp_plan=tensor.PLANS[0],
                     sequence_parallel=False)  # fmt: skip
     if alone != Parallel():

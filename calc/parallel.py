@@ -26,6 +26,8 @@ class Parallel:
     # pp - stage micro-batches at once, or GPipe (Huang et al. 2019), every micro-batch's forward before any backward
     tp_plan: str = "layers"  # the eager walk's tensor-parallel plan (calc.engines.tensor): torch's styles on the
     # layers' linears, or transformers' own (tp_plan="auto"), which splits the embedding and head by vocabulary
+    offload: str = "none"  # what ZeRO keeps in the host's memory (OFFLOADS): ZeRO-Offload's optimizer (Ren et al.
+    # 2021), or that and ZeRO-Infinity's 16-bit weights too (Rajbhandari et al. 2021), as DeepSpeed offloads them
 
     @property
     def devices(self) -> int:
@@ -33,6 +35,7 @@ class Parallel:
 
 
 SINGLE = Parallel()
+OFFLOADS = ("none", "optimizer", "optimizer+params")  # DeepSpeed's offload_optimizer, and offload_param beside it
 
 
 def split(n: int, parts: int, rank: int = 0) -> int:

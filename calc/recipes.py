@@ -62,13 +62,38 @@ def state_bytes(params: int, recipe: str, par: Parallel = SINGLE, rank: int = 0)
 
     ZeRO (Rajbhandari et al. 2020, §5) partitions Adam's state and the master copy from stage 1,
     the gradients from stage 2 and the weights themselves at stage 3."""
-    r = RECIPES[recipe]
+    r, away = RECIPES[recipe], OFFLOADED[par.offload]
     return {
-        "weights": r.weights * zero_shard(params, par, 3, rank),
-        "gradients": r.gradients * zero_shard(params, par, 2, rank),
-        "optimizer": r.optimizer * zero_shard(params, par, 1, rank),
-        "master": r.master * zero_shard(params, par, 1, rank),
+        "weights": 0 if "weights" in away else r.weights * zero_shard(params, par, 3, rank),
+        "gradients": 0 if par.zero >= 2 and away else r.gradients * zero_shard(params, par, 2, rank),
+        "optimizer": 0 if away else r.optimizer * zero_shard(params, par, 1, rank),
+        "master": 0 if away else r.master * zero_shard(params, par, 1, rank),
     }
+
+
+# What each --offload keeps in the host's memory instead of the device's (calc.parallel.OFFLOADS). ZeRO-Offload
+# (Ren et al. 2021, §4.1) moves the optimizer's state and its step to the CPU: each rank's partition of the fp32
+# weights, of Adam's two moments and of the gradients, which DeepSpeed reduces and copies to the host as backward
+# makes them (from ZeRO 2 the device keeps none; under ZeRO 1 every gradient stays until the step). With the
+# weights too (ZeRO-Infinity, Rajbhandari et al. 2021; DeepSpeed's offload_param, ZeRO 3 only) the rank's 16-bit
+# shard of the weights lives on the host and is gathered to the device module by module.
+OFFLOADED = {"none": (), "optimizer": ("optimizer",), "optimizer+params": ("optimizer", "weights")}
+HOST_SOURCE = ("ZeRO-Offload (Ren et al. 2021): the rank's fp32 weights, Adam moments and fp32 gradients on the "
+               "host (DeepSpeed 0.19 stage_1_and_2.py, stage3.py: its fp32 partition and that partition's .grad)")
+OFFLOAD_RECIPES = ("mixed", "fp32")  # DeepSpeed's bf16/fp16 and fp32 optimizers (an fp32 partition and Adam)
+
+
+def host_bytes(params: int, recipe: str, par: Parallel, rank: int = 0) -> dict[str, int]:
+    """What data-parallel worker `rank` keeps in the host's memory under par.offload (OFFLOADED): its partition's
+    fp32 copy of the weights (the master copy; DeepSpeed makes one under fp32 too), Adam's moments, the fp32
+    gradients the CPU's Adam steps with, and with the weights offloaded its shard of the weights as the device
+    would hold them. Empty without offload."""
+    away = OFFLOADED[par.offload]
+    if not away:
+        return {}
+    r, shard = RECIPES[recipe], zero_shard(params, par, 1, rank)
+    out = {"master": 4 * shard, "optimizer": r.optimizer * shard, "gradients": 4 * shard}
+    return {**out, "weights": r.weights * zero_shard(params, par, 3, rank)} if "weights" in away else out
 
 
 RECOMPUTE = ("none", "selective", "full")

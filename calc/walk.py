@@ -10,7 +10,7 @@ from . import activations as act
 from . import phases
 from .events import Event
 from .parallel import SINGLE, Parallel, device_params, split, stage_kinds
-from .recipes import RECIPES, state_bytes
+from .recipes import HOST_SOURCE, RECIPES, host_bytes, state_bytes
 from .shape import Shape
 
 CATEGORIES = ("weights", "gradients", "optimizer", "master", "activations", "logits")
@@ -54,7 +54,7 @@ class Segment(NamedTuple):
 
 def expert_group(par: Parallel) -> Parallel:
     """The workers ZeRO shards a device's routed experts over: the dp / ep that hold the same experts."""
-    return Parallel(dp=par.dp // par.ep, zero=par.zero)
+    return Parallel(dp=par.dp // par.ep, zero=par.zero, offload=par.offload)
 
 
 def device_state(params: int, experts: int, recipe: str, par: Parallel = SINGLE, rank: int = 0) -> dict[str, int]:
@@ -66,6 +66,14 @@ def device_state(params: int, experts: int, recipe: str, par: Parallel = SINGLE,
     return {c: dense[c] + routed[c] for c in dense}
 
 
+def host_state(params: int, experts: int, recipe: str, par: Parallel) -> dict[str, int]:
+    """What a device's process keeps in the host's memory under par.offload (calc.recipes.host_bytes), as
+    device_state splits the routed experts from the rest; empty without offload."""
+    dense = host_bytes(params - experts, recipe, par)
+    routed = host_bytes(experts, recipe, expert_group(par))
+    return {c: dense[c] + routed[c] for c in dense}
+
+
 def zero_kept(params: int, experts: int, par: Parallel) -> int:
     """What ZeRO-2 and 3 keep of a module's fresh gradients after the reduce-scatter (§5.2)."""
     return split(params - experts, par.dp) + split(experts, par.dp // par.ep)
@@ -74,7 +82,10 @@ def zero_kept(params: int, experts: int, par: Parallel) -> int:
 def resident_state(params: int, recipe: str, par: Parallel = SINGLE, experts: int = 0) -> list[Event]:
     """The state resident before a step: weights, Adam's moments and the master copy (ZeRO-sharded)."""
     r, state = RECIPES[recipe], device_state(params, experts, recipe, par)
-    out = [Event("start", "weights resident", "weights", state["weights"], r.source)]
+    home = "resident" if state["weights"] or not params else "on the host (offloaded), gathered module by module"
+    out = [Event("start", f"weights {home}", "weights", state["weights"], r.source)]
+    if par.offload != "none":  # Adam's state and the master copy are the host's (calc.recipes.host_bytes)
+        return out
     if r.optimizer:
         out.append(Event("start", "Adam moments resident", "optimizer", state["optimizer"], r.source))
     if r.master:
@@ -192,7 +203,8 @@ class DeckStep:
         self.n = n = device_params(shape, par, stage)
         self.layer = ("micro-batch {mb}, " if par.pp > 1 else "") + "layer {layer}"
         self.grads_of = f"parameters x {self.r.gradients} bytes ({self.r.source})"
-        self.sharding_grads = par.zero >= 2 and par.dp > 1
+        self.offloading = par.offload != "none"  # ZeRO-Offload: the reduced gradients go to the host
+        self.sharding_grads = par.zero >= 2 and (par.dp > 1 or self.offloading)
         # One layer's parameters (and routed experts' among them) on this device, dense and mixture of experts.
         self.layer_params = {False: (n["per_dense_layer"], 0), True: (n["per_layer"], n["experts_per_layer"])}
         self.runs = stage_kinds(shape, par.pp, stage)  # the stage's layers in runs of one kind, bottom up
@@ -229,7 +241,10 @@ class DeckStep:
         if self.r.grad_buffer:
             return [Event("backward", f"{label}: add into the main-gradient buffer", "gradients", 0, ZERO)]
         out = [phases.weight_grads(label, g * params, self.grads_of)]
-        if fresh and self.sharding_grads:
+        if fresh and self.sharding_grads and self.offloading:
+            out.append(Event("backward", f"{label}: reduce its gradients, copy this rank's 1/{par.dp} to the host "
+                             "(fp32) and free them", "gradients", -g * params, HOST_SOURCE))  # fmt: skip
+        elif fresh and self.sharding_grads:
             of_experts = f" (of its experts' 1/{par.dp // par.ep})" if experts and par.ep > 1 else ""
             out.append(Event("backward", f"{label}: reduce-scatter its gradients, keep 1/{par.dp}{of_experts}",
                              "gradients", -g * (params - zero_kept(params, experts, par)), ZERO))  # fmt: skip

@@ -146,6 +146,21 @@ def engine_text(step: dict) -> str:
     return f"the busiest of {len(ranks):,} {rank}s of {words} ({rank} {busiest}; {spread})"
 
 
+HOST_WORDS = {"master": "the fp32 weights", "optimizer": "Adam's moments", "gradients": "the fp32 gradients",
+              "weights": "the 16-bit weights"}  # step's "host" bytes, as the summaries name them
+
+
+def host_text(step: dict) -> str:
+    """What an offloading step keeps in the host's memory (step's "host", calc.api.host), in words: the CLI's
+    summary and the page's say the same."""
+    h = step["host"]
+    parts = ", ".join(f"{HOST_WORDS[c]} {format_gb(n)}" for c, n in h["bytes"].items())
+    node = h["processes_per_node"]
+    return (f"the host's memory keeps {format_gb(h['per_process'])} GB ({format_gib(h['per_process'])} GiB) a process "
+            f"({parts} GB of its partition), {format_gb(h['per_node'])} GB for a node of {node} "
+            f"process{'es' if node > 1 else ''}")  # fmt: skip
+
+
 def beside_refusal(field: str, reason: str) -> tuple[str, str]:
     """(field, message) for a field only the eager figure beside the deck's reads, given where these inputs
     have no such figure (reason: eager_unavailable's): the CLI's and the page's."""
@@ -262,6 +277,8 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
     result["eager"] = eager_beside(inputs, result["step"])
     if "engine" in result["step"]:
         result["engine_text"] = engine_text(result["step"])
+    if "host" in result["step"]:  # --offload: the host's figure beside the device's
+        result["host_text"] = host_text(result["step"])
     result["unread"] = page_unread(shape)  # the form hides these fields (calc.fields.page_unread)
     if inputs.hf_config:
         result["hf_config"] = inputs.hf_config  # the config in short form, for the address
@@ -278,13 +295,22 @@ def planned(inputs: Run, want_plan: bool, want_fit: bool) -> dict:
     return run_to_end(planned_steps(inputs, want_plan, want_fit))
 
 
+def offload_unplanned(par) -> tuple[str, str] | None:
+    """The planner's and the fit list's refusal of an offloading step, as the CLI refuses --offload beside --plan
+    and --fit-card (calc.fields: they lay out devices without it), or None."""
+    if par.offload == "none":
+        return None
+    return "offload", ("the planner and the fit list lay out devices without offload to the host: choose none to "
+                       "see them")  # fmt: skip
+
+
 def planned_steps(inputs: Run, want_plan: bool, want_fit: bool) -> Generator[None, None, dict]:
     """The planner's layouts ("plan", or "plan_refused" with no rows) and the fit list ("fit", or "fit_refused"
     with no rows), each where asked:
     a generator of calc.plan's slices that returns them."""
     shape, seq, par = inputs.shape, inputs.seq, inputs.par
     result = {}
-    problem = want_plan and plan_problem(inputs.walk, inputs.tune)
+    problem = want_plan and (plan_problem(inputs.walk, inputs.tune) or offload_unplanned(par))
     if problem:  # the CLI's --plan refuses these inputs: the planner says why, with no rows
         result["plan"] = []
         result["plan_refused"] = {"field": problem[0], "message": problem[1]}
@@ -295,7 +321,7 @@ def planned_steps(inputs: Run, want_plan: bool, want_fit: bool) -> Generator[Non
         for row in result["plan"]:
             row["display"] = {"peak": format_gb(row["peak"]), "extra_compute": f"{row['extra_compute']:.1%}"}
     tune = inputs.tune
-    problem = want_fit and fit_problem(shape, inputs.walk)
+    problem = want_fit and (fit_problem(shape, inputs.walk) or offload_unplanned(par))
     if problem:  # the CLI's --fit-card refuses this model: the fit list says why, with no rows
         result["fit"] = []
         result["fit_refused"] = {"field": problem[0], "message": problem[1]}

@@ -371,7 +371,8 @@ def nf4_init_transient(n: int) -> int:
 def deepspeed_section() -> list[str]:
     """§11.5: DeepSpeed's own estimators (recorded by scripts/training/deepspeed_estimators.py) beside calc's ZeRO
     accounting for the same parameter counts."""
-    from calc.recipes import state_bytes
+    from calc.api import NODE
+    from calc.recipes import host_bytes, state_bytes
 
     path = ROOT / "docs" / "data" / "deepspeed_estimators.json"
     data = json.loads(path.read_text())
@@ -387,17 +388,19 @@ def deepspeed_section() -> list[str]:
         "today's. Neither side counts activations, logits or DeepSpeed's buckets.",
         "",
         "| Model | GPUs | ZeRO | Offload | DeepSpeed per GPU | calc per GPU | DeepSpeed / calc "
-        "| DeepSpeed's host RAM a node |",
-        "|---|---:|---:|---|---:|---:|---:|---:|",
+        "| DeepSpeed's host RAM a node | calc's host a node | DeepSpeed / calc (host) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in data["rows"]:
         assert row["params"] == calc.param_counts(calc.PRESETS[row["model"]])["total"], row["model"]
-        par = calc.Parallel(dp=row["gpus"], zero=row["stage"])
-        ours = sum(state_bytes(row["params"], "mixed", par).values()) if row["offload"] == "none" else None
-        mine = gb(ours) if ours else "not modelled"
-        ratio = f"{row['deepspeed_gpu'] / ours:.3f}" if ours else "-"
+        par = calc.Parallel(dp=row["gpus"], zero=row["stage"], offload=row["offload"])
+        ours = sum(state_bytes(row["params"], "mixed", par).values())
+        ratio = f"{row['deepspeed_gpu'] / ours:.3f}" if ours else "- (calc: 0)"
+        host = sum(host_bytes(row["params"], "mixed", par).values()) * min(row["gpus"], NODE)
+        host_ratio = f"{row['deepspeed_host_per_node'] / host:.3f}" if host else "-"
         out.append(f"| `{row['model']}` | {row['gpus']} | {row['stage']} | {row['offload']} | "
-                   f"{gb(row['deepspeed_gpu'])} | {mine} | {ratio} | {gb(row['deepspeed_host_per_node'])} |")
+                   f"{gb(row['deepspeed_gpu'])} | {gb(ours)} | {ratio} | {gb(row['deepspeed_host_per_node'])} | "
+                   f"{gb(host) if host else 'none'} | {host_ratio} |")
     one = next(r for r in data["rows"] if r["gpus"] == 1 and r["stage"] == 2 and r["offload"] == "none")
     out += [
         "",
@@ -409,9 +412,20 @@ def deepspeed_section() -> list[str]:
         "8_optimizer_states_32bit\"), so DeepSpeed / calc is 1.25 on one GPU and falls towards 1 as the GPUs "
         "grow. For stage 3 it counts 18 bytes a parameter over the GPUs where calc has 16, and 4 bytes for each "
         "parameter of the largest module (the embedding or the head here), gathered whole; its code gives no "
-        "breakdown of the 18. With offload DeepSpeed keeps the fp32 state on the host "
-        "(the last column, with its 1.5 buffer factor), which calc does not model yet: `--trainer-config` refuses "
-        "an offloading DeepSpeed JSON, naming the key.",
+        "breakdown of the 18.",
+        "",
+        "With offload (`--offload optimizer`, or `optimizer+params` under ZeRO 3; the deck walk's accounting, not "
+        "measured) calc keeps on the host each process's partition of the fp32 weights, Adam's two moments and "
+        "the fp32 gradients, 16 bytes a parameter, and with the weights offloaded their 16-bit shard too, 18; a "
+        f"node holds {NODE} processes' (fewer where the job has fewer). On the device it keeps the 16-bit weights "
+        "(none with the weights offloaded: they are gathered module by module) and, under ZeRO 1, the gradients. "
+        "DeepSpeed's estimators say the same bytes times their buffer factor of 1.5 wherever they count the "
+        "offloaded state alone: the host ratio is 1.500. Where the ratio is higher they count something else "
+        "instead: under stage 2 with offload, 4 bytes a parameter for every GPU of the node, the fp32 copy each "
+        "process loads the checkpoint into, whenever that is more (8 GPUs: 32 bytes against 16); under stage 3 on "
+        "the device, the largest module gathered whole in fp32 (4 bytes a parameter of it), which calc counts in "
+        "the step's walk as the module is gathered, not in its resident state. Without offload DeepSpeed's host "
+        "column is that checkpoint copy, which calc does not count.",
         "",
     ]
     return out

@@ -4,7 +4,8 @@
 - `distributed_type` NO: one process; MULTI_GPU (MULTI_CPU): DDP over `num_processes` (the processes of every
   machine together); FSDP: fully_shard over them (`fsdp_version` 2; `fsdp_reshard_after_forward`, default true,
   is ZeRO 3, false ZeRO 2); DEEPSPEED: its ZeRO stage (`deepspeed_config.zero_stage`, default 2), or the JSON
-  `deepspeed_config_file` names.
+  `deepspeed_config_file` names; `offload_optimizer_device` and `offload_param_device` cpu: --offload (as the
+  DeepSpeed JSON's offload blocks, calc.trainers.deepspeed).
 - `mixed_precision` bf16: autocast over the fp32 model under DDP; under FSDP2 a MixedPrecisionPolicy with
   param_dtype and reduce_dtype bf16 over fp32 shards (set_mixed_precision), whose bf16 reduction calc's
   fsdp-bf16 (an fp32 reduction) does not model: refused; under DeepSpeed its bf16 (mixed-precision Adam).
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+from . import deepspeed
 from .reading import Reading, Refused, mapping, truth, whole, words
 
 IGNORED = words(
@@ -105,9 +107,8 @@ def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
         if key in DEEPSPEED_IGNORED:
             r.ignore(where, WHY)
         elif key in ("offload_optimizer_device", "offload_param_device"):
-            if value not in ("none", None):
-                raise Refused(where, f"offload to {value} is not modelled yet (device and host figures)")
-            r.ignore(where, "none: nothing moves")
+            if deepspeed.offload_device(where, value) == "none":
+                r.ignore(where, "none: nothing moves")
         elif key == "gradient_accumulation_steps":
             if value != "auto":
                 r.set(where, value, grad_accum=whole(where, value))
@@ -124,4 +125,8 @@ def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
     else:
         stage = whole("deepspeed_config.zero_stage", cfg.get("zero_stage", 2), smallest=0)
         r.set("deepspeed_config.zero_stage", stage, zero=stage)
+        moved = {what: f"deepspeed_config.{key}" for what, key in (("optimizer", "offload_optimizer_device"),
+                                                                    ("weights", "offload_param_device"))
+                 if deepspeed.offload_device(f"deepspeed_config.{key}", cfg.get(key)) == "cpu"}  # fmt: skip
+        deepspeed.offloaded(moved, stage, r)
         r.set("mixed_precision", precision, recipe="mixed" if precision == "bf16" else "fp32")

@@ -4,6 +4,8 @@ ZeRO's accounting over the data-parallel processes: the deck walk's --zero K.
 - `zero_optimization.stage` K: the deck walk's ZeRO K (ZeRO, Rajbhandari et al. 2020, Figure 1). DeepSpeed's own
   engine is not modelled yet: its gradient buckets (`reduce_bucket_size`, doubled by `overlap_comm`), stage 3's
   prefetch and persistent small parameters are listed as not counted, and the eager walk refuses the file.
+- `zero_optimization.offload_optimizer` / `offload_param` with device cpu: --offload optimizer, or
+  optimizer+params (ZeRO 3): the deck walk's device figure and the host's (calc.recipes.host_bytes).
 - `bf16.enabled` or `fp16.enabled`: 16-bit weights and gradients, fp32 master weights and Adam moments in the
   optimizer (DeepSpeed's BF16_Optimizer / FP16 optimizer, and ZeRO's own): the deck's mixed-precision Adam
   (2 + 2 + 12 bytes). Neither: fp32 throughout.
@@ -124,19 +126,79 @@ def _zero(zero: dict, r: Reading) -> None:
     if stage > 3:
         raise Refused("zero_optimization.stage", f"{stage}: ZeRO has stages 0 to 3")
     r.set("zero_optimization.stage", stage, zero=stage)
-    for key, value in zero.items():
+    _offload(zero, stage, r)
+    for key in zero:
         where = f"zero_optimization.{key}"
-        if key in ("offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_params"):
-            device = value.get("device", "none") if isinstance(value, dict) else ("cpu" if value else "none")
-            if device not in ("none", None):
-                raise Refused(where, f"offload to {device} is not modelled yet (device and host figures)")
-            r.ignore(where, "device none: nothing moves")
+        if key in OFFLOAD_KEYS:
+            continue
         elif key in ZERO_KEYS_NOT_COUNTED:
             r.ignore(where, NOT_COUNTED)
         elif key in ZERO_KEYS_IGNORED:
             r.ignore(where, "changes nothing a training step holds on the device")
         elif key != "stage":
             raise Refused(where, "not a ZeRO key calc knows")
+
+
+# zero_optimization's offload blocks (DeepSpeed 0.19 zero/offload_config.py), and the booleans of its earlier
+# releases (cpu_offload: the optimizer, cpu_offload_params: the weights)
+OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "cpu_offload": "optimizer", "offload_param": "weights",
+                "cpu_offload_params": "weights"}  # fmt: skip
+OFFLOAD_IGNORED = words("pin_memory buffer_count buffer_size max_in_cpu fast_init pipeline_read pipeline_write "
+                        "pipeline nvme_path")  # how the host's buffers are pinned and staged, not what they hold
+
+
+def _offload(zero: dict, stage: int, r: Reading) -> None:
+    """zero_optimization's offload to the CPU, as --offload (calc.recipes.OFFLOADED): the optimizer
+    (offload_optimizer), and beside it the weights (offload_param, ZeRO 3). NVMe and the weights without the
+    optimizer are refused, naming the key."""
+    moved = {}  # what is offloaded: the key that says so
+    for key, what in OFFLOAD_KEYS.items():
+        if key not in zero:
+            continue
+        value, where = zero[key], f"zero_optimization.{key}"
+        block = value if isinstance(value, dict) else {"device": "cpu" if truth(where, value) else "none"}
+        device = offload_device(f"{where}.device" if isinstance(value, dict) else where, block.get("device"))
+        for sub in block:
+            if sub == "ratio" and block[sub] not in (1, 1.0):
+                raise Refused(f"{where}.ratio", "a partial offload (ZeRO++'s ratio) is not modelled: 1, or leave it")
+            if sub not in ("device", "ratio", *OFFLOAD_IGNORED):
+                raise Refused(f"{where}.{sub}", "not an offload key calc knows")
+            if sub != "device":
+                r.ignore(f"{where}.{sub}", "1: all of it" if sub == "ratio" else
+                         "how the host's buffers are kept, not what they hold")  # fmt: skip
+        where = f"{where}.device" if isinstance(value, dict) else where
+        if device == "cpu":
+            moved[what] = where
+        else:
+            r.ignore(where, "none: nothing moves")
+    offloaded(moved, stage, r)
+
+
+def offload_device(where: str, device: object) -> str:
+    """An offload's device, "cpu" or "none" (None too); NVMe and anything else refused, naming `where`."""
+    device = "none" if device is None else str(device).lower()
+    if device == "nvme":
+        raise Refused(where, "nvme: offload to a disk (ZeRO-Infinity) is not modelled; cpu is")
+    if device not in ("cpu", "none"):
+        raise Refused(where, f"{shown(device)}: DeepSpeed offloads to cpu or nvme")
+    return device
+
+
+def offloaded(moved: dict[str, str], stage: int, r: Reading) -> None:
+    """--offload from what is offloaded to the CPU ({"optimizer" or "weights": the key that says so}) under ZeRO
+    `stage`: the optimizer, or the optimizer and the weights (ZeRO 3); the rest refused, naming the key."""
+    if "weights" in moved and "optimizer" not in moved:
+        raise Refused(moved["weights"], "the weights offloaded without the optimizer are not modelled: offload "
+                                        "the optimizer too (offload_optimizer)")  # fmt: skip
+    if "weights" in moved and stage != 3:
+        raise Refused(moved["weights"], f"DeepSpeed offloads the weights under ZeRO stage 3, not {stage}")
+    if moved and not stage:
+        raise Refused(moved["optimizer"], "DeepSpeed offloads ZeRO's partitions: stage 1, 2 or 3")
+    if moved:
+        offload = "optimizer+params" if "weights" in moved else "optimizer"
+        r.set(moved["optimizer"], "cpu", offload=offload)
+        if "weights" in moved:
+            r.read.append({"key": moved["weights"], "value": "cpu", "gives": f"--offload {offload}"})
 
 
 HANDLED = frozenset(("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size", "bf16",

@@ -45,6 +45,9 @@ READS = {
     ("accelerate/trl_single_gpu.yaml",): {"recipe": "autocast"},
     ("axolotl/deepspeed_configs/zero3_bf16.json",): {"zero": "3", "recipe": "mixed"},
     ("llamafactory/deepspeed/ds_z0_config.json",): {"zero": "0"},
+    ("axolotl/deepspeed_configs/zero2.json",): {"zero": "2", "offload": "optimizer"},  # tests/calc/test_offload.py
+    ("axolotl/deepspeed_configs/zero3_bf16_cpuoffload_all.json",): {"zero": "3", "offload": "optimizer+params"},
+    ("llamafactory/deepspeed/ds_z3_offload_config.json",): {"zero": "3", "offload": "optimizer+params"},
 }  # fmt: skip
 # Each shipped example calc refuses, with the key it names.
 REFUSES = {
@@ -52,9 +55,6 @@ REFUSES = {
     ("axolotl/instruct-lora-8b.yml",): "load_in_8bit",
     ("axolotl/fft-8b-liger-fsdp.yaml",): "liger_rope",
     ("axolotl/gpt-oss-20b-fft-deepspeed-zero3.yaml",): "model_quantization_config",
-    ("axolotl/deepspeed_configs/zero2.json",): "zero_optimization.offload_optimizer",
-    ("axolotl/deepspeed_configs/zero3_bf16_cpuoffload_all.json",): "zero_optimization.offload_optimizer",
-    ("llamafactory/deepspeed/ds_z3_offload_config.json",): "zero_optimization.offload_optimizer",
     ("llamafactory/llama3_full_sft.yaml",): "deepspeed",  # names a DeepSpeed JSON not given
     ("accelerate/trl_fsdp1.yaml",): "fsdp_config.fsdp_version",
     ("accelerate/trl_fsdp2.yaml",): "mixed_precision",

@@ -363,3 +363,27 @@ def test_a_pause_ends_a_keyboard_run_and_a_loop_preset_run_is_one_entry(open_pag
     page.go_back()
     page.wait_for_function(f"() => document.querySelector('[name=preset]').value === '{first}'")
     assert recorder.errors == []
+
+
+def test_offload_is_a_field_and_the_host_figure_reads_as_the_cli_says_it(open_page, capsys):
+    """--offload (issue 32) on the form: from the address and from the select, the summary gives the device's peak
+    and the host's figure, each the CLI's for the same flags; a stage-less offload is refused inline, naming the
+    field, and the rest of the page keeps its last answer."""
+    page, recorder = open_page("?zero=2&offload=optimizer&recompute=full")
+    settle(page)
+    want = answer_for({"zero": "2", "offload": "optimizer", "recompute": "full"})
+    assert page.evaluate(PEAK) == want["step"]["peak"]
+    assert page.text_content("[data-out=host]") == f" Offloaded, {want['host_text']}."
+    assert calc.cli.main(["--zero", "2", "--offload", "optimizer", "--recompute", "full"]) == 0
+    assert f"  host: {want['host_text']}" in capsys.readouterr().out.splitlines()
+    for name, value in (("dp", "8"), ("zero", "3"), ("offload", "optimizer+params")):
+        change(page, name, value)
+    want = answer_for({"dp": "8", "zero": "3", "offload": "optimizer+params", "recompute": "full"})
+    assert page.evaluate(PEAK) == want["step"]["peak"]
+    assert page.text_content("[data-out=host]") == f" Offloaded, {want['host_text']}."
+    assert query_of(page)["offload"] == ["optimizer+params"]
+    page.locator('[data-calc-form] [name="zero"]').select_option("0")
+    page.wait_for_selector('[data-error-for="offload"]:not(:empty)')
+    assert "give --zero 1, 2 or 3" not in page.text_content('[data-error-for="offload"]')  # the page's words
+    assert "ZeRO stage" in page.text_content('[data-error-for="offload"]')
+    assert page.evaluate(PEAK) == want["step"]["peak"] and recorder.errors == []

@@ -97,6 +97,12 @@ export function createView(root, config, answerOf, labelOf, isField) {
       `With ${recipeText(config.recipeLabels[step.config.recipe], step.config, config.optimizerLabels)} and ` +
       `${recomputeText(step.config.recompute)}${walkText(step.config.walk, answer.engine_text)} the peak is `,
       peakOut, " (", gib, "), reached at “", event, `”: it ${answer.fits ? "fits" : "does not fit"} on ${device}.`);
+    if (answer.host_text) {  // --offload: the host's figure beside the device's (calc.web.host_text)
+      const host = document.createElement("span");
+      host.dataset.out = "host";
+      host.textContent = ` Offloaded, ${answer.host_text}.`;
+      summary.append(host);
+    }
     const trainable = out("trainable");
     trainable.textContent = formatInt(answer.trainable_params);
     trainable.dataset.count = answer.trainable_params;
