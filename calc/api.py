@@ -167,7 +167,8 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
     for s in range(par.pp):
         stage_peaks = [0] * par.dp  # each data-parallel rank's, walked once for the ranks alike
         for d, alike in _dp_ranks(args[0], par, s).items():
-            rank = pipeline.PipelineStage(par.pp, s, par.pp_schedule, m, par.dp, par.tp, par.zero == 2, d)
+            rank = pipeline.PipelineStage(par.pp, s, par.pp_schedule, m, par.dp, par.tp, par.zero == 2, d,
+                                          par.zero == 1)  # fmt: skip
             segs = eager.segments(*args[:-1], loops.BARE, engine=rank)
             top = peak(segs)
             if busiest is None or top[0] > busiest[2][0]:
@@ -187,11 +188,11 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
 def _staged_problem(par: Parallel, recipe: str, tune: finetune.Tuning) -> str | None:
     """calc.step's refusal of what the eager walk does not run beside a pipeline's stages, or None (calc.inputs
     names the field for the CLI and the page)."""
-    if par.zero not in (0, 2) or par.tp_plan != SINGLE.tp_plan or par.sequence_parallel or (par.zero and par.dp == 1):
-        return ("the eager walk's pipeline runs beside DDP (ZeRO 0), FSDP2 (ZeRO 2, over 2 or more processes) or the "
-                "layers plan without sequence parallelism")  # fmt: skip
+    if par.zero == 3 or par.tp_plan != SINGLE.tp_plan or par.sequence_parallel or (par.zero and par.dp == 1):
+        return ("the eager walk's pipeline runs beside DDP (ZeRO 0, or 1 with ZeroRedundancyOptimizer), FSDP2 (ZeRO 2) "
+                "over 2 or more processes, or the layers plan without sequence parallelism")  # fmt: skip
     if par.zero and pipeline.stages_a_rank(par.pp_schedule) > 1:
-        return "the eager walk's FSDP2 beside a pipeline runs one stage a rank: 1f1b or gpipe"
+        return "the eager walk's ZeRO beside a pipeline runs one stage a rank: 1f1b or gpipe"
     if RECIPES[recipe].computes or not tune.default:
         return "the eager walk's pipeline trains every fp32 parameter (fp32-full or autocast) with AdamW"
     return None
@@ -200,10 +201,18 @@ def _staged_problem(par: Parallel, recipe: str, tune: finetune.Tuning) -> str | 
 def _dp_ranks(shape: Shape, par: Parallel, stage: int) -> dict[int, list[int]]:
     """A pipeline stage's data-parallel ranks, grouped by what they hold, in rank order: {the first of a group: its
     ranks}. Beside DDP every rank holds alike; beside FSDP2 (ZeRO 2) a rank holds its rows of each tensor, which
-    differ where dp does not divide a tensor's rows (calc.engines.fsdp.local)."""
-    if par.zero != 2:
+    differ where dp does not divide a tensor's rows (calc.engines.fsdp.local); beside ZeroRedundancyOptimizer
+    (ZeRO 1) each rank its share of the stage's parameters (calc.engines.ddp.partition)."""
+    if not par.zero:
         return {0: list(range(par.dp))}
     sub = replace(shape, layers=len(stage_layers(shape, par.pp, stage)))
+    if par.zero == 1:
+        first, last = stage == 0, stage == par.pp - 1
+        shares = ddp.partition(optim_step.stage_params(sub, finetune.DEFAULT, first, last), par.dp)
+        groups = {}
+        for d, share in enumerate(shares):
+            groups.setdefault(tuple(share), []).append(d)
+        return {ranks[0]: ranks for ranks in groups.values()}
     sub = tensor.TensorParallel(par.tp).local(sub) if par.tp > 1 else sub  # FSDP2 shards a tp rank's tensors
     stored = optim_step.stage_params(sub, finetune.DEFAULT, stage == 0, stage == par.pp - 1, stored=True)
     groups: dict[tuple, list[int]] = {}

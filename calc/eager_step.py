@@ -498,6 +498,9 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
                                  after, tuple(gather), tuple(reduce))  # fmt: skip
         held += phases.gradients_held(backward[0])
     start = resident_state(sum(p.numel for p in params), recipe)
+    if stage.zero1:  # ZeroRedundancyOptimizer: the rank's share of the stage's parameters (calc.engines.ddp)
+        share = ddp.partition(params, stage.dp)[stage.dp_rank]
+        start, params = ddp.sharded(start, params, share), share
     if stage.shard:  # a rank of FSDP2: its rows of the weights and of AdamW's state
         share = tuple(fsdp.local(p, stage.dp, stage.dp_rank) for p in stored)
         start = fsdp.resident(start, stored, stored, fsdp.FullyShard(stage.dp, False, share), RECIPES[recipe].weights)

@@ -541,8 +541,9 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
     if (par.pp > 1 or par.tp > 1) and par.dp == 1:
         return "engine", ("names the engine over data-parallel processes: give --dp 2 or more (DDP or FSDP2 beside "
                           "--pp, FSDP2 beside --tp)")  # fmt: skip
-    if par.pp > 1 and par.zero != {"ddp": 0, "fsdp2": 2}.get(engine, par.zero):
-        return "engine", {"ddp": "DDP beside a pipeline's stages runs ZeRO 0: --zero 0 (ZeRO 2 is FSDP2's)",
+    if par.pp > 1 and str(par.zero) not in {"ddp": "01", "fsdp2": "2"}.get(engine, str(par.zero)):
+        return "engine", {"ddp": "DDP beside a pipeline's stages runs ZeRO 0, or 1 (ZeroRedundancyOptimizer beside "
+                                 "it): --zero 0 or 1 (ZeRO 2 is FSDP2's)",
                           "fsdp2": "FSDP2 beside a pipeline's stages runs with reshard_after_forward=False: --zero 2 "
                                    "(ZeRO 0 is DDP's)"}[engine]  # fmt: skip
     if par.dp == 1:
@@ -621,19 +622,20 @@ def _beside_pipeline(par: Parallel) -> tuple[str, str] | None:
     """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP or FSDP2
     with reshard_after_forward=False over each stage's module, the layers plan over each stage's layers, or FSDP2
     over it: calc.engines.pipeline), or None."""
-    if par.zero not in (0, 2):
-        return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0) or FSDP2 with reshard_after_forward=False "
-                        "(ZeRO 2, torchtitan's default beside a pipeline): ZeroRedundancyOptimizer, or FSDP2 "
-                        "resharding after each forward, beside its stages is not modelled yet: --zero 0 or 2, or the "
-                        "deck walk")  # fmt: skip
+    if par.zero == 3:
+        return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0, or 1 with ZeroRedundancyOptimizer) or "
+                        "FSDP2 with reshard_after_forward=False (ZeRO 2, torchtitan's default beside a pipeline): "
+                        "FSDP2 resharding after each forward beside its stages is not modelled yet: --zero 0, 1 or 2, "
+                        "or the deck walk")  # fmt: skip
     if par.dp > 1 and par.tp > 1 and par.zero != 2:
         return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
                       "FSDP2 over tensor parallelism's ranks (--zero 2), not DDP and tensor parallelism together: "
                       "--dp 1, --tp 1 or --zero 2, or the deck walk")  # fmt: skip
-    if par.zero == 2 and pipeline.stages_a_rank(par.pp_schedule) > 1:
-        return "pp-schedule", ("the eager walk's FSDP2 beside a pipeline runs one stage a rank (interleaved 1F1B "
-                               "reduces each stage at its own point of the order, not modelled): --pp-schedule 1f1b "
-                               "or gpipe, or --zero 0")  # fmt: skip
+    if par.zero and pipeline.stages_a_rank(par.pp_schedule) > 1:
+        return "pp-schedule", ("the eager walk's ZeRO beside a pipeline runs one stage a rank (interleaved 1F1B's "
+                               "stages are not measured beside ZeroRedundancyOptimizer, and FSDP2 reduces each "
+                               "stage at its own point of the order, not modelled): --pp-schedule 1f1b or gpipe, or "
+                               "--zero 0")  # fmt: skip
     if par.tp > 1 and par.tp_plan != tensor.PLANS[0]:
         return "tp-plan", ("the eager walk's pipeline runs beside the layers plan (transformers' plan splits the "
                            "embedding and head, which a stage cut by hand does not keep): --tp-plan layers, or the "

@@ -116,6 +116,9 @@ ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel":
                 "pipeline": "torch's pipelining"}
 
 
+BESIDE_STAGES = {0: "DDP", 1: "DDP with ZeroRedundancyOptimizer", 2: "FSDP2 (reshard_after_forward=False)"}
+
+
 def engine_text(step: dict) -> str:
     """The engine of an eager step over several processes (step's "engine") and its ranks' peaks, in words (the
     CLI's summary and the page's): its peak is the busiest rank's (a pipeline's ranks are named as its stages,
@@ -129,8 +132,8 @@ def engine_text(step: dict) -> str:
                                       if par["tp"] > 1 else ""),
                                   "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
                                   + (f" with {stages} stages a rank" if stages > 1 else "")
-                                  + (f", {'FSDP2 (reshard_after_forward=False)' if par['zero'] == 2 else 'DDP'} "
-                                     f"over {par['dp']} processes a stage" if par["dp"] > 1 else "")
+                                  + (f", {BESIDE_STAGES.get(par['zero'])} over {par['dp']} processes a stage"
+                                     if par["dp"] > 1 else "")
                                   + (f", the layers plan over {par['tp']} ranks a stage" if par["tp"] > 1 else ""),
                                   "tensor-parallel": f" {par['tp_plan']} plan" + (
                                       " with sequence parallelism" if par["sequence_parallel"] else "")
@@ -229,7 +232,8 @@ def engine_band(step: dict, tune) -> str:
     scripts/training/measure_engines.py names the ones it ran (ddp, ddp-zero1, fsdp2, fsdp2-zero2, tp, tp-hf, tp-sp,
     tp-eager: the layers plan under eager attention; FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp,
     and fsdp2-tp-sp with sequence parallelism; FSDP2's with peft's LoRA; a pipeline's schedule, pp-1f1b, with -ddp
-    -fsdp2 or -tp where DDP, FSDP2 or the layers plan runs beside its stages, -fsdp2-tp where FSDP2 over it does)."""
+    -fsdp2 or -tp where DDP, FSDP2 or the layers plan runs beside its stages, -ddp-zero1 where DDP does with
+    ZeroRedundancyOptimizer, -fsdp2-tp where FSDP2 over the layers plan does)."""
     par, name = step["config"]["parallel"], step["engine"]
     two = ("-tp" + "-sp" * par["sequence_parallel"]) if par["tp"] > 1 else ""  # FSDP2 x TP
     band = {"ddp": "ddp-zero1" if par["zero"] == 1 else "ddp",
@@ -239,6 +243,7 @@ def engine_band(step: dict, tune) -> str:
                                "tp-eager" if step["config"]["attention"] == "eager" else "tp",
             "pipeline": f"pp-{par['pp_schedule']}" + ("-fsdp2" if par["zero"] == 2 else "-ddp" if par["dp"] > 1 else
                                                       "") + ("-tp" if par["tp"] > 1 else "")
+                        + ("-zero1" if par["zero"] == 1 else "")
             }[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 

@@ -1144,7 +1144,9 @@ input ids, the last the labels, the stages between no batch; AdamW steps each st
 `pp-1f1b-ddp`, `pp-1f1b-fsdp2` and `pp-1f1b-tp` are `pp-1f1b` over 2 stages on 4 processes as torchtitan composes a
 pipeline with data or tensor parallelism: a (2, 2) device mesh, the pipeline's dimension outermost (processes 2i and
 2i + 1 run stage i); under `pp-1f1b-ddp` each stage's module is wrapped in `DistributedDataParallel` over its "dp"
-dimension (torch's defaults; the stage runs every forward and every backward but the step's last under `no_sync`);
+dimension (torch's defaults; the stage runs every forward and every backward but the step's last under `no_sync`),
+and under `pp-1f1b-ddp-zero1` the stage's parameters are stepped by `ZeroRedundancyOptimizer(optimizer_class=AdamW)`
+over the same dimension beside that DDP;
 under `pp-1f1b-fsdp2` `fully_shard` runs on each of the stage's layers and then on the stage's module over "dp" with
 `reshard_after_forward=False` (torchtitan's default beside a pipeline; the stage runs every backward without
 resharding or reducing, and reduce-scatters every group once its backwards end); under both each process of a stage
@@ -1157,7 +1159,8 @@ The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, 
 `--walk eager --dp 2 --tp 2 --zero 3
 --engine fsdp2` for `fsdp2-tp` (`--zero 2` for `fsdp2-zero2-tp`, `--sequence-parallel` for `fsdp2-tp-sp`), or
 `--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M` (with `--dp 2 --engine ddp` for
-`pp-1f1b-ddp`, `--dp 2 --zero 2 --engine fsdp2` for `pp-1f1b-fsdp2`, `--tp 2` for `pp-1f1b-tp`, all three of
+`pp-1f1b-ddp`, `--dp 2 --zero 1 --engine ddp` for `pp-1f1b-ddp-zero1`, `--dp 2 --zero 2 --engine fsdp2` for
+`pp-1f1b-fsdp2`, `--tp 2` for `pp-1f1b-tp`, all three of
 `--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`), from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
@@ -1196,7 +1199,9 @@ process under interleaved 1F1B running both its stages' micro-batches in the ord
 (`_get_1f1b_rank_ops`: a round of micro-batches through one of its stages, then the other); and, on the last stage,
 every micro-batch's logits kept until the next step begins, with one more copy of them all as the step returns them
 merged (`calc/engines/pipeline.py`); beside DDP, each stage's buckets (a second copy of its gradients, made when
-DDP wraps the stage's module); beside FSDP2, the rank's rows of the stage's weights and of AdamW's state, every
+DDP wraps the stage's module), and with ZeroRedundancyOptimizer the rank's share of the stage's AdamW (its
+moments and its step's temporaries, `calc/engines/ddp.py` `partition`); beside FSDP2, the rank's rows of the stage's
+weights and of AdamW's state, every
 group all-gathered and copied out before the first micro-batch and kept whole all step, the gradients accumulated
 whole, and each group resharded and reduce-scattered in turn, root first, once the backwards end
 (`calc/engines/fsdp.py`, `staged`), over the layers plan's tensors where both run beside it; beside the layers
@@ -1232,7 +1237,7 @@ rank's figure, so each rank's lowest of {runs} runs is kept. `tp-hf` loads its m
 loader threads would hide the rank's weights from the profile); a checkpoint saved in the dtype it loads in (fp32
 here) would on the CPU keep each row-split weight's whole tensor, the rank's shard a view of it (transformers'
 `DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. DDP or ZeRO 1 beside tensor
-parallelism, FSDP2 over transformers' tensor-parallel plan, and a pipeline beside ZeRO 1, FSDP2 with
+parallelism, FSDP2 over transformers' tensor-parallel plan, and a pipeline beside FSDP2 with
 `reshard_after_forward=True` or under interleaved 1F1B, sequence parallelism, transformers' plan, or DDP and tensor
 parallelism together are not replayed yet: the eager walk refuses them, naming the deck walk,
 whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
@@ -1243,7 +1248,8 @@ Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with a vocabulary th
 the layers plan; of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
 autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
-offered), beside DDP, FSDP2 or the layers plan too, each stage's forward its own autocast region (an autocast
+offered), beside DDP (with ZeroRedundancyOptimizer too, under 1F1B or GPipe), FSDP2 or the layers plan too, each
+stage's forward its own autocast region (an autocast
 region around the schedule's whole step keeps
 each weight's cast from the first micro-batch to the last, and is not modelled); each with AdamW in a bare loop, on
 the CPU; the rest is refused, naming the field. The collectives' own scratch memory (gloo's, NCCL's) is outside
@@ -1254,9 +1260,10 @@ PyTorch's allocator and not counted; on CUDA the buckets' rounding is from sourc
 
 def peers(row: dict, rank: int) -> list[dict]:
     """The ranks whose step is a rank's own, itself among them: every rank of the case, or beside a pipeline's
-    stages (pp-1f1b-ddp, pp-1f1b-fsdp2, pp-1f1b-tp: a (pp, 2) mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2)) those of its
+    stages (pp-1f1b-ddp, pp-1f1b-ddp-zero1, pp-1f1b-fsdp2, pp-1f1b-tp: a (pp, 2) mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2))
+    those of its
     stage."""
-    if row["engine"].endswith(("-ddp", "-fsdp2", "-tp")) and row["engine"].startswith("pp-"):
+    if row["engine"].endswith(("-ddp", "-fsdp2", "-tp", "-ddp-zero1")) and row["engine"].startswith("pp-"):
         size = row["world"] // (row["micro_batches"] // 2)  # a stage's processes: micro-batches are twice the stages
         return row["ranks"][rank - rank % size : rank - rank % size + size]
     return row["ranks"]

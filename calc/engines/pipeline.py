@@ -41,6 +41,9 @@ outermost: rank stage x dp + d, or stage x tp + t):
   (forward_maybe_with_nosync, backward_maybe_with_nosync), so gradients accumulate in .grad as without DDP;
   the last backward's hooks copy them into DDP's buckets and all-reduce those. What a rank adds is its
   stage's buckets (calc.engines.ddp), a second copy of the stage's gradients, held for the whole step.
+  With ZeroRedundancyOptimizer over the same group (`zero1`, ZeRO 1) the stage's parameters are partitioned
+  among its data-parallel ranks as calc.engines.ddp.partition cuts them, each rank's AdamW stepping its share
+  (its moments and its step's temporaries) and broadcasting it in place; the buckets stay whole.
 - FSDP2 (`dp`, `shard`): fully_shard on each of the stage's layers and on its module over its data-parallel
   group, reshard_after_forward=False (torchtitan's default beside a pipeline): every group is gathered in the
   first micro-batch's forward and stays whole for the step, the gradients accumulate unsharded, and the stage
@@ -101,7 +104,8 @@ class PipelineStage:
     dp: int = 1  # DDP over each stage's module, this many processes a stage (calc.engines.ddp)
     tp: int = 1  # the layers plan over each stage's layers, this many processes a stage (calc.engines.tensor)
     shard: bool = False  # FSDP2 over the dp processes instead of DDP (calc.engines.fsdp.staged)
-    dp_rank: int = 0  # which of them: FSDP2's rows of a parameter may differ by rank
+    dp_rank: int = 0  # which of them: FSDP2's rows of a parameter may differ by rank, ZeRO-1's share
+    zero1: bool = False  # ZeroRedundancyOptimizer beside DDP: the rank's share of the stage's AdamW (calc.engines.ddp)
 
     @property
     def count(self) -> int:

@@ -85,18 +85,20 @@ FAMILIES = tuple(MODELS)
 ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0, "tp-eager": 0,
            "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-tp-sp": 3, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2,
            "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0, "pp-1f1b-ddp": 0, "pp-1f1b-tp": 0,
-           "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2}  # its ZeRO
+           "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2, "pp-1f1b-ddp-zero1": 1}  # its ZeRO
 # pp-1f1b-ddp, pp-1f1b-tp: 1F1B over 2 stages beside DDP over each stage's module, or the layers plan over each
 # stage's layers, on a (pp, dp) or (pp, tp) mesh of 4 processes (torchtitan's order: the pipeline's outermost)
-BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",), "pp-1f1b-fsdp2-tp": ("dp", "tp")}
+BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",), "pp-1f1b-fsdp2-tp": ("dp", "tp"),
+          "pp-1f1b-ddp-zero1": ("dp",)}
 # the mesh's dimensions beside the pipeline's, 2 processes each; pp-1f1b-fsdp2: fully_shard on each
 # stage's layers and on the stage's module over "dp", reshard_after_forward=False (torchtitan's default beside a
-# pipeline)
+# pipeline); pp-1f1b-ddp-zero1: DDP over each stage's module and ZeroRedundancyOptimizer(optimizer_class=AdamW) over
+# the stage's parameters, both over the stage's "dp" group
 
 
 def schedule_of(engine: str) -> str:
     """A pipeline case's schedule, as --pp-schedule names it."""
-    return engine[3:].removesuffix("-ddp").removesuffix("-tp").removesuffix("-fsdp2")
+    return engine[3:].removesuffix("-zero1").removesuffix("-ddp").removesuffix("-tp").removesuffix("-fsdp2")
 TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp", "fsdp2-tp-sp")  # FSDP2 x TP: reshard_after_forward True (torch's default)
 # or False; fsdp2-tp-sp: with torchtitan's sequence parallelism over the tp dimension (its 2D default)
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
@@ -122,8 +124,9 @@ MEASURED = {
     "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "tp-eager": (2,), "fsdp2-tp": (4,),
                   "fsdp2-tp-sp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,), "pp-1f1b-ddp": (4,),
-                "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,)},
-    "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,)},
+                "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,), "pp-1f1b-ddp-zero1": (4,)},
+    "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,),
+                "pp-1f1b-ddp-zero1": (4,)},
     "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
 }
 
@@ -190,7 +193,7 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                 layers = stage_layers(shape_from_config(model.config()), local * pp, s)
                 modules.append(Stage(net, layers.start - 1, layers.stop - 1, s == 0, s == local * pp - 1,
                                      precision == "autocast"))  # fmt: skip
-                if engine == "pp-1f1b-ddp":  # DDP over the stage's data-parallel group, torch's defaults
+                if engine.startswith("pp-1f1b-ddp"):  # DDP over the stage's data-parallel group, torch's defaults
                     modules[-1] = torch.nn.parallel.DistributedDataParallel(modules[-1],
                                                                             process_group=mesh["dp"].get_group())
                 if engine.startswith("pp-1f1b-fsdp2"):  # FSDP2 over it: each layer a group, then the stage's module
@@ -206,6 +209,11 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             pipe = schedule(pipes if local > 1 else pipes[0], micro_batches(engine, world),
                             loss_fn=lambda logits, labels: ForCausalLMLoss(logits, labels, vocab_size=model.vocab))
             params = [p for m in modules for p in m.parameters()]  # one AdamW over the rank's stages, in order
+            if ENGINES[engine] == 1:  # ZeroRedundancyOptimizer over the stage's data-parallel group
+                from torch.distributed.optim import ZeroRedundancyOptimizer
+
+                return pipe, ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=1e-3,
+                                                     process_group=mesh["dp"].get_group())  # fmt: skip
             return pipe, torch.optim.AdamW(params, lr=1e-3)
         if engine == "tp-hf":  # transformers' own plan, as from_pretrained(tp_plan="auto") applies it
             from torch.distributed.device_mesh import init_device_mesh
@@ -434,6 +442,7 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
         pipe = ["--pp", stages(engine, world), "--pp-schedule", schedule_of(engine), "--grad-accum",
                 micro_batches(engine, world)]
         beside = {"pp-1f1b-ddp": ["--dp", 2, "--engine", "ddp"], "pp-1f1b-tp": ["--tp", 2],
+                  "pp-1f1b-ddp-zero1": ["--dp", 2, "--engine", "ddp", "--zero", 1],
                   "pp-1f1b-fsdp2": ["--dp", 2, "--zero", 2, "--engine", "fsdp2"],
                   "pp-1f1b-fsdp2-tp": ["--dp", 2, "--zero", 2, "--engine", "fsdp2", "--tp", 2]}.get(engine, [])
         return [str(a) for a in [*run, *pipe, *beside]]

@@ -195,7 +195,7 @@ def test_cli_gives_every_stages_peak(capsys):
         (["--pp", "2", "--preset", "qwen3-30b-a3b"], "--walk"),  # experts
         (["--pp", "2", "--recipe", "mixed"], "--recipe"),
         (["--pp", "2", "--dp", "2", "--tp", "2"], "--pp"),  # DDP and tensor parallelism beside one pipeline
-        (["--pp", "2", "--dp", "2", "--zero", "1"], "--zero"),  # ZeroRedundancyOptimizer beside its stages
+        (["--pp", "2", "--dp", "2", "--zero", "1", "--pp-schedule", "interleaved-1f1b"], "--pp-schedule"),
         (["--pp", "2", "--dp", "2", "--zero", "3"], "--zero"),  # FSDP2 resharding after each forward
         (["--pp", "2", "--dp", "2", "--zero", "2", "--pp-schedule", "interleaved-1f1b"], "--pp-schedule"),
         (["--pp", "2", "--dp", "2", "--zero", "2", "--engine", "ddp"], "--engine"),
@@ -234,9 +234,9 @@ def test_the_planners_pipelines_are_1f1b_and_its_load_says_so():
     assert "pp-schedule" in deck.page_fields()["layout"]
 
 
-def _beside(stage: int, dp: int = 1, tp: int = 1) -> list:
+def _beside(stage: int, dp: int = 1, tp: int = 1, **more) -> list:
     return eager_step.segments(calc.PRESETS[UNTIED], 512, 1, "fp32-full", "none", "sdpa", "cpu",
-                               engine=PipelineStage(2, stage, "1f1b", 4, dp, tp))  # fmt: skip
+                               engine=PipelineStage(2, stage, "1f1b", 4, dp, tp, **more))  # fmt: skip
 
 
 def test_a_stage_beside_ddp_adds_its_buckets_beside_tp_runs_its_share():
@@ -319,7 +319,8 @@ def test_fsdp2_beside_a_pipeline_lists_each_ranks_rows(capsys):
     ("flags", "suggests"),
     [
         (["--dp", "2", "--engine", "fsdp2"], "--zero 2 (ZeRO 0 is DDP's)"),  # not "--zero 3", refused beside it
-        (["--dp", "2", "--zero", "2", "--engine", "ddp"], "--zero 0 (ZeRO 2 is FSDP2's)"),  # not "or 1"
+        (["--dp", "2", "--zero", "2", "--engine", "ddp"], "--zero 0 or 1 (ZeRO 2 is FSDP2's)"),
+        (["--dp", "2", "--zero", "1", "--engine", "fsdp2"], "--zero 2 (ZeRO 0 is DDP's)"),
         (["--engine", "fsdp2"], "DDP or FSDP2 beside --pp"),
     ],
 )
@@ -329,3 +330,40 @@ def test_an_engine_beside_a_pipeline_is_refused_with_what_runs_beside_it(flags, 
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --engine:") and suggests in err and len(err.splitlines()) == 1, err
+
+
+def test_zero1_beside_a_pipeline_steps_each_ranks_share_of_the_stages_adam():
+    """--pp 2 --dp 2 --zero 1 --engine ddp: beside DDP's buckets (whole), ZeroRedundancyOptimizer gives each of a
+    stage's processes its share of the stage's parameters (calc.engines.ddp.partition): Adam's moments of that
+    share only, so the two shares' moments add up to the stage's, and each rank peaks at most where DDP alone does."""
+    from calc import optim_step
+    from calc.engines import ddp as ddp_engine
+
+    shape = calc.PRESETS[UNTIED]
+    for s in range(2):
+        sub = replace(shape, layers=len(stage_layers(shape, 2, s)))
+        params = optim_step.stage_params(sub, calc.finetune.DEFAULT, s == 0, s == 1)
+        shares = ddp_engine.partition(params, 2)
+        alone = _beside(s, dp=2)
+        moments = [sum(e.bytes for e in _beside(s, dp=2, shard=False, dp_rank=d, zero1=True)[0].events
+                       if e.category == "optimizer" and "moments" in e.label) for d in range(2)]  # fmt: skip
+        whole = sum(e.bytes for e in alone[0].events if e.category == "optimizer" and "moments" in e.label)
+        assert moments == [8 * sum(p.numel for p in share) for share in shares] and sum(moments) == whole
+        for d in range(2):
+            segs = _beside(s, dp=2, dp_rank=d, zero1=True)
+            assert [e for e in segs[0].events if "bucket" in e.label] == [e for e in alone[0].events
+                                                                          if "bucket" in e.label]  # fmt: skip
+            assert peak(segs)[0] <= peak(alone)[0]
+
+
+def test_zero1_beside_a_pipeline_lists_each_ranks_share(capsys):
+    args = ["--preset", UNTIED, "--seq", "512", "--walk", "eager", "--recipe", "autocast", "--device", "cpu", "--pp",
+            "2", "--dp", "2", "--engine", "ddp", "--json"]  # fmt: skip
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["rank_peaks"]
+    assert main([*args, "--zero", "1"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["engine"] == "pipeline" and len(step["rank_peaks"]) == 4 and step["peak"] == max(step["rank_peaks"])
+    assert all(z < p for z, p in zip(step["rank_peaks"], plain, strict=True))  # each rank's share of Adam
+    assert main([*args[:-1], "--zero", "1"]) == 0
+    assert "DDP with ZeroRedundancyOptimizer over 2 processes a stage" in capsys.readouterr().out

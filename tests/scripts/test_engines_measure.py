@@ -27,7 +27,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
     at 2 (uneven) and 3 of a 6-layer Llama, and under 1F1B over 2 stages beside DDP, FSDP2 or the layers plan on 4
-    processes of both and beside FSDP2 over the layers plan on 8 of the Llama, twice as many micro-batches as
+    processes of both (and beside DDP with ZeroRedundancyOptimizer) and beside FSDP2 over the layers plan on 8 of
+    the Llama, twice as many micro-batches as
     stages; fp32 and autocast, and FSDP2's bf16 policy where FSDP2 trains every parameter, checkpointing off and
     on; transformers' plan on the tied Llama at 2; no refusal."""
     runs = ENGINES["runs"]
@@ -49,8 +50,9 @@ def test_every_engine_and_layout_is_recorded_and_answered():
                                                                                           ("fsdp2-tp-sp", 4),
                                                                                           ("tp-eager", 2)}  # fmt: skip
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)} | {("pp-interleaved-1f1b", 2)}
-    beside = {("pp-1f1b-ddp", 4), ("pp-1f1b-fsdp2", 4), ("pp-1f1b-tp", 4)}  # a (2, 2) mesh: 2 stages, DDP, FSDP2
-    # or the layers plan beside
+    beside = {("pp-1f1b-ddp", 4), ("pp-1f1b-fsdp2", 4), ("pp-1f1b-tp", 4),
+              ("pp-1f1b-ddp-zero1", 4)}  # a (2, 2) mesh: 2 stages, DDP (alone or with ZeroRedundancyOptimizer),
+    # FSDP2 or the layers plan beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines | beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | beside | {
         ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8)}  # and torchtitan's three dimensions, (2, 2, 2)
@@ -62,7 +64,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    assert len(runs) == len(cases) == (2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1) * 2 * 2 + len(bf16) * 2 == 344
+    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2  # (family, engine, processes)
+    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 352
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
@@ -122,7 +125,7 @@ def test_recorded_cli_answers_are_todays():
     ("engine", "precision"),
     [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "tp-sp", "fsdp2-tp",
                                  "fsdp2-tp-sp", "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b", "pp-1f1b-ddp",
-                                 "pp-1f1b-fsdp2")),
+                                 "pp-1f1b-fsdp2", "pp-1f1b-ddp-zero1")),
      ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
     # not pp-1f1b-tp: its ranks read up to 1.6% over their record from run to run (three fresh-clone runs:
     # 8,384, 16,576 and 41,152 bytes over, blocks gloo's thread frees unseen), which engines.json keeps as the
