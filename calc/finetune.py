@@ -30,8 +30,8 @@ from .walk import Event, Reps, Segment
 
 MODES = ("full", "lora", "qlora", "freeze")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # peft's q_proj ... down_proj in transformers' Llama
-QLORA_EXPERTS = ("qwen3_moe", "llama")  # the families whose mixtures of experts QLoRA was measured on (Mixtral's
-# code is the llama family's; Qwen2-MoE's too, refused by its shared expert)
+QLORA_EXPERTS = ("qwen3_moe", "llama", "gpt_oss")  # the families whose mixtures of experts QLoRA was measured on
+# (Mixtral's code is the llama family's; Qwen2-MoE's too, refused by its shared expert)
 ATTENTION = ("q", "k", "v", "o")  # the linears LoRA adapts in a mixture of experts' blocks (moe_problem)
 ALL_LINEAR = "all-linear"  # peft's shorthand: every linear of the blocks (not the head), by model type (all_linear)
 # The adapters' dtype. fp32: peft's default, get_peft_model(..., autocast_adapter_dtype=True) upcasts adapters
@@ -403,8 +403,8 @@ def moe_problem(shape: Shape, tune: Tuning) -> tuple[str, str] | None:
     if lacks:
         return "finetune", lacks
     if tune.mode == "qlora" and (shape.shared_expert_ffn or shape.family not in QLORA_EXPERTS):
-        return "finetune", ("QLoRA on a mixture of experts is modelled on Qwen3-MoE and Mixtral (no shared expert): "
-                            "--finetune lora on this one")  # fmt: skip
+        return "finetune", ("QLoRA on a mixture of experts is modelled on Qwen3-MoE, Mixtral and GPT-OSS (no shared "
+                            "expert): --finetune lora on this one")  # fmt: skip
     experts = [t for t in tune.targets if t not in ATTENTION]
     if experts and (shape.shared_expert_ffn or shape.moe_layers < shape.layers):
         return "lora-targets", ("LoRA on the experts of a model with a shared expert or dense layers among them is not "

@@ -708,7 +708,8 @@ def qlora_section() -> list[str]:
 
 QLORA_MOE_PROSE = """\
 QLoRA on mixtures of experts (issue 34), loaded as above from each model's saved config.json: Qwen3-MoE (every
-layer with experts, and with dense layers among them: `mlp_only_layers`) and Mixtral. transformers 5 keeps a
+layer with experts, and with dense layers among them: `mlp_only_layers`), Mixtral and GPT-OSS (its attention's
+linears biased, its sinks, under eager attention, the only one its code runs). transformers 5 keeps a
 layer's experts as two fused parameters (`experts.gate_up_proj`, `experts.down_proj`) and its router as no
 `nn.Linear`, so bitsandbytes quantizes only the attention's linears and a dense layer's MLP: **the experts and the
 router stay bf16**, and they are most of such a model. calc counts them so (`calc.finetune.quantized`):

@@ -77,6 +77,9 @@ CONFIG_RUNS = [
      measure_lora.Tune("qlora", 8, 16, ALL)),
     # peft's all-linear as peft converts it: the 4-bit attention's adapters, the bf16 router's and experts' too
     (measure_lora.FAMILIES["qwen3_moe"], 128, 2, measure_lora.Tune("qlora", 8, 16, (measure_lora.ALL_LINEAR,))),
+    # GPT-OSS, which TRL's and axolotl's recipes fine-tune: its attention's biased linears 4-bit, its sinks, router
+    # and experts bf16
+    (measure_lora.FAMILIES["gpt_oss"], 128, 2, measure_lora.Tune("qlora", 8, 16, measure_lora.ATTENTION)),
 ]
 ATTENTIONS, CHECKPOINTING = ("eager", "sdpa"), ("none", "full")
 ADAPTER_DTYPES = ("model", "fp32")  # calc's --adapter-dtype: autocast_adapter_dtype=False, then peft's default
@@ -311,7 +314,8 @@ def grid(runs: list, only: list[int] | None, how, device: str):
         if only and i not in only:
             continue
         folder = saved(m)
-        for adapter, attention, checkpointing in itertools.product(ADAPTER_DTYPES, ATTENTIONS, CHECKPOINTING):
+        attentions = [a for a in ATTENTIONS if a in measure_lora.runs_attention(m)]  # GPT-OSS: eager only
+        for adapter, attention, checkpointing in itertools.product(ADAPTER_DTYPES, attentions, CHECKPOINTING):
             run = replace(tune, adapter_dtype=adapter)
             yield (i, attention, checkpointing, how(folder, m, seq, b, run, attention, checkpointing, device),
                    how(folder, m, seq, b, replace(run, mode="lora"), attention, checkpointing, device))

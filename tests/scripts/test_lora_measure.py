@@ -268,7 +268,7 @@ def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_na
     (lora.json: every such step within 0.1%). The deck walk refuses it naming the eager walk, which answers;
     all-linear as peft converts it (the router and the experts too, gate_up_proj at twice the rank; GPT-OSS's
     attention alone) is replayed too; gate apart from up, the experts of a model with a shared expert,
-    QLoRA on one (Qwen2-MoE: QLoRA is walked on Qwen3-MoE and Mixtral), another optimizer and DeepSeek-V3's
+    QLoRA on one (Qwen2-MoE: QLoRA is walked on Qwen3-MoE, Mixtral and GPT-OSS), another optimizer and DeepSeek-V3's
     attention are refused naming the field."""
     from calc.cli import main
 
@@ -325,7 +325,8 @@ def test_lora_on_a_mixture_of_experts_is_walked_eagerly_and_refused_elsewhere_na
     assert main([*base[:-1], "qlora", "--walk", "eager", "--json"]) == 0  # qlora.json's moe_runs: within 0.1%
     capsys.readouterr()
     said = refused(*qwen2_moe[:-4], "--finetune", "qlora", "--walk", "eager")
-    assert said.startswith("error: --finetune: QLoRA on a mixture of experts is modelled on Qwen3-MoE and "), said
+    assert said.startswith("error: --finetune: QLoRA on a mixture of experts is modelled on Qwen3-MoE, Mixtral and "
+                           "GPT-OSS (no shared expert)"), said  # fmt: skip
     for optimizer in (base[:-2], base):  # full training or LoRA, with another optimizer
         said = refused(*optimizer, "--optimizer", "adafactor", "--walk", "eager")
         assert said.startswith("error: --optimizer: a mixture of experts is modelled with AdamW"), said
