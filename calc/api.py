@@ -401,7 +401,7 @@ def step(
         "peak_index": w.at,
         **({"engine": engine} if walk == "eager" and (engine := engine_name(par)) else {}),
         **({"rank_peaks": list(w.ranks)} if w.ranks else {}),
-        **({"host": host(shape, recipe, par, w.stage)} if par.offload != "none" else {}),
+        **({"host": host(shape, recipe, par, w.stage, (grad_accum or par.pp) > 1)} if par.offload != "none" else {}),
         "events": expanded,
     }
 
@@ -409,12 +409,13 @@ def step(
 NODE = 8  # devices a node: the processes whose offloaded state shares one host (DeepSpeed's estimators' default)
 
 
-def host(shape: Shape, recipe: str, par: Parallel, stage: int) -> dict:
+def host(shape: Shape, recipe: str, par: Parallel, stage: int, accumulating: bool) -> dict:
     """step's "host" under --offload: what the walked device's process keeps in the host's memory, by category
-    (calc.walk.host_state), in all, and for a node of NODE processes (fewer where the job has fewer) each holding
-    as much."""
+    (calc.walk.host_state; `accumulating`: more than one micro-batch a step), in all, and for a node of NODE
+    processes (fewer where the job has fewer) each holding as much (at most: a pipeline's other stages hold
+    less or more)."""
     n = device_params(shape, par, stage)
-    held = host_state(n["total"], n["experts"], recipe, par)
+    held = host_state(n["total"], n["experts"], recipe, par, accumulating)
     processes = min(par.devices, NODE)
     return {"bytes": held, "per_process": sum(held.values()), "processes_per_node": processes,
             "per_node": processes * sum(held.values()), "source": HOST_SOURCE}  # fmt: skip

@@ -239,7 +239,7 @@ def unread(mode: str) -> dict[str, str]:
         if mode in f.chosen:
             out[f.name] = CHOOSES[mode]
         elif mode not in f.outputs:
-            out[f.name] = TABLE_SHOWS if mode == "table" and "step" in f.outputs else (
+            out[f.name] = TABLE_SHOWS if mode == "table" and "step" in f.outputs and not f.why else (
                 "applies to " + " and ".join(f"--{m}" for m in f.outputs) + (f" ({f.why})" if f.why else ""))
     return out
 

@@ -250,9 +250,9 @@ PARALLEL = (
     _choice("offload", OFFLOADS, help="ZeRO's state kept in the host's memory, as DeepSpeed offloads it (default "
             "{default}): optimizer (offload_optimizer: the fp32 master copy, Adam and the fp32 gradients of the "
             "rank's partition), optimizer+params (and offload_param, ZeRO 3: the 16-bit weights)", default="none",
-            sets="parallel", walks=("deck",), outputs=("step", "table"),
-            why="the deck walk counts ZeRO-Offload's device and host figures; the planner and the fit list lay out "
-                "devices without it",
+            sets="parallel", walks=("deck",), outputs=("step",),
+            why="the deck walk's step counts ZeRO-Offload's device and host figures; the table, the planner and the "
+                "fit list lay out devices without it",
             page=Page("Offload to the host", "Several devices", 9, options=tuple(zip(
                 OFFLOADS, ("None", "Optimizer (ZeRO-Offload)", "Optimizer and weights (ZeRO 3)"), strict=True)))),
     _switch("sequence-parallel", "parallel", default=False, chosen=("fit-card",),

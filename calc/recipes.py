@@ -75,24 +75,31 @@ def state_bytes(params: int, recipe: str, par: Parallel = SINGLE, rank: int = 0)
 # (Ren et al. 2021, §4.1) moves the optimizer's state and its step to the CPU: each rank's partition of the fp32
 # weights, of Adam's two moments and of the gradients, which DeepSpeed reduces and copies to the host as backward
 # makes them (from ZeRO 2 the device keeps none; under ZeRO 1 every gradient stays until the step). With the
-# weights too (ZeRO-Infinity, Rajbhandari et al. 2021; DeepSpeed's offload_param, ZeRO 3 only) the rank's 16-bit
-# shard of the weights lives on the host and is gathered to the device module by module.
+# weights too (ZeRO-Infinity, Rajbhandari et al. 2021; DeepSpeed's offload_param, ZeRO 3 only) the rank's shard of
+# the weights lives on the host and is gathered to the device module by module.
 OFFLOADED = {"none": (), "optimizer": ("optimizer",), "optimizer+params": ("optimizer", "weights")}
-HOST_SOURCE = ("ZeRO-Offload (Ren et al. 2021): the rank's fp32 weights, Adam moments and fp32 gradients on the "
-               "host (DeepSpeed 0.19 stage_1_and_2.py, stage3.py: its fp32 partition and that partition's .grad)")
+HOST_SOURCE = ("ZeRO-Offload (Ren et al. 2021), as DeepSpeed 0.19 allocates it: the rank's fp32 partition, its "
+               ".grad and Adam's moments on the host, and a model-dtype buffer of the partition beside them "
+               "(stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups, accumulated_grads_in_cpu; stage3.py "
+               "grad_partitions_flat_buffer)")  # fmt: skip
 OFFLOAD_RECIPES = ("mixed", "fp32")  # DeepSpeed's bf16/fp16 and fp32 optimizers (an fp32 partition and Adam)
 
 
-def host_bytes(params: int, recipe: str, par: Parallel, rank: int = 0) -> dict[str, int]:
-    """What data-parallel worker `rank` keeps in the host's memory under par.offload (OFFLOADED): its partition's
-    fp32 copy of the weights (the master copy; DeepSpeed makes one under fp32 too), Adam's moments, the fp32
-    gradients the CPU's Adam steps with, and with the weights offloaded its shard of the weights as the device
-    would hold them. Empty without offload."""
+def host_bytes(params: int, recipe: str, par: Parallel, rank: int = 0, accumulating: bool = False) -> dict[str, int]:
+    """What data-parallel worker `rank` keeps in the host's memory under par.offload (OFFLOADED), as DeepSpeed 0.19
+    allocates it: its partition's fp32 copy of the weights (the master copy; DeepSpeed makes one under fp32 too),
+    Adam's moments, the fp32 gradients the CPU's Adam steps with, and a buffer of the partition in the model's dtype
+    (under ZeRO 1 and 2 the pinned weights it copies the step's result through, under ZeRO 3 the gradients as
+    reduced); under ZeRO 1 and 2 with more than one micro-batch a step (`accumulating`) the gradients summed on the
+    host in the model's dtype; with the weights offloaded its shard of them. Empty without offload."""
     away = OFFLOADED[par.offload]
     if not away:
         return {}
     r, shard = RECIPES[recipe], zero_shard(params, par, 1, rank)
     out = {"master": 4 * shard, "optimizer": r.optimizer * shard, "gradients": 4 * shard}
+    out["buffer"] = (r.weights if par.zero < 3 else r.gradients) * shard
+    if accumulating and par.zero < 3:
+        out["accumulated"] = r.gradients * shard
     return {**out, "weights": r.weights * zero_shard(params, par, 3, rank)} if "weights" in away else out
 
 

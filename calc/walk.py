@@ -66,11 +66,11 @@ def device_state(params: int, experts: int, recipe: str, par: Parallel = SINGLE,
     return {c: dense[c] + routed[c] for c in dense}
 
 
-def host_state(params: int, experts: int, recipe: str, par: Parallel) -> dict[str, int]:
+def host_state(params: int, experts: int, recipe: str, par: Parallel, accumulating: bool = False) -> dict[str, int]:
     """What a device's process keeps in the host's memory under par.offload (calc.recipes.host_bytes), as
     device_state splits the routed experts from the rest; empty without offload."""
-    dense = host_bytes(params - experts, recipe, par)
-    routed = host_bytes(experts, recipe, expert_group(par))
+    dense = host_bytes(params - experts, recipe, par, accumulating=accumulating)
+    routed = host_bytes(experts, recipe, expert_group(par), accumulating=accumulating)
     return {c: dense[c] + routed[c] for c in dense}
 
 
@@ -242,8 +242,9 @@ class DeckStep:
             return [Event("backward", f"{label}: add into the main-gradient buffer", "gradients", 0, ZERO)]
         out = [phases.weight_grads(label, g * params, self.grads_of)]
         if fresh and self.sharding_grads and self.offloading:
-            out.append(Event("backward", f"{label}: reduce its gradients, copy this rank's 1/{par.dp} to the host "
-                             "(fp32) and free them", "gradients", -g * params, HOST_SOURCE))  # fmt: skip
+            share = f"this rank's 1/{par.dp}" if par.dp > 1 else "them"
+            out.append(Event("backward", f"{label}: reduce its gradients, copy {share} to the host (fp32) and free "
+                             "them", "gradients", -g * params, HOST_SOURCE))  # fmt: skip
         elif fresh and self.sharding_grads:
             of_experts = f" (of its experts' 1/{par.dp // par.ep})" if experts and par.ep > 1 else ""
             out.append(Event("backward", f"{label}: reduce-scatter its gradients, keep 1/{par.dp}{of_experts}",
@@ -322,6 +323,9 @@ class DeckStep:
 
     def end(self, segs: list[Segment], last: bool) -> list[Event]:
         """The loop drops the logits (last stage), Adam steps in place, zero_grad frees the gradients held."""
+        if self.offloading:  # the CPU's Adam: the device receives the updated 16-bit weights in place
+            return phases.end(segs, self.r, "the host's Adam (offloaded: the device's 16-bit weights updated)",
+                              HOST_SOURCE, "-logits16" if last else None)  # fmt: skip
         return phases.end(segs, self.r, "Adam", "moments and weights updated in place", "-logits16" if last else None)
 
 

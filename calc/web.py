@@ -150,7 +150,8 @@ def engine_text(step: dict) -> str:
 
 
 HOST_WORDS = {"master": "the fp32 weights", "optimizer": "Adam's moments", "gradients": "the fp32 gradients",
-              "weights": "the 16-bit weights"}  # step's "host" bytes, as the summaries name them
+              "buffer": "DeepSpeed's buffer in the model's dtype", "accumulated": "the gradients accumulated",
+              "weights": "the offloaded weights"}  # step's "host" bytes, as the summaries name them
 
 
 def host_text(step: dict) -> str:
@@ -159,9 +160,10 @@ def host_text(step: dict) -> str:
     h = step["host"]
     parts = ", ".join(f"{HOST_WORDS[c]} {format_gb(n)}" for c, n in h["bytes"].items())
     node = h["processes_per_node"]
-    return (f"the host's memory keeps {format_gb(h['per_process'])} GB ({format_gib(h['per_process'])} GiB) a process "
-            f"({parts} GB of its partition), {format_gb(h['per_node'])} GB for a node of {node} "
-            f"process{'es' if node > 1 else ''}")  # fmt: skip
+    text = (f"the host's memory keeps {format_gb(h['per_process'])} GB ({format_gib(h['per_process'])} GiB) a process "
+            f"({parts} GB of its partition)")  # fmt: skip
+    node_text = f"{format_gb(h['per_node'])} GB for a node of {node} processes holding as much"
+    return text if node == 1 else f"{text}, {node_text}"
 
 
 def beside_refusal(field: str, reason: str) -> tuple[str, str]:

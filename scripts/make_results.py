@@ -414,18 +414,26 @@ def deepspeed_section() -> list[str]:
         "parameter of the largest module (the embedding or the head here), gathered whole; its code gives no "
         "breakdown of the 18.",
         "",
-        "With offload (`--offload optimizer`, or `optimizer+params` under ZeRO 3; the deck walk's accounting, not "
-        "measured) calc keeps on the host each process's partition of the fp32 weights, Adam's two moments and "
-        "the fp32 gradients, 16 bytes a parameter, and with the weights offloaded their 16-bit shard too, 18; a "
-        f"node holds {NODE} processes' (fewer where the job has fewer). On the device it keeps the 16-bit weights "
-        "(none with the weights offloaded: they are gathered module by module) and, under ZeRO 1, the gradients. "
-        "DeepSpeed's estimators say the same bytes times their buffer factor of 1.5 wherever they count the "
-        "offloaded state alone: the host ratio is 1.500. Where the ratio is higher they count something else "
-        "instead: under stage 2 with offload, 4 bytes a parameter for every GPU of the node, the fp32 copy each "
-        "process loads the checkpoint into, whenever that is more (8 GPUs: 32 bytes against 16); under stage 3 on "
-        "the device, the largest module gathered whole in fp32 (4 bytes a parameter of it), which calc counts in "
-        "the step's walk as the module is gathered, not in its resident state. Without offload DeepSpeed's host "
-        "column is that checkpoint copy, which calc does not count.",
+        "With offload (`--offload optimizer`, or `optimizer+params` under ZeRO 3; the deck walk's accounting of "
+        "what DeepSpeed 0.19's code allocates, not measured) calc keeps on the host each process's partition of the "
+        "fp32 weights, Adam's two moments and the fp32 gradients (16 bytes a parameter) and one more copy of the "
+        "partition in the model's dtype (stage 1 and 2: the pinned weights the step's result goes back through, "
+        "`param_buffer_of_bit16_for_cpu_offload_groups`; stage 3: the reduced gradients, "
+        "`grad_partitions_flat_buffer`), 18 bytes in all, and with the weights offloaded their 16-bit shard, 20; a "
+        f"node holds {NODE} processes' (fewer where the job has fewer). Under stage 1 and 2 a step of several "
+        "micro-batches adds a 16-bit copy of the accumulated gradients (`accumulated_grads_in_cpu`), which these "
+        "rows, one micro-batch a step, leave out. On the device calc keeps the 16-bit weights (none with the "
+        "weights offloaded: they are gathered module by module) and, under ZeRO 1, the gradients. DeepSpeed's "
+        "estimators count 16 and 18 bytes a parameter, without that 16-bit copy, times their buffer factor of 1.5: "
+        "their host figure is 1.333 of calc's (16 x 1.5 / 18), and 1.350 with the weights offloaded (18 x 1.5 / 20), "
+        "wherever they count the offloaded state alone. Where the ratio is higher they count something else "
+        "instead: under stage 2 with offload, 4 bytes a parameter for every GPU in the job, the fp32 copy each "
+        "process loads the checkpoint into, whenever that is more (8 GPUs: 32 bytes against 16). On the device, "
+        "under stage 3, they count the largest module gathered whole in fp32 (4 bytes a parameter of it); calc's "
+        "walk gathers each module in its 16-bit dtype as it runs, and counts none in the resident state. Neither "
+        "counts DeepSpeed's gradient buckets, nor, under stage 1 and 2 with offload, the device's gradient buffer "
+        "of the largest parameter's size (`temp_grad_buffer_for_gpu_offload`). Without offload DeepSpeed's host "
+        "column is the checkpoint copy, which calc does not count.",
         "",
     ]
     return out

@@ -139,10 +139,11 @@ def _zero(zero: dict, r: Reading) -> None:
             raise Refused(where, "not a ZeRO key calc knows")
 
 
-# zero_optimization's offload blocks (DeepSpeed 0.19 zero/offload_config.py), and the booleans of its earlier
-# releases (cpu_offload: the optimizer, cpu_offload_params: the weights)
+# zero_optimization's offload blocks (DeepSpeed 0.19 zero/offload_config.py), and the deprecated booleans it still
+# reads in their place (zero/config.py: cpu_offload for the optimizer, cpu_offload_param for the weights)
 OFFLOAD_KEYS = {"offload_optimizer": "optimizer", "cpu_offload": "optimizer", "offload_param": "weights",
-                "cpu_offload_params": "weights"}  # fmt: skip
+                "cpu_offload_param": "weights"}  # fmt: skip
+DEPRECATED = {"cpu_offload": "offload_optimizer", "cpu_offload_param": "offload_param"}
 OFFLOAD_IGNORED = words("pin_memory buffer_count buffer_size max_in_cpu fast_init pipeline_read pipeline_write "
                         "pipeline nvme_path")  # how the host's buffers are pinned and staged, not what they hold
 
@@ -152,6 +153,9 @@ def _offload(zero: dict, stage: int, r: Reading) -> None:
     (offload_optimizer), and beside it the weights (offload_param, ZeRO 3). NVMe and the weights without the
     optimizer are refused, naming the key."""
     moved = {}  # what is offloaded: the key that says so
+    both = next((old for old, new in DEPRECATED.items() if old in zero and new in zero), None)
+    if both:  # DeepSpeed's config asserts against a deprecated key beside its replacement
+        raise Refused(f"zero_optimization.{both}", f"deprecated for {DEPRECATED[both]}, which is given too: give one")
     for key, what in OFFLOAD_KEYS.items():
         if key not in zero:
             continue
@@ -159,7 +163,7 @@ def _offload(zero: dict, stage: int, r: Reading) -> None:
         block = value if isinstance(value, dict) else {"device": "cpu" if truth(where, value) else "none"}
         device = offload_device(f"{where}.device" if isinstance(value, dict) else where, block.get("device"))
         for sub in block:
-            if sub == "ratio" and block[sub] not in (1, 1.0):
+            if sub == "ratio" and (isinstance(block[sub], bool) or block[sub] not in (1, 1.0)):
                 raise Refused(f"{where}.ratio", "a partial offload (ZeRO++'s ratio) is not modelled: 1, or leave it")
             if sub not in ("device", "ratio", *OFFLOAD_IGNORED):
                 raise Refused(f"{where}.{sub}", "not an offload key calc knows")
@@ -175,12 +179,13 @@ def _offload(zero: dict, stage: int, r: Reading) -> None:
 
 
 def offload_device(where: str, device: object) -> str:
-    """An offload's device, "cpu" or "none" (None too); NVMe and anything else refused, naming `where`."""
-    device = "none" if device is None else str(device).lower()
+    """An offload's device, "cpu" or "none" (None too), as DeepSpeed's OffloadDeviceEnum spells them (lower case);
+    NVMe and anything else refused, naming `where`."""
+    device = "none" if device is None else device
     if device == "nvme":
         raise Refused(where, "nvme: offload to a disk (ZeRO-Infinity) is not modelled; cpu is")
     if device not in ("cpu", "none"):
-        raise Refused(where, f"{shown(device)}: DeepSpeed offloads to cpu or nvme")
+        raise Refused(where, f"{shown(device)}: DeepSpeed's offload devices are cpu, nvme and none, in lower case")
     return device
 
 

@@ -76,6 +76,8 @@ export function createView(root, config, answerOf, labelOf, isField) {
     }
     const { shape, seq, micro_batch: b, finetune } = answer.step.config;
     out("caption").textContent = `Bytes on one device: ${shape.name}, sequence ${formatInt(seq)}, micro-batch ${b}.` +
+      (answer.host_text ? " Offloaded: Adam's state and the master copy live in the host's memory, whose figure " +
+        "for your step is in the summary above." : "") +
       (selected === null
         ? " None of these rows is your step: they are the deck walk's four recipes, training every parameter with " +
           `AdamW, for comparison with your ${finetune && finetune.mode !== "full" ? "fine-tuning" : "step"} above.` : "");
