@@ -206,18 +206,16 @@ def _dp_ranks(shape: Shape, par: Parallel, stage: int) -> dict[int, list[int]]:
     if not par.zero:
         return {0: list(range(par.dp))}
     sub = replace(shape, layers=len(stage_layers(shape, par.pp, stage)))
+    first, last = stage == 0, stage == par.pp - 1
     if par.zero == 1:
-        first, last = stage == 0, stage == par.pp - 1
-        shares = ddp.partition(optim_step.stage_params(sub, finetune.DEFAULT, first, last), par.dp)
-        groups = {}
-        for d, share in enumerate(shares):
-            groups.setdefault(tuple(share), []).append(d)
-        return {ranks[0]: ranks for ranks in groups.values()}
-    sub = tensor.TensorParallel(par.tp).local(sub) if par.tp > 1 else sub  # FSDP2 shards a tp rank's tensors
-    stored = optim_step.stage_params(sub, finetune.DEFAULT, stage == 0, stage == par.pp - 1, stored=True)
+        held = [tuple(s) for s in ddp.partition(optim_step.stage_params(sub, finetune.DEFAULT, first, last), par.dp)]
+    else:
+        sub = tensor.TensorParallel(par.tp).local(sub) if par.tp > 1 else sub  # FSDP2 shards a tp rank's tensors
+        stored = optim_step.stage_params(sub, finetune.DEFAULT, first, last, stored=True)
+        held = [tuple(fsdp.local(p, par.dp, d) for p in stored) for d in range(par.dp)]
     groups: dict[tuple, list[int]] = {}
-    for d in range(par.dp):
-        groups.setdefault(tuple(fsdp.local(p, par.dp, d) for p in stored), []).append(d)
+    for d, mine in enumerate(held):
+        groups.setdefault(mine, []).append(d)
     return {ranks[0]: ranks for ranks in groups.values()}
 
 
@@ -416,9 +414,9 @@ def host(shape: Shape, recipe: str, par: Parallel, stage: int, accumulating: boo
     less or more)."""
     n = device_params(shape, par, stage)
     held = host_state(n["total"], n["experts"], recipe, par, accumulating)
-    processes = min(par.devices, NODE)
-    return {"bytes": held, "per_process": sum(held.values()), "processes_per_node": processes,
-            "per_node": processes * sum(held.values()), "source": HOST_SOURCE}  # fmt: skip
+    processes, each = min(par.devices, NODE), sum(held.values())
+    return {"bytes": held, "per_process": each, "processes_per_node": processes, "per_node": processes * each,
+            "source": HOST_SOURCE}  # fmt: skip
 
 
 def _device_total(shape: Shape, par: Parallel, walk: str, stage: int) -> int:
