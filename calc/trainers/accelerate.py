@@ -101,14 +101,20 @@ def _fsdp(cfg: dict, r: Reading, precision: str) -> None:
         r.set("fsdp_config.fsdp_activation_checkpointing", on, recompute="full" if on else "none")
 
 
+OFFLOAD_KEYS = {"offload_optimizer_device": "optimizer", "offload_param_device": "weights"}  # what each moves
+
+
 def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
+    moved = {}  # what the plugin offloads to the CPU: the key that says so (calc.trainers.deepspeed.offloaded)
     for key, value in cfg.items():
         where = f"deepspeed_config.{key}"
         if key in DEEPSPEED_IGNORED:
             r.ignore(where, WHY)
-        elif key in ("offload_optimizer_device", "offload_param_device"):
+        elif key in OFFLOAD_KEYS:
             if deepspeed.offload_device(where, value) == "none":
                 r.ignore(where, "none: nothing moves")
+            else:
+                moved[OFFLOAD_KEYS[key]] = where
         elif key == "gradient_accumulation_steps":
             if value != "auto":
                 r.set(where, value, grad_accum=whole(where, value))
@@ -121,12 +127,12 @@ def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
     r.engine, r.engine_key = "deepspeed", "distributed_type"
     r.sixteen = "bf16" if precision == "bf16" else r.sixteen  # what the JSON's "auto" takes
     if "deepspeed_config_file" in cfg:
+        if moved:  # accelerate refuses these beside the JSON (DeepSpeedPlugin: the JSON's offload blocks decide)
+            raise Refused(next(iter(moved.values())), "accelerate takes the offload from the DeepSpeed JSON "
+                                                      "deepspeed_config_file names: set it there")  # fmt: skip
         r.read.append({"key": "mixed_precision", "value": precision, "gives": "what the DeepSpeed JSON's auto takes"})
     else:
         stage = whole("deepspeed_config.zero_stage", cfg.get("zero_stage", 2), smallest=0)
         r.set("deepspeed_config.zero_stage", stage, zero=stage)
-        moved = {what: f"deepspeed_config.{key}" for what, key in (("optimizer", "offload_optimizer_device"),
-                                                                    ("weights", "offload_param_device"))
-                 if deepspeed.offload_device(f"deepspeed_config.{key}", cfg.get(key)) == "cpu"}  # fmt: skip
         deepspeed.offloaded(moved, stage, r)
         r.set("mixed_precision", precision, recipe="mixed" if precision == "bf16" else "fp32")
