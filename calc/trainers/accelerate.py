@@ -5,7 +5,9 @@
   machine together); FSDP: fully_shard over them (`fsdp_version` 2; `fsdp_reshard_after_forward`, default true,
   is ZeRO 3, false ZeRO 2); DEEPSPEED: its ZeRO stage (`deepspeed_config.zero_stage`, default 2), or the JSON
   `deepspeed_config_file` names; `offload_optimizer_device` and `offload_param_device` cpu: --offload (as the
-  DeepSpeed JSON's offload blocks, calc.trainers.deepspeed).
+  DeepSpeed JSON's offload blocks, calc.trainers.deepspeed). Beside `deepspeed_config_file` the JSON decides:
+  `accelerate launch` raises on the plugin's stage, accumulation, clipping and offload keys and on the config's
+  own `mixed_precision` (DeepSpeedPlugin._deepspeed_config_checks), and calc refuses them likewise, naming each.
 - `mixed_precision` bf16: autocast over the fp32 model under DDP; under FSDP2 a MixedPrecisionPolicy with
   param_dtype and reduce_dtype bf16 over fp32 shards (set_mixed_precision), whose bf16 reduction calc's
   fsdp-bf16 (an fp32 reduction) does not model: refused; under DeepSpeed its bf16 (mixed-precision Adam).
@@ -66,7 +68,7 @@ def read(doc: dict, r: Reading, device: str = "cuda") -> None:
     elif kind == "FSDP":
         _fsdp(mapping("fsdp_config", doc.get("fsdp_config")), r, precision)
     elif kind == "DEEPSPEED":
-        _deepspeed(mapping("deepspeed_config", doc.get("deepspeed_config")), r, precision)
+        _deepspeed(mapping("deepspeed_config", doc.get("deepspeed_config")), r, precision, "mixed_precision" in doc)
     else:
         raise Refused("distributed_type", f"{kind}: calc reads NO, MULTI_GPU, FSDP and DEEPSPEED")
 
@@ -102,9 +104,23 @@ def _fsdp(cfg: dict, r: Reading, precision: str) -> None:
 
 
 OFFLOAD_KEYS = {"offload_optimizer_device": "optimizer", "offload_param_device": "weights"}  # what each moves
+# what accelerate refuses beside deepspeed_config_file, the plugin's keys and the config's own mixed_precision
+# (DeepSpeedPlugin._deepspeed_config_checks, fed by `accelerate launch` with the plugin's keys: a ValueError)
+BESIDE_FILE = words("gradient_accumulation_steps gradient_clipping zero_stage offload_optimizer_device "
+                    "offload_param_device offload_param_nvme_path offload_optimizer_nvme_path zero3_save_16bit_model")
 
 
-def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
+def _deepspeed(cfg: dict, r: Reading, precision: str, mixed: bool) -> None:
+    """The DeepSpeed plugin `cfg` under `precision` (`mixed`: the config gives mixed_precision)."""
+    if "deepspeed_config_file" in cfg:  # the JSON decides; accelerate refuses a second say
+        said = next((f"deepspeed_config.{key}" for key in cfg if key in BESIDE_FILE), None)
+        if said:
+            raise Refused(said, "accelerate refuses it beside deepspeed_config_file (the DeepSpeed JSON decides): "
+                                "set it in that JSON, or leave out deepspeed_config_file")  # fmt: skip
+        if mixed:
+            raise Refused("mixed_precision", "accelerate launch refuses it from the config beside "
+                                             "deepspeed_config_file: give it on the launch command (--mixed_precision) "
+                                             "and leave it out here, or set the JSON's bf16")  # fmt: skip
     moved = {}  # what the plugin offloads to the CPU: the key that says so (calc.trainers.deepspeed.offloaded)
     for key, value in cfg.items():
         where = f"deepspeed_config.{key}"
@@ -126,10 +142,7 @@ def _deepspeed(cfg: dict, r: Reading, precision: str) -> None:
             raise Refused(where, "not a DeepSpeed plugin key calc knows")
     r.engine, r.engine_key = "deepspeed", "distributed_type"
     r.sixteen = "bf16" if precision == "bf16" else r.sixteen  # what the JSON's "auto" takes
-    if "deepspeed_config_file" in cfg:
-        if moved:  # accelerate refuses these beside the JSON (DeepSpeedPlugin: the JSON's offload blocks decide)
-            raise Refused(next(iter(moved.values())), "accelerate takes the offload from the DeepSpeed JSON "
-                                                      "deepspeed_config_file names: set it there")  # fmt: skip
+    if "deepspeed_config_file" in cfg:  # mixed_precision from the launch command, "no" unless given there
         r.read.append({"key": "mixed_precision", "value": precision, "gives": "what the DeepSpeed JSON's auto takes"})
     else:
         stage = whole("deepspeed_config.zero_stage", cfg.get("zero_stage", 2), smallest=0)

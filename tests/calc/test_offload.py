@@ -200,7 +200,7 @@ def test_accelerates_deepspeed_plugin_offloads_as_its_json_would():
     named = plugin.replace("  zero_stage: 3\n", "  deepspeed_config_file: ds.json\n")  # the JSON decides: not both
     with pytest.raises(trainers.Refused) as e:
         trainers.apply({}, [named])
-    assert e.value.key == "deepspeed_config.offload_optimizer_device" and "set it there" in str(e.value)
+    assert e.value.key == "deepspeed_config.offload_optimizer_device" and "set it in that JSON" in str(e.value)
 
 
 def test_the_deck_walk_without_offload_is_unchanged():

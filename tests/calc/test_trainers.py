@@ -11,7 +11,7 @@ import pytest
 import calc
 from calc import trainers
 from calc.cli import main
-from calc.trainers import hf_args
+from calc.trainers import accelerate, hf_args
 from conftest import ROOT
 
 CONFIGS = ROOT / "tests" / "trainer_configs"
@@ -313,7 +313,11 @@ def test_deepspeed_auto_accumulation_takes_the_trainers_for_the_process_count():
 def test_accelerate_sets_what_deepspeeds_auto_takes_and_the_cpu():
     acc = "distributed_type: DEEPSPEED\nnum_processes: 4\nmixed_precision: bf16\n" \
           "deepspeed_config:\n  deepspeed_config_file: ds.json\n"  # fmt: skip
-    ds = json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}})
+    ds = json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}})
+    with pytest.raises(trainers.Refused) as e:  # accelerate launch: a ValueError (_deepspeed_config_checks)
+        trainers.apply({}, [acc, ds])
+    assert e.value.key == "mixed_precision" and "--mixed_precision" in str(e.value)
+    acc = acc.replace("mixed_precision: bf16\n", "")  # the launch command's --mixed_precision, or the JSON's bf16
     out, _ = trainers.apply({}, [acc, ds])
     assert (out["dp"], out["zero"], out["recipe"]) == ("4", "3", "mixed")
     with pytest.raises(trainers.Refused) as e:
@@ -523,3 +527,15 @@ def test_yaml_aliases_that_repeat_without_end_are_refused():
             trainers.parse(text)
         answer = json.loads(handle(json.dumps({"trainer": text, "inputs": {}})))
         assert answer["ok"] is False and len(answer["message"]) < 300, answer
+
+
+@pytest.mark.parametrize("key", accelerate.BESIDE_FILE)
+def test_accelerate_refuses_a_plugin_key_beside_the_deepspeed_json_it_names(key):
+    acc = f"distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  {key}: 2\n" \
+          "  deepspeed_config_file: ds.json\n"  # fmt: skip
+    ds = json.dumps({"zero_optimization": {"stage": 1}})
+    with pytest.raises(trainers.Refused) as e:  # accelerate ignores none of them silently: it raises
+        trainers.apply({}, [acc, ds])
+    assert e.value.key == f"deepspeed_config.{key}" and "deepspeed_config_file" in str(e.value)
+    out, _ = trainers.apply({}, [acc.replace(f"  {key}: 2\n", ""), ds])  # the JSON alone: its stage
+    assert out["zero"] == "1"
