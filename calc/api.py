@@ -186,13 +186,14 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
 
 
 def _staged_problem(par: Parallel, recipe: str, tune: finetune.Tuning) -> str | None:
-    """calc.step's refusal of what the eager walk does not run beside a pipeline's stages, or None (calc.inputs
-    names the field for the CLI and the page)."""
-    if par.zero == 3 or par.tp_plan != SINGLE.tp_plan or par.sequence_parallel or (par.zero and par.dp == 1):
-        return ("the eager walk's pipeline runs beside DDP (ZeRO 0, or 1 with ZeroRedundancyOptimizer), FSDP2 (ZeRO 2) "
-                "over 2 or more processes, or the layers plan without sequence parallelism")  # fmt: skip
-    if par.zero and pipeline.stages_a_rank(par.pp_schedule) > 1:
-        return "the eager walk's ZeRO beside a pipeline runs one stage a rank: 1f1b or gpipe"
+    """calc.step's refusal of what the eager walk does not run beside a pipeline's stages (calc.engines.pipeline's
+    rule, which calc.inputs reads too, naming the field), or None."""
+    if par.zero and par.dp == 1:  # calc.inputs refuses these two for every walk ("there is one")
+        return "ZeRO shards over data-parallel processes, and there is one: dp 2 or more, or ZeRO 0"
+    if par.tp_plan != SINGLE.tp_plan and par.tp == 1:
+        return "a tensor-parallel plan splits the layers over tensor-parallel ranks, and there is one: tp 2 or more"
+    if problem := pipeline.beside_problem(par):
+        return problem[1]
     if RECIPES[recipe].computes or not tune.default:
         return "the eager walk's pipeline trains every fp32 parameter (fp32-full or autocast) with AdamW"
     return None
@@ -202,14 +203,17 @@ def _dp_ranks(shape: Shape, par: Parallel, stage: int) -> dict[int, list[int]]:
     """A pipeline stage's data-parallel ranks, grouped by what they hold, in rank order: {the first of a group: its
     ranks}. Beside DDP every rank holds alike; beside FSDP2 (ZeRO 2) a rank holds its rows of each tensor, which
     differ where dp does not divide a tensor's rows (calc.engines.fsdp.local); beside ZeroRedundancyOptimizer
-    (ZeRO 1) each rank its share of the stage's parameters (calc.engines.ddp.partition)."""
+    (ZeRO 1) each rank its share of the parameters of the pipeline rank's stages (calc.engines.ddp.partition)."""
     if not par.zero:
         return {0: list(range(par.dp))}
-    sub = replace(shape, layers=len(stage_layers(shape, par.pp, stage)))
-    first, last = stage == 0, stage == par.pp - 1
-    if par.zero == 1:
-        held = [tuple(s) for s in ddp.partition(optim_step.stage_params(sub, finetune.DEFAULT, first, last), par.dp)]
+    if par.zero == 1:  # one ZeroRedundancyOptimizer over the rank's stages (two under interleaved 1F1B), in order
+        count = par.pp * pipeline.stages_a_rank(par.pp_schedule)
+        params = [p for s in range(stage, count, par.pp) for p in optim_step.stage_params(
+            replace(shape, layers=len(stage_layers(shape, count, s))), finetune.DEFAULT, s == 0, s == count - 1)]
+        held = [tuple(s) for s in ddp.partition(params, par.dp)]
     else:
+        sub = replace(shape, layers=len(stage_layers(shape, par.pp, stage)))
+        first, last = stage == 0, stage == par.pp - 1
         sub = tensor.TensorParallel(par.tp).local(sub) if par.tp > 1 else sub  # FSDP2 shards a tp rank's tensors
         stored = optim_step.stage_params(sub, finetune.DEFAULT, first, last, stored=True)
         held = [tuple(fsdp.local(p, par.dp, d) for p in stored) for d in range(par.dp)]

@@ -587,7 +587,7 @@ def eager_problem(
         # flash is the eager walk's sdpa
         return "walk", ("the eager walk runs data parallelism (--dp), tensor parallelism (--tp) or a pipeline (--pp): "
                         "leave --ep unset, or use the deck walk")  # fmt: skip
-    if par.pp > 1 and (problem := _beside_pipeline(par)):
+    if par.pp > 1 and (problem := pipeline.beside_problem(par)):
         return problem
     if par.tp > 1 and par.dp > 1 and par.tp_plan != tensor.PLANS[0]:
         return "tp-plan", ("the eager walk's FSDP2 over tensor parallelism runs the layers plan: --tp-plan layers, "
@@ -616,34 +616,6 @@ def eager_problem(
         return "recompute", "transformers checkpoints whole layers: none or full with the eager walk"
     lacks = attention and families.attention_lacks(shape, attention)
     return ("attention", lacks) if lacks else None
-
-
-def _beside_pipeline(par: Parallel) -> tuple[str, str] | None:
-    """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP or FSDP2
-    with reshard_after_forward=False over each stage's module, the layers plan over each stage's layers, or FSDP2
-    over it: calc.engines.pipeline), or None."""
-    if par.zero == 3:
-        return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0, or 1 with ZeroRedundancyOptimizer) or "
-                        "FSDP2 with reshard_after_forward=False (ZeRO 2, torchtitan's default beside a pipeline): "
-                        "FSDP2 resharding after each forward beside its stages is not modelled yet: --zero 0, 1 or 2, "
-                        "or the deck walk")  # fmt: skip
-    if par.dp > 1 and par.tp > 1 and par.zero != 2:
-        return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
-                      "FSDP2 over tensor parallelism's ranks (--zero 2), not DDP and tensor parallelism together: "
-                      "--dp 1, --tp 1 or --zero 2, or the deck walk")  # fmt: skip
-    if par.zero and pipeline.stages_a_rank(par.pp_schedule) > 1:
-        return "pp-schedule", ("the eager walk's ZeRO beside a pipeline runs one stage a rank (interleaved 1F1B's "
-                               "stages are not measured beside ZeroRedundancyOptimizer, and FSDP2 reduces each "
-                               "stage at its own point of the order, not modelled): --pp-schedule 1f1b or gpipe, or "
-                               "--zero 0")  # fmt: skip
-    if par.tp > 1 and par.tp_plan != tensor.PLANS[0]:
-        return "tp-plan", ("the eager walk's pipeline runs beside the layers plan (transformers' plan splits the "
-                           "embedding and head, which a stage cut by hand does not keep): --tp-plan layers, or the "
-                           "deck walk")  # fmt: skip
-    if par.sequence_parallel:
-        return "sequence-parallel", ("the eager walk's pipeline runs beside tensor parallelism without sequence "
-                                     "parallelism: leave --sequence-parallel unset, or the deck walk")  # fmt: skip
-    return None
 
 
 ZERO1_RANKS = 1024  # the eager walk's ZeRO 1 walks each distinct share (calc.api.eager_walk): a bound on its time

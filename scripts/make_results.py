@@ -1163,12 +1163,20 @@ has its own batch; under `pp-1f1b-tp` the `tp` plan splits each decoder layer ov
 stages are cut, both processes of a stage on one batch. `pp-1f1b-fsdp2-tp` is torchtitan's three dimensions on 8
 processes of the 4-layer Llama: a (2, 2, 2) mesh ("pp", "dp", "tp"), the `tp` plan over "tp", then `fully_shard` over
 "dp" as under `pp-1f1b-fsdp2`, each data-parallel pair of tensor-parallel processes on its own batch.
+`pp-interleaved-1f1b-ddp` and `pp-interleaved-1f1b-ddp-zero1` are `pp-interleaved-1f1b` on the same (2, 2) mesh (4
+stages over 2 pipeline processes, each beside its data-parallel pair): each of a process's two stage modules wrapped
+in `DistributedDataParallel` over "dp", and under `-zero1` one `ZeroRedundancyOptimizer` over both stages'
+parameters. These DDP modules are made with `static_graph=True`: with torch's defaults torch 2.13 fails at the
+second step under this schedule (the reducer's bucket rebuild counts every parameter twice, an internal assert in
+`reducer.cpp`), a failure a plain two-layer model of `nn.Linear`s shows too; `static_graph` changes no byte a
+rank holds.
 The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, `--walk eager --tp N` (with
 `--tp-plan transformers` for `tp-hf`, `--sequence-parallel` for `tp-sp`, `--attention eager` for `tp-eager`),
 `--walk eager --dp 2 --tp 2 --zero 3
 --engine fsdp2` for `fsdp2-tp` (`--zero 2` for `fsdp2-zero2-tp`, `--sequence-parallel` for `fsdp2-tp-sp`), or
 `--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M` (with `--dp 2 --engine ddp` for
-`pp-1f1b-ddp`, `--dp 2 --zero 1 --engine ddp` for `pp-1f1b-ddp-zero1`, `--dp 2 --zero 2 --engine fsdp2` for
+`pp-1f1b-ddp` and `pp-interleaved-1f1b-ddp`, `--dp 2 --zero 1 --engine ddp` for `pp-1f1b-ddp-zero1` and
+`pp-interleaved-1f1b-ddp-zero1`, `--dp 2 --zero 2 --engine fsdp2` for
 `pp-1f1b-fsdp2`, `--tp 2` for `pp-1f1b-tp`, all three of
 `--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`), from the config.json, one per rank
 (`rank_peaks` in
@@ -1257,7 +1265,8 @@ Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with a vocabulary th
 the layers plan; of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
 autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
-offered), beside DDP (with ZeroRedundancyOptimizer too, under 1F1B or GPipe), FSDP2 or the layers plan too, each
+offered), beside DDP (with ZeroRedundancyOptimizer too; under interleaved 1F1B with `static_graph=True`), FSDP2
+(under 1F1B or GPipe) or the layers plan too, each
 stage's forward its own autocast region (an autocast
 region around the schedule's whole step keeps
 each weight's cast from the first micro-batch to the last, and is not modelled); each with AdamW in a bare loop, on
@@ -1269,7 +1278,8 @@ PyTorch's allocator and not counted; on CUDA the buckets' rounding is from sourc
 
 def peers(row: dict, rank: int) -> list[dict]:
     """The ranks whose step is a rank's own, itself among them: every rank of the case, or beside a pipeline's
-    stages (pp-1f1b-ddp, pp-1f1b-ddp-zero1, pp-1f1b-fsdp2, pp-1f1b-tp: a (pp, 2) mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2))
+    stages (pp-1f1b-ddp, pp-1f1b-ddp-zero1, pp-1f1b-fsdp2, pp-1f1b-tp and the interleaved ones beside DDP: a (pp, 2)
+    mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2))
     those of its
     stage."""
     if row["engine"].endswith(("-ddp", "-fsdp2", "-tp", "-ddp-zero1")) and row["engine"].startswith("pp-"):

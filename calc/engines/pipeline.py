@@ -41,9 +41,13 @@ outermost: rank stage x dp + d, or stage x tp + t):
   (forward_maybe_with_nosync, backward_maybe_with_nosync), so gradients accumulate in .grad as without DDP;
   the last backward's hooks copy them into DDP's buckets and all-reduce those. What a rank adds is its
   stage's buckets (calc.engines.ddp), a second copy of the stage's gradients, held for the whole step.
-  With ZeroRedundancyOptimizer over the same group (`zero1`, ZeRO 1) the stage's parameters are partitioned
-  among its data-parallel ranks as calc.engines.ddp.partition cuts them, each rank's AdamW stepping its share
-  (its moments and its step's temporaries) and broadcasting it in place; the buckets stay whole.
+  With ZeroRedundancyOptimizer over the same group (`zero1`, ZeRO 1) the parameters of the rank's stages (one
+  optimizer over both under interleaved 1F1B, in the stages' order) are partitioned among its data-parallel ranks
+  as calc.engines.ddp.partition cuts them, each rank's AdamW stepping its share (its moments and its step's
+  temporaries) and broadcasting it in place; each stage's buckets stay whole. Under interleaved 1F1B a rank's
+  two DDP modules must be made with static_graph=True: with torch's defaults the second step fails, the reducer's
+  bucket rebuild counting each parameter twice (reducer.cpp's INTERNAL ASSERT, in torch 2.13 on gloo). It holds
+  the same buckets.
 - FSDP2 (`dp`, `shard`): fully_shard on each of the stage's layers and on its module over its data-parallel
   group, reshard_after_forward=False (torchtitan's default beside a pipeline): every group is gathered in the
   first micro-batch's forward and stays whole for the step, the gradients accumulate unsharded, and the stage
@@ -63,8 +67,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..parallel import split
+from ..parallel import Parallel, split
 from ..walk import Event, Segment
+from .tensor import PLANS
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b")  # --pp-schedule (the default first)
 SCHEDULE_NAMES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe", "interleaved-1f1b": "ScheduleInterleaved1F1B"}
@@ -267,6 +272,34 @@ def _interleaved(pp: int, rank: int, m: int) -> list[tuple[int, str, int]]:
             out.append((k * pp + rank, "B", bwd[k]))
             bwd[k] += 1
     return out
+
+
+def beside_problem(par: Parallel) -> tuple[str, str] | None:
+    """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP, with
+    ZeroRedundancyOptimizer or not, or FSDP2 with reshard_after_forward=False over each stage's module, the layers
+    plan over each stage's layers, or FSDP2 over it), or None: the one rule the CLI, the page (calc.inputs) and
+    calc.step (calc.api) read."""
+    if par.zero == 3:
+        return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0, or 1 with ZeroRedundancyOptimizer) or "
+                        "FSDP2 with reshard_after_forward=False (ZeRO 2, torchtitan's default beside a pipeline): "
+                        "FSDP2 resharding after each forward beside its stages is not modelled yet: --zero 0, 1 or 2, "
+                        "or the deck walk")  # fmt: skip
+    if par.dp > 1 and par.tp > 1 and par.zero != 2:
+        return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
+                      "FSDP2 over tensor parallelism's ranks (--zero 2), not DDP and tensor parallelism together: "
+                      "--dp 1, --tp 1 or --zero 2, or the deck walk")  # fmt: skip
+    if par.zero == 2 and stages_a_rank(par.pp_schedule) > 1:
+        return "pp-schedule", ("the eager walk's FSDP2 beside a pipeline runs one stage a rank (under interleaved "
+                               "1F1B FSDP2 reduces each stage at its own point of the order, not modelled): "
+                               "--pp-schedule 1f1b or gpipe, or --zero 0 or 1")  # fmt: skip
+    if par.tp > 1 and par.tp_plan != PLANS[0]:
+        return "tp-plan", ("the eager walk's pipeline runs beside the layers plan (transformers' plan splits the "
+                           "embedding and head, which a stage cut by hand does not keep): --tp-plan layers, or the "
+                           "deck walk")  # fmt: skip
+    if par.sequence_parallel:
+        return "sequence-parallel", ("the eager walk's pipeline runs beside tensor parallelism without sequence "
+                                     "parallelism: leave --sequence-parallel unset, or the deck walk")  # fmt: skip
+    return None
 
 
 def schedule_problem(pp: int, schedule: str, micro_batches: int | None, layers: int) -> tuple[str, str] | None:

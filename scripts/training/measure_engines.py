@@ -85,15 +85,17 @@ FAMILIES = tuple(MODELS)
 ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-hf": 0, "tp-sp": 0, "tp-eager": 0,
            "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-tp-sp": 3, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2,
            "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0, "pp-1f1b-ddp": 0, "pp-1f1b-tp": 0,
-           "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2, "pp-1f1b-ddp-zero1": 1}  # its ZeRO
+           "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2, "pp-1f1b-ddp-zero1": 1, "pp-interleaved-1f1b-ddp": 0,
+           "pp-interleaved-1f1b-ddp-zero1": 1}  # its ZeRO
 # pp-1f1b-ddp, pp-1f1b-tp: 1F1B over 2 stages beside DDP over each stage's module, or the layers plan over each
 # stage's layers, on a (pp, dp) or (pp, tp) mesh of 4 processes (torchtitan's order: the pipeline's outermost)
 BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",), "pp-1f1b-fsdp2-tp": ("dp", "tp"),
-          "pp-1f1b-ddp-zero1": ("dp",)}
+          "pp-1f1b-ddp-zero1": ("dp",), "pp-interleaved-1f1b-ddp": ("dp",), "pp-interleaved-1f1b-ddp-zero1": ("dp",)}
 # the mesh's dimensions beside the pipeline's, 2 processes each; pp-1f1b-fsdp2: fully_shard on each
 # stage's layers and on the stage's module over "dp", reshard_after_forward=False (torchtitan's default beside a
 # pipeline); pp-1f1b-ddp-zero1: DDP over each stage's module and ZeroRedundancyOptimizer(optimizer_class=AdamW) over
-# the stage's parameters, both over the stage's "dp" group
+# the stage's parameters, both over the stage's "dp" group; pp-interleaved-1f1b-ddp(-zero1): the same under
+# interleaved 1F1B, DDP over each of the rank's two stage modules and one ZeroRedundancyOptimizer over both
 
 
 def schedule_of(engine: str) -> str:
@@ -116,6 +118,8 @@ TP = {"tp": (2,), "tp-hf": (2,), "tp-sp": (2,), "fsdp2-tp": (4,), "fsdp2-tp-sp":
 FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
 # 4 layers over 2 or 4 stages; 3 stages: uneven (2, 1, 1); interleaved 1F1B: 2 ranks, 2 stages each (one layer)
 PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4), "pp-interleaved-1f1b": (2,)}
+# a (2, 2) mesh: 2 pipeline ranks of 2 stages each (4 stages), each beside DDP over its data-parallel pair
+INTERLEAVED_DDP = {"pp-interleaved-1f1b-ddp": (4,), "pp-interleaved-1f1b-ddp-zero1": (4,)}
 MEASURED = {
     "llama": {**WORLDS, **TP, "fsdp2-zero2-tp": (4,), **FSDP2_LORA},
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
@@ -124,10 +128,11 @@ MEASURED = {
     "llama-mha": {"tp": (2, 4), "tp-hf": (2, 4), "tp-sp": (2, 4), "tp-eager": (2,), "fsdp2-tp": (4,),
                   "fsdp2-tp-sp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,), "pp-1f1b-ddp": (4,),
-                "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,), "pp-1f1b-ddp-zero1": (4,)},
+                "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,), "pp-1f1b-ddp-zero1": (4,),
+                **INTERLEAVED_DDP},
     "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,),
-                "pp-1f1b-ddp-zero1": (4,)},
-    "llama-6": {"pp-interleaved-1f1b": (2, 3)},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
+                "pp-1f1b-ddp-zero1": (4,), **INTERLEAVED_DDP},
+    "llama-6": {"pp-interleaved-1f1b": (2, 3), **INTERLEAVED_DDP},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
 }
 
 
@@ -140,7 +145,7 @@ def attention(engine: str) -> str:
 def local_stages(engine: str) -> int:
     """The pipeline stages a rank runs: 2 under interleaved 1F1B (torchtitan's default for a looped schedule,
     calc.engines.pipeline.LOCAL_STAGES), else 1."""
-    return 2 if engine == "pp-interleaved-1f1b" else 1
+    return 2 if engine.startswith("pp-interleaved-1f1b") else 1
 
 
 def stages(engine: str, world: int) -> int:
@@ -193,9 +198,11 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                 layers = stage_layers(shape_from_config(model.config()), local * pp, s)
                 modules.append(Stage(net, layers.start - 1, layers.stop - 1, s == 0, s == local * pp - 1,
                                      precision == "autocast"))  # fmt: skip
-                if engine.startswith("pp-1f1b-ddp"):  # DDP over the stage's data-parallel group, torch's defaults
-                    modules[-1] = torch.nn.parallel.DistributedDataParallel(modules[-1],
-                                                                            process_group=mesh["dp"].get_group())
+                if "-ddp" in engine:  # DDP over the stage's data-parallel group, torch's defaults; under interleaved
+                    # 1F1B static_graph=True: with the defaults torch 2.13's reducer fails at the second step, its
+                    # bucket rebuild counting every parameter twice (INTERNAL ASSERT, reducer.cpp)
+                    modules[-1] = torch.nn.parallel.DistributedDataParallel(
+                        modules[-1], process_group=mesh["dp"].get_group(), static_graph=local > 1)
                 if engine.startswith("pp-1f1b-fsdp2"):  # FSDP2 over it: each layer a group, then the stage's module
                     from torch.distributed.fsdp import fully_shard
 
@@ -444,7 +451,9 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
         beside = {"pp-1f1b-ddp": ["--dp", 2, "--engine", "ddp"], "pp-1f1b-tp": ["--tp", 2],
                   "pp-1f1b-ddp-zero1": ["--dp", 2, "--engine", "ddp", "--zero", 1],
                   "pp-1f1b-fsdp2": ["--dp", 2, "--zero", 2, "--engine", "fsdp2"],
-                  "pp-1f1b-fsdp2-tp": ["--dp", 2, "--zero", 2, "--engine", "fsdp2", "--tp", 2]}.get(engine, [])
+                  "pp-1f1b-fsdp2-tp": ["--dp", 2, "--zero", 2, "--engine", "fsdp2", "--tp", 2],
+                  "pp-interleaved-1f1b-ddp": ["--dp", 2, "--engine", "ddp"],
+                  "pp-interleaved-1f1b-ddp-zero1": ["--dp", 2, "--engine", "ddp", "--zero", 1]}.get(engine, [])
         return [str(a) for a in [*run, *pipe, *beside]]
     tp = engine.startswith("tp")
     run += ["--tp" if tp else "--dp", world // TP_OF_2D if engine in TWO_D else world]

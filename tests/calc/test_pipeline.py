@@ -195,7 +195,6 @@ def test_cli_gives_every_stages_peak(capsys):
         (["--pp", "2", "--preset", "qwen3-30b-a3b"], "--walk"),  # experts
         (["--pp", "2", "--recipe", "mixed"], "--recipe"),
         (["--pp", "2", "--dp", "2", "--tp", "2"], "--pp"),  # DDP and tensor parallelism beside one pipeline
-        (["--pp", "2", "--dp", "2", "--zero", "1", "--pp-schedule", "interleaved-1f1b"], "--pp-schedule"),
         (["--pp", "2", "--dp", "2", "--zero", "3"], "--zero"),  # FSDP2 resharding after each forward
         (["--pp", "2", "--dp", "2", "--zero", "2", "--pp-schedule", "interleaved-1f1b"], "--pp-schedule"),
         (["--pp", "2", "--dp", "2", "--zero", "2", "--engine", "ddp"], "--engine"),
@@ -367,3 +366,36 @@ def test_zero1_beside_a_pipeline_lists_each_ranks_share(capsys):
     assert all(z < p for z, p in zip(step["rank_peaks"], plain, strict=True))  # each rank's share of Adam
     assert main([*args[:-1], "--zero", "1"]) == 0
     assert "DDP with ZeroRedundancyOptimizer over 2 processes a stage" in capsys.readouterr().out
+
+
+def test_zero1_under_interleaved_1f1b_shares_both_of_a_ranks_stages(capsys):
+    """--pp 2 --pp-schedule interleaved-1f1b --dp 2 --zero 1 --engine ddp: one ZeroRedundancyOptimizer over both of
+    a pipeline rank's stages (stages r and r + 2 of 4), so each data-parallel process keeps Adam's moments of its
+    share of their parameters together (calc.engines.ddp.partition of the two stages' parameters in order), the
+    two shares adding up to what DDP alone keeps; every process is listed, and the summary says DDP is made with
+    static_graph=True (with torch 2.13's defaults the second step fails under this schedule)."""
+    from calc import optim_step
+    from calc.engines import ddp as ddp_engine
+
+    shape = calc.PRESETS[UNTIED]
+    for r in range(2):
+        params = [p for s in (r, r + 2) for p in optim_step.stage_params(
+            replace(shape, layers=len(stage_layers(shape, 4, s))), calc.finetune.DEFAULT, s == 0, s == 3)]
+        shares = ddp_engine.partition(params, 2)
+        walks = [eager_step.segments(shape, 512, 1, "fp32-full", "none", "sdpa", "cpu", engine=PipelineStage(
+            2, r, "interleaved-1f1b", 4, 2, dp_rank=d, zero1=z)) for d, z in ((0, False), (0, True), (1, True))]
+        moments = [sum(e.bytes for e in w[0].events if e.category == "optimizer" and "moments" in e.label)
+                   for w in walks]  # fmt: skip
+        assert moments[1:] == [8 * sum(p.numel for p in share) for share in shares] and sum(moments[1:]) == moments[0]
+    args = ["--preset", UNTIED, "--seq", "512", "--walk", "eager", "--recipe", "autocast", "--device", "cpu", "--pp",
+            "2", "--pp-schedule", "interleaved-1f1b", "--dp", "2", "--engine", "ddp"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["rank_peaks"]
+    assert main([*args, "--zero", "1", "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert len(step["rank_peaks"]) == 4 and all(z < p for z, p in zip(step["rank_peaks"], plain, strict=True))
+    for zero in ("0", "1"):
+        assert main([*args, "--zero", zero]) == 0
+        assert "(static_graph=True, which runs where torch's defaults fail)" in capsys.readouterr().out
+    assert main([*args[:-6], "--pp-schedule", "1f1b", "--dp", "2", "--engine", "ddp"]) == 0
+    assert "static_graph" not in capsys.readouterr().out  # 1F1B runs with torch's defaults

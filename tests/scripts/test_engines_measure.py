@@ -28,7 +28,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
     at 2 (uneven) and 3 of a 6-layer Llama, and under 1F1B over 2 stages beside DDP, FSDP2 or the layers plan on 4
     processes of both (and beside DDP with ZeroRedundancyOptimizer) and beside FSDP2 over the layers plan on 8 of
-    the Llama, twice as many micro-batches as
+    the Llama, and under interleaved 1F1B beside DDP (alone and with ZeroRedundancyOptimizer) on 4 processes of
+    the 4-layer models and the 6-layer Llama, twice as many micro-batches as
     stages; fp32 and autocast, and FSDP2's bf16 policy where FSDP2 trains every parameter, checkpointing off and
     on; transformers' plan on the tied Llama at 2; no refusal."""
     runs = ENGINES["runs"]
@@ -50,22 +51,23 @@ def test_every_engine_and_layout_is_recorded_and_answered():
                                                                                           ("fsdp2-tp-sp", 4),
                                                                                           ("tp-eager", 2)}  # fmt: skip
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)} | {("pp-interleaved-1f1b", 2)}
+    interleaved = {("pp-interleaved-1f1b-ddp", 4), ("pp-interleaved-1f1b-ddp-zero1", 4)}  # 2 x 2 stages, 2 of dp
     beside = {("pp-1f1b-ddp", 4), ("pp-1f1b-fsdp2", 4), ("pp-1f1b-tp", 4),
-              ("pp-1f1b-ddp-zero1", 4)}  # a (2, 2) mesh: 2 stages, DDP (alone or with ZeroRedundancyOptimizer),
-    # FSDP2 or the layers plan beside
+              ("pp-1f1b-ddp-zero1", 4)} | interleaved  # a (2, 2) mesh: 2 pipeline ranks, DDP (alone or with
+    # ZeroRedundancyOptimizer), FSDP2 or the layers plan beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines | beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | beside | {
         ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8)}  # and torchtitan's three dimensions, (2, 2, 2)
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-6"} == {("pp-interleaved-1f1b", 2),
-                                                                   ("pp-interleaved-1f1b", 3)}  # fmt: skip
+                                                                   ("pp-interleaved-1f1b", 3)} | interleaved  # fmt: skip
     assert all(r["micro_batches"] == 2 * r["world"] // (2 if r["engine"] in {e for e, _ in beside} else
                                                         4 if r["engine"] == "pp-1f1b-fsdp2-tp" else 1)
                for r in runs if r["engine"].startswith("pp-"))  # fmt: skip
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2  # (family, engine, processes)
-    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 352
+    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2 + 3 * 2  # (family, engine, processes)
+    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 376
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
@@ -79,14 +81,15 @@ def test_every_rank_within_one_percent_or_high_by_what_gloos_thread_frees_unseen
     (make_results.unseen_start); or its tensors' own peak is exact and the rest a matmul's workspace
     (make_results.workspace_held); or, under tensor parallelism, by exactly one all-reduce output
     (make_results.unseen_reduced), or under sequence parallelism one reduce-scatter output
-    (make_results.unseen_scattered). No more than one rank-step in 20 needs one of these."""
+    (make_results.unseen_scattered). No more than one rank-step in 20 needs one of the blocks freed unseen, which
+    are inferred from their sizes; a workspace is recorded by the profiler at the peak, its tensors checked exact."""
     import make_results
 
     explained = 0
     for row in ENGINES["runs"]:
         for i, r in enumerate(row["ranks"]):
             why = make_results.explained_by(row, i)
-            explained += why is not None
+            explained += why is not None and why is not make_results.workspace_held  # inferred, not recorded
             lowest = min(x["measured_start"] for x in make_results.peers(row, i))  # a stage's, beside a pipeline
             if why is make_results.unseen_gathered or (why is make_results.unseen_reduced and row["engine"] == "tp"):
                 assert r["measured_start"] == lowest, (row["eager"]["command"], i)  # from its peers' start
@@ -125,7 +128,7 @@ def test_recorded_cli_answers_are_todays():
     ("engine", "precision"),
     [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "tp-sp", "fsdp2-tp",
                                  "fsdp2-tp-sp", "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b", "pp-1f1b-ddp",
-                                 "pp-1f1b-fsdp2", "pp-1f1b-ddp-zero1")),
+                                 "pp-1f1b-fsdp2", "pp-1f1b-ddp-zero1", "pp-interleaved-1f1b-ddp-zero1")),
      ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
     # not pp-1f1b-tp: its ranks read up to 1.6% over their record from run to run (three fresh-clone runs:
     # 8,384, 16,576 and 41,152 bytes over, blocks gloo's thread frees unseen), which engines.json keeps as the
