@@ -289,6 +289,7 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
         result["engine_text"] = engine_text(result["step"])
     if "host" in result["step"]:  # --offload: the host's figure beside the device's
         result["host_text"] = host_text(result["step"])
+        result["table_refused"] = TABLE_UNOFFLOADED  # the CLI refuses --table beside --offload
     result["unread"] = page_unread(shape)  # the form hides these fields (calc.fields.page_unread)
     if inputs.hf_config:
         result["hf_config"] = inputs.hf_config  # the config in short form, for the address
@@ -303,6 +304,10 @@ def compute(inputs: Run, want_sweep: bool = True, want_plan: bool = False, want_
 def planned(inputs: Run, want_plan: bool, want_fit: bool) -> dict:
     """planned_steps' answer, worked out at once."""
     return run_to_end(planned_steps(inputs, want_plan, want_fit))
+
+
+TABLE_UNOFFLOADED = ("the table as CSV is the CLI's --table, which lays out devices without offload to the host "
+                     "(the rows on show have the device's bytes only): choose none to export it")
 
 
 def offload_unplanned(par) -> tuple[str, str] | None:

@@ -382,6 +382,15 @@ def test_offload_is_a_field_and_the_host_figure_reads_as_the_cli_says_it(open_pa
     assert page.evaluate(PEAK) == want["step"]["peak"]
     assert page.text_content("[data-out=host]") == f" Offloaded, {want['host_text']}."
     assert query_of(page)["offload"] == ["optimizer+params"]
+    saved = []
+    page.on("download", lambda download: saved.append(download))
+    page.click('[data-export="table"]')  # the CLI refuses --table beside --offload: no file, said why
+    page.wait_for_selector("[data-copy-said]:has-text('No file: the table as CSV')")
+    assert calc.cli.main(["--zero", "3", "--dp", "8", "--offload", "optimizer+params", "--table"]) == 2
+    assert "--offload" in capsys.readouterr().err
+    with page.expect_download():  # the step's JSON has the host figure: saved
+        page.click('[data-export="step"]')
+    assert saved and saved[0].suggested_filename.endswith("-step.json")
     page.locator('[data-calc-form] [name="zero"]').select_option("0")
     page.wait_for_selector('[data-error-for="offload"]:not(:empty)')
     assert "give --zero 1, 2 or 3" not in page.text_content('[data-error-for="offload"]')  # the page's words

@@ -36,9 +36,15 @@ export function createView(root, config, answerOf, labelOf, isField) {
     link.click();
     setTimeout(() => URL.revokeObjectURL(link.href), 0);
   };
+  const said = root.querySelector("[data-copy-said]");
   for (const button of root.querySelectorAll("[data-export]")) {
     button.addEventListener("click", () => {
       const answer = answerOf();
+      said.textContent = "";
+      if (button.dataset.export === "table" && answer.table_refused) {  // --offload: the CLI refuses --table
+        said.textContent = `No file: ${answer.table_refused}.`;
+        return;
+      }
       const { shape, seq } = answer.step.config;
       const stem = `${String(shape.name).replace(/[^A-Za-z0-9._-]+/g, "-")}-seq${seq}`;
       if (button.dataset.export === "step") save(JSON.stringify(answer.step, null, 1), "application/json", `${stem}-step.json`);
