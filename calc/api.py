@@ -168,7 +168,7 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
         stage_peaks = [0] * par.dp  # each data-parallel rank's, walked once for the ranks alike
         for d, alike in _dp_ranks(args[0], par, s).items():
             rank = pipeline.PipelineStage(par.pp, s, par.pp_schedule, m, par.dp, par.tp, par.zero == 2, d,
-                                          par.zero == 1)  # fmt: skip
+                                          par.zero == 1, par.sequence_parallel)  # fmt: skip
             segs = eager.segments(*args[:-1], loops.BARE, engine=rank)
             top = peak(segs)
             if busiest is None or top[0] > busiest[2][0]:

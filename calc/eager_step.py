@@ -116,6 +116,8 @@ class Forward:
         rp.rng = RNG_STATE if device == "cpu" else 0  # a recompute's fork_rng copies the CPU generator's state
         self.ops = Ops(rp, st)
         self.shape, self.seq, self.micro_batch, self.device = shape, seq, micro_batch, device
+        self.cut = False  # whether the input is already the rank's positions (a later pipeline stage's, under sp)
+        self.rebound: list[T] = []  # what the forward lets go of once the first layer returns (a pipeline stage's)
         self.family, self.autocast = FAMILIES[shape.family], r.autocast
         self.unit = st.act if not r.autocast else 4  # the embedding's output: the weights' dtype
         self.held: list[T] = []
@@ -229,7 +231,7 @@ class Forward:
         layer_fn = family.layer
         for layer in range(1, shape.layers + 1) if layers is None else layers:
             rp.enter(layer)
-            if self.st.sp and layer == 1:  # the hook on the first layer, outside its checkpoint (traced)
+            if self.st.sp and layer == 1 and not self.cut:  # the hook on the first layer, outside its checkpoint
                 part = ops.seq_split(x)
                 rp.drop(x)
                 x = part
@@ -242,6 +244,8 @@ class Forward:
                 y = layer_fn(ops, x, c, s, m)
                 rp.drop(x)
                 x = y
+            rp.drop(*self.rebound, why="the stage's forward rebinds its hidden state")
+            self.rebound = []
         rp.layer = 0
         return x
 
@@ -266,10 +270,13 @@ class Forward:
         buffers outlive the step (they are the engine's), so nothing here frees them. Under autocast the stage
         module's forward is the autocast region, as the model's forward is in a one-device loop."""
         ops, rp, st, h = self.ops, self.rp, self.st, self.shape.hidden
-        if first:
-            x, leaf = self.embeddings(recompute)
+        if first:  # the stage module's forward rebinds its hidden state (torchtitan's `h = layer(h)`): it lets go
+            x, leaf = self.embeddings(recompute)  # of the embeddings once the first layer returns
+            self.rebound = [self.held.pop(next(i for i, t in enumerate(self.held) if t is x))]
         else:  # PipelineStage's receive buffer: the stage module's input, kept by the stage from step to step
-            x, leaf = rp.keep(T(st.tokens * h * self.unit, "received activations", unit=self.unit)), None
+            self.cut = st.sp  # sequence parallelism: the rank's positions, cut on the first stage
+            x, leaf = rp.keep(T(st.tokens * h * self.unit // (st.tp if st.sp else 1), "received activations",
+                                unit=self.unit)), None  # fmt: skip
             ids = ops.new(self.seq, 8, "position ids", "the stage's forward: torch.arange(s), int64")
             ids.requires_grad = False
             self.held.append(ids)
@@ -472,7 +479,8 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
         layers = stage_layers(shape, stage.count, s)
         sub = local(replace(shape, layers=len(layers)))  # the stage's layers, numbered from 1 in its replay
         below = layers.start - 1  # the model's numbers
-        how = {"stage": (first, last), "below": below, **({"tp": stage.tp} if stage.tp > 1 else {})}
+        split = {"tp": stage.tp, "sp": stage.sequence} if stage.tp > 1 else {}  # the layers plan's
+        how = {"stage": (first, last), "below": below, **split}
         rp, st, replayed = _replayed(sub, args, **how)
         later = _replayed(sub, args, accumulate=True, **how)[2]
         forward = [_shifted(g, below) for g in replayed if g.events[0].phase == "forward"]
@@ -480,7 +488,7 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
                     [_shifted(g, below) for g in later if g.events[0].phase != "forward"])  # fmt: skip
         mine = optim_step.stage_params(sub, tune, first, last)
         params += mine
-        act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act))
+        act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act) // (stage.tp if stage.sequence else 1))
         logits = rp.blocks(st.tokens * shape.vocab * (2 if autocast else st.act))
         buffers += stage.buffers(s, act, logits)
         gather, reduce = (), ()

@@ -137,7 +137,9 @@ def engine_text(step: dict) -> str:
                                   + (f", {BESIDE_STAGES.get(par['zero'])}"
                                      + (STATIC_GRAPH if stages > 1 and par["zero"] < 2 else "")
                                      + f" over {par['dp']} processes a stage" if par["dp"] > 1 else "")
-                                  + (f", the layers plan over {par['tp']} ranks a stage" if par["tp"] > 1 else ""),
+                                  + (f", the layers plan over {par['tp']} ranks a stage" + (
+                                      " with sequence parallelism" if par["sequence_parallel"] else "")
+                                     if par["tp"] > 1 else ""),
                                   "tensor-parallel": f" {par['tp_plan']} plan" + (
                                       " with sequence parallelism" if par["sequence_parallel"] else "")
                                   }.get(name, "")  # fmt: skip
@@ -238,7 +240,8 @@ def engine_band(step: dict, tune) -> str:
     tp-eager: the layers plan under eager attention; FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp,
     and fsdp2-tp-sp with sequence parallelism; FSDP2's with peft's LoRA; a pipeline's schedule, pp-1f1b, with -ddp
     -fsdp2 or -tp where DDP, FSDP2 or the layers plan runs beside its stages, -ddp-zero1 where DDP does with
-    ZeroRedundancyOptimizer, -fsdp2-tp where FSDP2 over the layers plan does)."""
+    ZeroRedundancyOptimizer, -fsdp2-tp where FSDP2 over the layers plan does, -tp-sp where the layers plan does
+    with its sequence parallelism)."""
     par, name = step["config"]["parallel"], step["engine"]
     two = ("-tp" + "-sp" * par["sequence_parallel"]) if par["tp"] > 1 else ""  # FSDP2 x TP
     band = {"ddp": "ddp-zero1" if par["zero"] == 1 else "ddp",
@@ -248,7 +251,7 @@ def engine_band(step: dict, tune) -> str:
                                "tp-eager" if step["config"]["attention"] == "eager" else "tp",
             "pipeline": f"pp-{par['pp_schedule']}" + ("-fsdp2" if par["zero"] == 2 else "-ddp" if par["dp"] > 1 else
                                                       "") + ("-tp" if par["tp"] > 1 else "")
-                        + ("-zero1" if par["zero"] == 1 else "")
+                        + ("-zero1" if par["zero"] == 1 else "") + ("-sp" if par["sequence_parallel"] else "")
             }[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 

@@ -1160,9 +1160,12 @@ under `pp-1f1b-fsdp2` `fully_shard` runs on each of the stage's layers and then 
 `reshard_after_forward=False` (torchtitan's default beside a pipeline; the stage runs every backward without
 resharding or reducing, and reduce-scatters every group once its backwards end); under both each process of a stage
 has its own batch; under `pp-1f1b-tp` the `tp` plan splits each decoder layer over the "tp" dimension before the
-stages are cut, both processes of a stage on one batch. `pp-1f1b-fsdp2-tp` is torchtitan's three dimensions on 8
-processes of the 4-layer Llama: a (2, 2, 2) mesh ("pp", "dp", "tp"), the `tp` plan over "tp", then `fully_shard` over
-"dp" as under `pp-1f1b-fsdp2`, each data-parallel pair of tensor-parallel processes on its own batch.
+stages are cut, both processes of a stage on one batch, and under `pp-1f1b-tp-sp` with its sequence parallelism
+(as `tp-sp`: the model's first layer cuts the sequence on the first stage, the stages send and receive s / 2
+positions, each stage module's rotary tables made for the whole sequence). `pp-1f1b-fsdp2-tp` is torchtitan's
+three dimensions on 8 processes of the 4-layer Llama: a (2, 2, 2) mesh ("pp", "dp", "tp"), the `tp` plan over "tp",
+then `fully_shard` over "dp" as under `pp-1f1b-fsdp2`, each data-parallel pair of tensor-parallel processes on its own
+batch.
 `pp-interleaved-1f1b-ddp` and `pp-interleaved-1f1b-ddp-zero1` are `pp-interleaved-1f1b` on the same (2, 2) mesh (4
 stages over 2 pipeline processes, each beside its data-parallel pair): each of a process's two stage modules wrapped
 in `DistributedDataParallel` over "dp", and under `-zero1` one `ZeroRedundancyOptimizer` over both stages'
@@ -1177,7 +1180,7 @@ The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, 
 `--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M` (with `--dp 2 --engine ddp` for
 `pp-1f1b-ddp` and `pp-interleaved-1f1b-ddp`, `--dp 2 --zero 1 --engine ddp` for `pp-1f1b-ddp-zero1` and
 `pp-interleaved-1f1b-ddp-zero1`, `--dp 2 --zero 2 --engine fsdp2` for
-`pp-1f1b-fsdp2`, `--tp 2` for `pp-1f1b-tp`, all three of
+`pp-1f1b-fsdp2`, `--tp 2` for `pp-1f1b-tp` (and `--sequence-parallel` for `pp-1f1b-tp-sp`), all three of
 `--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`), from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
@@ -1255,10 +1258,11 @@ loader threads would hide the rank's weights from the profile); a checkpoint sav
 here) would on the CPU keep each row-split weight's whole tensor, the rank's shard a view of it (transformers'
 `DtensorShardOperation.shard_tensor` slices without a copy), which is not modelled. DDP or ZeRO 1 beside tensor
 parallelism, FSDP2 over transformers' tensor-parallel plan, and a pipeline beside FSDP2 with
-`reshard_after_forward=True` or under interleaved 1F1B, sequence parallelism, transformers' plan, or DDP and tensor
-parallelism together are not replayed yet: the eager walk refuses them, naming the deck walk,
-whose figures for them are the papers' accounting and are not held against an engine. The eager walk of FSDP2 covers
-fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of Qwen3-MoE, and
+`reshard_after_forward=True` or under interleaved 1F1B, sequence parallelism beside FSDP2 over the layers plan,
+transformers' plan, or DDP and tensor parallelism together are not replayed yet: the eager walk refuses them,
+naming the deck walk, whose figures for them are the papers' accounting and are not held against an engine. The eager
+walk of FSDP2 covers fp32 parameters, computed in them or under the bf16 policy, full training of a dense model or of
+Qwen3-MoE, and
 peft's LoRA (fp32 adapters, fp32-full or autocast) on a dense one; of `tp`, `tp-hf` and `tp-sp`, full training of
 Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with a vocabulary the ranks divide, its head tied or not,
 `tp-sp` under the layers plan with a sequence the ranks divide), and of `fsdp2-tp` and `fsdp2-tp-sp` the same over
@@ -1282,7 +1286,7 @@ def peers(row: dict, rank: int) -> list[dict]:
     mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2))
     those of its
     stage."""
-    if row["engine"].endswith(("-ddp", "-fsdp2", "-tp", "-ddp-zero1")) and row["engine"].startswith("pp-"):
+    if row["engine"].endswith(("-ddp", "-fsdp2", "-tp", "-ddp-zero1", "-tp-sp")) and row["engine"].startswith("pp-"):
         size = row["world"] // (row["micro_batches"] // 2)  # a stage's processes: micro-batches are twice the stages
         return row["ranks"][rank - rank % size : rank - rank % size + size]
     return row["ranks"]
@@ -1341,10 +1345,10 @@ def unseen_scattered(row: dict, rank: int) -> bool:
     a gathered input's gradient (s / tp positions in fp32): a functional collective's output whose last reference
     went with its work on gloo's thread. Its start is not held to its peers': the step before left blocks of its
     own unseen (a norm's gradient all-reduced by AdamW among them)."""
-    if not row["engine"].endswith("tp-sp"):  # tp-sp, fsdp2-tp-sp
+    if not row["engine"].endswith("tp-sp"):  # tp-sp, fsdp2-tp-sp, pp-1f1b-tp-sp
         return False
     r, m = row["ranks"][rank], row["model"]
-    tp = 2 if row["engine"].startswith("fsdp2") else row["world"]  # fsdp2-tp-sp: a (world / 2, 2) mesh
+    tp = 2 if row["engine"].startswith(("fsdp2", "pp-")) else row["world"]  # the others: a (world / 2, 2) mesh
     part = row["seq"] * row["micro_batch"] * m["hidden_size"] // tp
     scattered = {part * (2 if row["precision"] == "autocast" else 4), part * 4}
     return any(abs(r["measured_peak"] - r["predicted_peak"] - n) < 1024 for n in scattered)

@@ -2,13 +2,14 @@
 under interleaved 1F1B.
 
 What people run on a transformers model: the model cut by hand into `pp` stages of consecutive decoder layers
-(calc.parallel.stage_layers: the earlier stages take any remainder), the first with the embedding, the last with
-the final norm and the head, each stage's module the model's own forward over its layers (torchtitan's way: what
-a stage lacks is None), wrapped in `PipelineStage(module, stage, pp, device)` and stepped by `ScheduleGPipe` or
-`Schedule1F1B` with transformers' ForCausalLMLoss as `loss_fn`, the step's micro-batches as `n_microbatches`,
-torch's defaults otherwise (return_outputs=True, scale_grads=True), and AdamW over the stage's parameters. What
-a stage holds, from the installed torch 2.13's source (distributed/pipelining/stage.py, schedules.py) and traced
-CPU steps:
+(calc.parallel.stage_layers: the earlier stages take any remainder), the first with the embedding, the last with the
+final norm and the head, each stage's module the model's own forward over its layers (torchtitan's way: what a stage
+lacks is None; its hidden state rebound layer by layer, `h = layer(h)`, so the first stage lets go of the embeddings
+once its first layer returns, where transformers' whole model keeps them to the end), wrapped in
+`PipelineStage(module, stage, pp, device)` and stepped by `ScheduleGPipe` or `Schedule1F1B` with transformers'
+ForCausalLMLoss as `loss_fn`, the step's micro-batches as `n_microbatches`, torch's defaults otherwise
+(return_outputs=True, scale_grads=True), and AdamW over the stage's parameters. What a stage holds, from the installed
+torch 2.13's source (distributed/pipelining/stage.py, schedules.py) and traced CPU steps:
 
 - A stage after the first receives each micro-batch's activations into a buffer of its own, one a micro-batch,
   made at the first step and kept (_setup_forward_recv_info). Its forward takes the buffer as a leaf requiring
@@ -55,7 +56,10 @@ outermost: rank stage x dp + d, or stage x tp + t):
   interleaved 1F1B's runtime reduces each stage at its own point of the order, not modelled.
 - The layers plan (`tp`): every decoder layer's linears split over the stage's tensor-parallel group as one
   device's are (calc.engines.tensor); the embedding, the final norm and the head stay whole, so the activations
-  a stage sends and receives are whole too.
+  a stage sends and receives are whole too. With its sequence parallelism (`sequence`, applied to the model
+  before it is cut, as torchtitan does): the model's first layer cuts its input to the rank's s / tp positions
+  (on the first stage only), every layer's output is the rank's positions, so a stage sends and receives s / tp
+  positions (its receive buffers that size), and the last stage gathers the final norm's output for the head.
 
 Each micro-batch through the stage is calc.eager_step's replay of the stage (Forward.stage_step); the first
 backward writes each parameter's .grad, the later ones add into it (gradient accumulation's replay). Not
@@ -111,6 +115,7 @@ class PipelineStage:
     shard: bool = False  # FSDP2 over the dp processes instead of DDP (calc.engines.fsdp.staged)
     dp_rank: int = 0  # which of them: FSDP2's rows of a parameter may differ by rank, ZeRO-1's share
     zero1: bool = False  # ZeroRedundancyOptimizer beside DDP: the rank's share of the stage's AdamW (calc.engines.ddp)
+    sequence: bool = False  # the layers plan's sequence parallelism: a stage sends and receives s / tp positions
 
     @property
     def count(self) -> int:
@@ -296,9 +301,10 @@ def beside_problem(par: Parallel) -> tuple[str, str] | None:
         return "tp-plan", ("the eager walk's pipeline runs beside the layers plan (transformers' plan splits the "
                            "embedding and head, which a stage cut by hand does not keep): --tp-plan layers, or the "
                            "deck walk")  # fmt: skip
-    if par.sequence_parallel:
-        return "sequence-parallel", ("the eager walk's pipeline runs beside tensor parallelism without sequence "
-                                     "parallelism: leave --sequence-parallel unset, or the deck walk")  # fmt: skip
+    if par.sequence_parallel and par.dp > 1:
+        return "sequence-parallel", ("the eager walk's pipeline runs sequence parallelism beside the layers plan "
+                                     "alone, not beside FSDP2 over it: leave --sequence-parallel unset, --dp 1, or "
+                                     "the deck walk")  # fmt: skip
     return None
 
 

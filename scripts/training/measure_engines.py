@@ -86,21 +86,26 @@ ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-
            "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-tp-sp": 3, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2,
            "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0, "pp-1f1b-ddp": 0, "pp-1f1b-tp": 0,
            "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2, "pp-1f1b-ddp-zero1": 1, "pp-interleaved-1f1b-ddp": 0,
-           "pp-interleaved-1f1b-ddp-zero1": 1}  # its ZeRO
+           "pp-interleaved-1f1b-ddp-zero1": 1, "pp-1f1b-tp-sp": 0}  # its ZeRO
 # pp-1f1b-ddp, pp-1f1b-tp: 1F1B over 2 stages beside DDP over each stage's module, or the layers plan over each
 # stage's layers, on a (pp, dp) or (pp, tp) mesh of 4 processes (torchtitan's order: the pipeline's outermost)
 BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",), "pp-1f1b-fsdp2-tp": ("dp", "tp"),
-          "pp-1f1b-ddp-zero1": ("dp",), "pp-interleaved-1f1b-ddp": ("dp",), "pp-interleaved-1f1b-ddp-zero1": ("dp",)}
+          "pp-1f1b-ddp-zero1": ("dp",), "pp-interleaved-1f1b-ddp": ("dp",), "pp-interleaved-1f1b-ddp-zero1": ("dp",),
+          "pp-1f1b-tp-sp": ("tp",)}
 # the mesh's dimensions beside the pipeline's, 2 processes each; pp-1f1b-fsdp2: fully_shard on each
 # stage's layers and on the stage's module over "dp", reshard_after_forward=False (torchtitan's default beside a
 # pipeline); pp-1f1b-ddp-zero1: DDP over each stage's module and ZeroRedundancyOptimizer(optimizer_class=AdamW) over
 # the stage's parameters, both over the stage's "dp" group; pp-interleaved-1f1b-ddp(-zero1): the same under
-# interleaved 1F1B, DDP over each of the rank's two stage modules and one ZeroRedundancyOptimizer over both
+# interleaved 1F1B, DDP over each of the rank's two stage modules and one ZeroRedundancyOptimizer over both;
+# pp-1f1b-tp-sp: pp-1f1b-tp with torchtitan's sequence parallelism over "tp" (sequence_parallel), applied before the
+# stages are cut: the first layer cuts the sequence, the stages send and receive s / tp positions
 
 
 def schedule_of(engine: str) -> str:
     """A pipeline case's schedule, as --pp-schedule names it."""
-    return engine[3:].removesuffix("-zero1").removesuffix("-ddp").removesuffix("-tp").removesuffix("-fsdp2")
+    for beside in ("-sp", "-zero1", "-ddp", "-tp", "-fsdp2"):
+        engine = engine.removesuffix(beside)
+    return engine[3:]
 TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp", "fsdp2-tp-sp")  # FSDP2 x TP: reshard_after_forward True (torch's default)
 # or False; fsdp2-tp-sp: with torchtitan's sequence parallelism over the tp dimension (its 2D default)
 LORA = {"fsdp2-lora": ["--finetune", "lora"], "fsdp2-zero2-lora": ["--finetune", "lora"]}  # peft's LoRA: r 8 on q, v
@@ -129,8 +134,8 @@ MEASURED = {
                   "fsdp2-tp-sp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,), "pp-1f1b-ddp": (4,),
                 "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,), "pp-1f1b-ddp-zero1": (4,),
-                **INTERLEAVED_DDP},
-    "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,),
+                "pp-1f1b-tp-sp": (4,), **INTERLEAVED_DDP},
+    "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-tp-sp": (4,),
                 "pp-1f1b-ddp-zero1": (4,), **INTERLEAVED_DDP},
     "llama-6": {"pp-interleaved-1f1b": (2, 3), **INTERLEAVED_DDP},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
 }
@@ -187,7 +192,9 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                 dims = BESIDE[engine]
                 mesh = init_device_mesh("cpu", (pp, *(2 for _ in dims)), mesh_dim_names=("pp", *dims))
                 group = mesh["pp"].get_group()
-                if "tp" in BESIDE[engine]:
+                if engine.endswith("-sp"):  # the layers plan with its sequence parallelism, on the whole model
+                    sequence_parallel(net, mesh["tp"])
+                elif "tp" in BESIDE[engine]:
                     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
                     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
@@ -197,7 +204,7 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
             for s in range(rank // (world // pp), local * pp, pp):
                 layers = stage_layers(shape_from_config(model.config()), local * pp, s)
                 modules.append(Stage(net, layers.start - 1, layers.stop - 1, s == 0, s == local * pp - 1,
-                                     precision == "autocast"))  # fmt: skip
+                                     precision == "autocast", 2 if engine.endswith("-sp") and s else 1))  # fmt: skip
                 if "-ddp" in engine:  # DDP over the stage's data-parallel group, torch's defaults; under interleaved
                     # 1F1B static_graph=True: with the defaults torch 2.13's reducer fails at the second step, its
                     # bucket rebuild counting every parameter twice (INTERNAL ASSERT, reducer.cpp)
@@ -354,9 +361,9 @@ class Stage(torch.nn.Module):
     last (torchtitan's way of cutting a model: what a stage lacks is None). The position ids and rotary tables
     are made on every stage, as the model's forward makes them; under sdpa the causal mask is is_causal."""
 
-    def __init__(self, net, lo: int, hi: int, first: bool, last: bool, autocast: bool):
+    def __init__(self, net, lo: int, hi: int, first: bool, last: bool, autocast: bool, split: int = 1):
         super().__init__()
-        self.autocast = autocast
+        self.autocast, self.split = autocast, split  # split: the input holds 1 / split of the positions (sp)
         inner = net.model
         self.embed = inner.embed_tokens if first else None
         self.layers = torch.nn.ModuleList(inner.layers[lo:hi])
@@ -371,7 +378,7 @@ class Stage(torch.nn.Module):
 
     def run(self, x):
         h = self.embed(x) if self.embed is not None else x
-        positions = torch.arange(h.shape[1]).unsqueeze(0)
+        positions = torch.arange(h.shape[1] * self.split).unsqueeze(0)  # the whole sequence's
         rotary = self.rotary(h, positions)
         for layer in self.layers:
             h = layer(h, attention_mask=None, position_ids=positions, position_embeddings=rotary)
@@ -453,7 +460,8 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
                   "pp-1f1b-fsdp2": ["--dp", 2, "--zero", 2, "--engine", "fsdp2"],
                   "pp-1f1b-fsdp2-tp": ["--dp", 2, "--zero", 2, "--engine", "fsdp2", "--tp", 2],
                   "pp-interleaved-1f1b-ddp": ["--dp", 2, "--engine", "ddp"],
-                  "pp-interleaved-1f1b-ddp-zero1": ["--dp", 2, "--engine", "ddp", "--zero", 1]}.get(engine, [])
+                  "pp-interleaved-1f1b-ddp-zero1": ["--dp", 2, "--engine", "ddp", "--zero", 1],
+                  "pp-1f1b-tp-sp": ["--tp", 2, "--sequence-parallel"]}.get(engine, [])
         return [str(a) for a in [*run, *pipe, *beside]]
     tp = engine.startswith("tp")
     run += ["--tp" if tp else "--dp", world // TP_OF_2D if engine in TWO_D else world]

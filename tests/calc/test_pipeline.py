@@ -200,7 +200,9 @@ def test_cli_gives_every_stages_peak(capsys):
         (["--pp", "2", "--dp", "2", "--zero", "2", "--engine", "ddp"], "--engine"),
         (["--pp", "2", "--dp", "2", "--engine", "fsdp2"], "--engine"),
         (["--pp", "2", "--tp", "2", "--tp-plan", "transformers"], "--tp-plan"),
-        (["--pp", "2", "--tp", "2", "--sequence-parallel", "true"], "--sequence-parallel"),
+        (["--pp", "2", "--dp", "2", "--tp", "2", "--zero", "2", "--engine", "fsdp2", "--sequence-parallel", "true"],
+         "--sequence-parallel"),  # beside FSDP2 over the layers plan: not replayed
+        (["--pp", "2", "--tp", "2", "--sequence-parallel", "true", "--seq", "511"], "--sequence-parallel"),  # uneven
         (["--pp", "2", "--tp", "3"], "--tp"),  # 3 does not divide the heads
         (["--pp", "2", "--device", "cuda"], "--device"),
         (["--pp", "2", "--finetune", "lora"], "--finetune"),
@@ -399,3 +401,25 @@ def test_zero1_under_interleaved_1f1b_shares_both_of_a_ranks_stages(capsys):
         assert "(static_graph=True, which runs where torch's defaults fail)" in capsys.readouterr().out
     assert main([*args[:-6], "--pp-schedule", "1f1b", "--dp", "2", "--engine", "ddp"]) == 0
     assert "static_graph" not in capsys.readouterr().out  # 1F1B runs with torch's defaults
+
+
+def test_sequence_parallelism_beside_a_pipeline_sends_each_ranks_positions(capsys):
+    """--pp 2 --tp 2 --sequence-parallel (the layers plan's sequence parallelism, applied before the stages are cut):
+    a later stage receives and sends s / tp positions, so its receive buffers are half the plain layers plan's; the
+    first stage cuts its input once (its first layer), the later one never; the first stage lets go of the
+    embeddings once its first layer returns (its forward rebinds h), which the plain plan's first layer keeps for
+    its norm's backward anyway, so its peak there is the same; every process is listed and the summary says so."""
+    sp, plain = (_beside(s, tp=2, sequence=True) for s in (0, 1)), (_beside(s, tp=2) for s in (0, 1))
+    for s, (with_sp, without) in enumerate(zip(sp, plain, strict=True)):
+        received = [[e.bytes for e in segs[0].events if e.label.startswith("received")] for segs in (with_sp, without)]
+        assert received[0] and [2 * b for b in received[0]] == received[1]
+        cuts = [e for seg in with_sp for e in seg.events if "this rank's positions" in e.label and e.bytes > 0
+                and "gradient" not in e.label and "sum" not in e.label]  # fmt: skip
+        assert (len(cuts) > 0) == (s == 0)
+    args = ["--preset", UNTIED, "--seq", "512", "--walk", "eager", "--recipe", "autocast", "--device", "cpu", "--pp",
+            "2", "--tp", "2", "--sequence-parallel"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert len(step["rank_peaks"]) == 4 and step["peak"] == max(step["rank_peaks"])
+    assert main(args) == 0
+    assert "the layers plan over 2 ranks a stage with sequence parallelism" in capsys.readouterr().out
