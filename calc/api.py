@@ -189,7 +189,7 @@ def _staged_problem(par: Parallel, recipe: str, tune: finetune.Tuning) -> str | 
     """calc.step's refusal of what the eager walk does not run beside a pipeline's stages (calc.engines.pipeline's
     rule, which calc.inputs reads too, naming the field), or None."""
     if par.zero and par.dp == 1:  # calc.inputs refuses these two for every walk ("there is one")
-        return "ZeRO shards over data-parallel processes, and there is one: dp 2 or more, or ZeRO 0"
+        return "ZeRO shards over data-parallel processes, and there is one process: dp 2 or more, or ZeRO 0"
     if par.tp_plan != SINGLE.tp_plan and par.tp == 1:
         return "a tensor-parallel plan splits the layers over tensor-parallel ranks, and there is one: tp 2 or more"
     if problem := pipeline.beside_problem(par):

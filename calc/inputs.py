@@ -393,15 +393,16 @@ def late_problem(run, planning: bool = False) -> tuple[str, str] | None:
     if par.offload != "none" and (problem := offload_problem(par, run.recipe)):
         return problem
     if par.zero and par.dp == 1 and par.offload == "none":
-        return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one: give --dp 2 "
-                        "or more, or ZeRO 0")  # fmt: skip
+        return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one worker: "
+                        "give --dp 2 or more, or ZeRO 0")  # fmt: skip
     if par.tp_plan != tensor.PLANS[0] and par.tp == 1:
-        return "tp-plan", "splits the layers over tensor-parallel ranks, and there is one: give --tp 2 or more"
+        return "tp-plan", "splits the layers over tensor-parallel ranks, and there is one rank: give --tp 2 or more"
     if par.sequence_parallel and par.tp == 1 and not planning:
         field, message = tensor.sequence_problem(None, 1, par.tp_plan)
         return field, f"{message} (--plan reads it for the layouts it picks)"
     if par.pp_schedule != SCHEDULES[0] and par.pp == 1:
-        return "pp-schedule", f"schedules a pipeline's stages, and there is one: give --pp 2 or more, or {SCHEDULES[0]}"
+        return "pp-schedule", (f"schedules a pipeline's stages, and there is one stage: give --pp 2 or more, or "
+                               f"{SCHEDULES[0]}")  # fmt: skip
     if par.pp_schedule != SCHEDULES[0] and run.walk == "deck":
         return "pp-schedule", (f"the deck walk's pipeline is the papers' 1F1B (Narayanan et al. 2021): --walk eager "
                                f"replays torch's {pipeline.SCHEDULE_NAMES[par.pp_schedule]}, or {SCHEDULES[0]}")

@@ -234,9 +234,10 @@ def capacity_presets() -> list[dict]:
 def page_fields() -> dict:
     """The field names the page knows, all from calc: the one place the widget learns them (the JS has no list).
     {"all": every field a link may carry, "shape": {field: Shape attribute}, "run": [the step's fields],
-    "layout": [what a planner row sets], "fit": {field: a fit row's key}, "switches": [the fields the CLI gives
-    as --name or --no-name], "rows_only": [the fields only the planner and the fit list read, which the CLI's
-    step refuses: its command leaves them out]}."""
+    "layout": [what a planner row sets], "row_also": [the planner's question's fields a row sets too],
+    "fit_resets": [those a fit row sets to their defaults], "fit": {field: a fit row's key}, "switches": [the
+    fields the CLI gives as --name or --no-name], "rows_only": [the fields only the planner and the fit list read,
+    which the CLI's step refuses: its command leaves them out]}."""
     fields = calc.inputs.FIELDS
     attrs = {f.name for f in dataclasses.fields(calc.Shape)}
     shape = {f: f.replace("-", "_") for f in fields if f.replace("-", "_") in attrs}
@@ -253,11 +254,16 @@ def page_fields() -> dict:
                 out[name] = key
         return out
 
+    # the question's fields a planner row gives its own value of, which a Load sets (its sequence parallelism is
+    # off where its tp is 1: calc.plan), and of those the ones the fit list, on one card, does not ask (reset)
+    also = [key.replace("_", "-") for key in answer["plan"][0] if key in asked_plan and key.replace("_", "-") in fields]
     return {
         "all": list(fields),
         "shape": shape,
         "run": [f for f in fields if f not in shape and f not in ("preset", "hf-config")],
         "layout": list(row_fields(answer["plan"][0], asked_plan)),
+        "row_also": also,
+        "fit_resets": [name for name in also if name.replace("-", "_") not in asked_fit],
         "fit": row_fields(answer["fit"][0], asked_fit),
         "switches": [f.name for f in calc.fields.TABLE if f.kind == "bool"],  # --name / --no-name in the CLI
         "rows_only": [f.name for f in calc.fields.TABLE if "step" not in f.outputs],

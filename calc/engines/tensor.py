@@ -93,8 +93,8 @@ def sequence_problem(seq: int | None, tp: int, plan: str) -> tuple[str, str] | N
     the layers plan's sequence (transformers' plan has no sequence-parallel styles for its norms), in equal parts
     (`seq`: None, not checked)."""
     if tp == 1:
-        return "sequence-parallel", ("splits the sequence over tensor-parallel ranks, and there is one: give --tp 2 or "
-                                     "more, or leave --sequence-parallel unset")  # fmt: skip
+        return "sequence-parallel", ("splits the sequence over tensor-parallel ranks, and there is one rank: give --tp "
+                                     "2 or more, or leave --sequence-parallel unset")  # fmt: skip
     if plan != PLANS[0]:
         return "sequence-parallel", (f"is replayed under the {PLANS[0]} plan (transformers' has no sequence-parallel "
                                      f"styles for its norms): --tp-plan {PLANS[0]}, or leave --sequence-parallel "

@@ -33,6 +33,10 @@ def cli_plan(*flags: str) -> list[dict]:
     return [{k: row[k] for k in ROW_KEYS} for row in cli_json(["--plan", *flags])]
 
 
+WATCH_DRAWN = """() => { window.__drawn = new Promise(resolve => document.querySelector('[data-calc]')
+    .addEventListener('calc:drawn', e => resolve(e.detail.source), {once: true})); }"""
+
+
 def wait_for_live_plan(page) -> None:
     page.wait_for_selector("[data-planner][data-plan-state=ready][data-plan-source=live]", timeout=LIVE_TIMEOUT_MS)
 
@@ -428,3 +432,38 @@ def test_the_built_beyond_page_is_in_the_navigation():
     html = (built_site() / "index.html").read_text()
     nav = [html.find(f'href="{href}"') for href in ("beyond/", "results/")]
     assert all(i >= 0 for i in nav) and nav[0] < nav[1]
+
+
+def test_a_row_loads_its_own_sequence_parallelism_and_a_fit_row_none(open_page):
+    """Sequence parallelism is part of the planner's question, and its rows of tp 1 do without it (calc.plan): Load
+    unticks it there, so the page answers the row's own command (the CLI's for the row) instead of refusing the
+    box left ticked beside tp 1 and keeping the figure before (a fresh adversarial pass's two majors). A fit row
+    is one card: its Load unticks it too, as the CLI's --fit-card refuses --sequence-parallel."""
+    page, recorder = open_page("?tp=2&sequence-parallel=true")
+    wait_for_live_plan(page)
+    row = page.locator('[data-plan-row][data-tp="1"]').first
+    assert row.get_attribute("data-sequence-parallel") == "false"
+    names = ("dp", "tp", "pp", "zero", "recompute", "micro-batch", "grad-accum")
+    layout = {k: row.get_attribute(f"data-{k}") for k in names}
+    page.evaluate(WATCH_DRAWN)
+    row.locator("[data-plan-use]").click()
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert not page.is_checked('[data-calc-form] [name="sequence-parallel"]')
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == row.get_attribute("data-peak")
+    assert "--sequence-parallel" not in page.text_content('[data-out="cli"]')
+    assert page.locator('[data-calc-form] [aria-invalid="true"]').count() == 0
+    want = cli_json(["--tp", layout["tp"], "--dp", layout["dp"], "--pp", layout["pp"], "--zero", layout["zero"],
+                     "--recompute", layout["recompute"], "--micro-batch", layout["micro-batch"], "--grad-accum",
+                     layout["grad-accum"], "--json"])  # fmt: skip
+    assert want["peak"] == int(row.get_attribute("data-peak"))
+    page, recorder = open_page("?tp=2&sequence-parallel=true")
+    page.wait_for_function("() => document.querySelector('[data-fit-status]').textContent.includes('in your browser')",
+                           timeout=LIVE_TIMEOUT_MS)  # fmt: skip
+    fit = page.locator("tr[data-fit-row]").first
+    page.evaluate(WATCH_DRAWN)
+    fit.locator("[data-fit-use]").click()
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    assert not page.is_checked('[data-calc-form] [name="sequence-parallel"]')
+    assert page.input_value('[data-calc-form] [name="tp"]') == "1"
+    assert page.get_attribute('[data-out="peak"]', "data-bytes") == fit.get_attribute("data-peak")
+    assert page.locator('[data-calc-form] [aria-invalid="true"]').count() == 0 and recorder.errors == []

@@ -14,6 +14,9 @@ const countedLayouts = (n, limit) => n >= limit ? `The first ${n} layouts that f
 export function createPlanner(root, config, f, { ask, update }) {
   const layout = config.fields.layout;
   const fitFields = config.fields.fit;  // {field: the fit row's key}
+  // The planner's question's fields a row gives its own value of (sequence parallelism is off in a row of tp 1), and
+  // of those the ones a fit row, on one card, sets to their defaults: a Load leaves none the row's step refuses.
+  const rowAlso = config.fields.row_also, fitResets = config.fields.fit_resets;
   const rowNames = [...new Set([...layout, ...Object.keys(fitFields)])];
   const planner = {
     root: root.querySelector("[data-planner]"),
@@ -127,7 +130,9 @@ export function createPlanner(root, config, f, { ask, update }) {
   const fromRow = (tr, names) => Object.fromEntries(names.map(([name, key]) => [name, tr.dataset[datasetKey(key.replace(/_/g, "-"))]]));
   planner.body.addEventListener("click", (event) => {
     const button = event.target.closest("[data-plan-use]");
-    if (button && !button.disabled && question() === planner.shown) load(fromRow(button.closest("tr"), layout.map((n) => [n, n])));
+    if (button && !button.disabled && question() === planner.shown) {
+      load(fromRow(button.closest("tr"), [...layout, ...rowAlso].map((n) => [n, n])));
+    }
   });
   fitView.body.addEventListener("click", (event) => {
     const button = event.target.closest("[data-fit-use]");
@@ -138,6 +143,7 @@ export function createPlanner(root, config, f, { ask, update }) {
     for (const [name, value] of Object.entries(values)) {
       if ([undefined, "", "null", "None"].includes(value) || !f.applies(name, values.finetune)) delete values[name];
     }
+    for (const name of fitResets) values[name] = config.defaults[name];
     load(values);
   });
   // Before the worker is ready the rows stay the build-time ones: a question that differs says it waits for the

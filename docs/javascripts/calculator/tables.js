@@ -44,7 +44,7 @@ export function drawPlan(body, plan, maxDevices, none = `No layout up to ${forma
     data: {
       devices: row.devices, dp: row.dp, tp: row.tp, pp: row.pp, ep: row.ep, zero: row.zero,
       recompute: row.recompute, microBatch: row.micro_batch, gradAccum: row.grad_accum, ppSchedule: row.pp_schedule,
-      peak: row.peak, extraCompute: row.extra_compute,
+      sequenceParallel: row.sequence_parallel, flash: row.flash, peak: row.peak, extraCompute: row.extra_compute,
     },
     cells: [row.devices, row.dp, row.tp, row.pp, row.ep, row.zero, row.recompute, row.micro_batch,
       formatInt(row.grad_accum), sizeText(row.peak), row.display.extra_compute],
