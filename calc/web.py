@@ -127,21 +127,18 @@ def engine_text(step: dict) -> str:
     but under interleaved 1F1B, where a rank runs several: pipeline.stages_a_rank)."""
     par, name = step["config"]["parallel"], step["engine"]
     stages = stages_a_rank(par["pp_schedule"])  # several a rank: interleaved 1F1B
+    sp = " with sequence parallelism" if par["sequence_parallel"] else ""  # of the layers plan, wherever it runs
     words = ENGINE_WORDS[name] + {"ddp": " with ZeroRedundancyOptimizer" if par["zero"] == 1 else "",
                                   "fsdp2": f" with reshard_after_forward={par['zero'] == 3}" + (
-                                      f" over {par['tp']} tensor-parallel ranks of the layers plan"
-                                      + (" with sequence parallelism" if par["sequence_parallel"] else "")
+                                      f" over {par['tp']} tensor-parallel ranks of the layers plan{sp}"
                                       if par["tp"] > 1 else ""),
                                   "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
                                   + (f" with {stages} stages a rank" if stages > 1 else "")
                                   + (f", {BESIDE_STAGES.get(par['zero'])}"
                                      + (STATIC_GRAPH if stages > 1 and par["zero"] < 2 else "")
                                      + f" over {par['dp']} processes a stage" if par["dp"] > 1 else "")
-                                  + (f", the layers plan over {par['tp']} ranks a stage" + (
-                                      " with sequence parallelism" if par["sequence_parallel"] else "")
-                                     if par["tp"] > 1 else ""),
-                                  "tensor-parallel": f" {par['tp_plan']} plan" + (
-                                      " with sequence parallelism" if par["sequence_parallel"] else "")
+                                  + (f", the layers plan over {par['tp']} ranks a stage{sp}" if par["tp"] > 1 else ""),
+                                  "tensor-parallel": f" {par['tp_plan']} plan{sp}",
                                   }.get(name, "")  # fmt: skip
     alone = name == "pipeline" and stages == 1 and par["dp"] * par["tp"] == 1  # a rank a stage: named as its stage
     ranks, rank = step.get("rank_peaks", []), "stage" if alone else "rank"
