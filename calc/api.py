@@ -167,8 +167,8 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
     for s in range(par.pp):
         stage_peaks = [0] * par.dp  # each data-parallel rank's, walked once for the ranks alike
         for d, alike in _dp_ranks(args[0], par, s).items():
-            rank = pipeline.PipelineStage(par.pp, s, par.pp_schedule, m, par.dp, par.tp, par.zero == 2, d,
-                                          par.zero == 1, par.sequence_parallel)  # fmt: skip
+            rank = pipeline.PipelineStage(par.pp, s, par.pp_schedule, m, par.dp, par.tp, par.zero > 1, d,
+                                          par.zero == 1, par.sequence_parallel, par.zero == 3)  # fmt: skip
             segs = eager.segments(*args[:-1], loops.BARE, engine=rank)
             top = peak(segs)
             if busiest is None or top[0] > busiest[2][0]:
@@ -305,7 +305,7 @@ def walked(shape: Shape, seq: int, micro_batch: int, recipe: str, recompute: str
         alone = replace(par, dp=1, zero=0, flash=False, tp=1, pp=1, pp_schedule=SINGLE.pp_schedule,
                         tp_plan=SINGLE.tp_plan, sequence_parallel=False) == SINGLE
         two = par.dp > 1 and par.tp > 1 and par.pp == 1 and par.zero > 1  # FSDP2 x TP
-        staged = par.pp > 1 and (par.dp == 1 or par.tp == 1 or par.zero == 2)  # beside DDP, FSDP2, TP or FSDP2 x TP
+        staged = par.pp > 1 and (par.dp == 1 or par.tp == 1 or par.zero > 1)  # beside DDP, FSDP2, TP or FSDP2 x TP
         if not alone or (sum(n > 1 for n in (par.dp, par.tp, par.pp)) > 1 and not (two or staged)):
             raise ValueError("the eager walk runs data parallelism (DDP, ZeRO 1, FSDP2), tensor parallelism or a "
                              "pipeline alone, FSDP2 over tensor parallelism's ranks, or a pipeline beside DDP, FSDP2, "

@@ -481,11 +481,13 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
         below = layers.start - 1  # the model's numbers
         split = {"tp": stage.tp, "sp": stage.sequence} if stage.tp > 1 else {}  # the layers plan's
         how = {"stage": (first, last), "below": below, **split}
-        rp, st, replayed = _replayed(sub, args, **how)
-        later = _replayed(sub, args, accumulate=True, **how)[2]
-        forward = [_shifted(g, below) for g in replayed if g.events[0].phase == "forward"]
-        backward = ([_shifted(g, below) for g in replayed if g.events[0].phase != "forward"],
-                    [_shifted(g, below) for g in later if g.events[0].phase != "forward"])  # fmt: skip
+        wraps = _stage_fsdp(stage, optim_step.stage_groups(sub, first, last), unit) if stage.reshard else (None,)
+        runs = [(_replayed(sub, args, wrap=w, **how), _replayed(sub, args, accumulate=True, wrap=w, **how)[2])
+                for w in wraps]  # fmt: skip
+        (rp, st, replayed), later = runs[0]
+        forward, backward = _stage_runs(replayed, later, below)
+        whole = _stage_runs(runs[1][0][2], runs[1][1], below) if stage.reshard else None
+        whole = (whole[0], whole[1][1]) if whole else None
         mine = optim_step.stage_params(sub, tune, first, last)
         params += mine
         act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act) // (stage.tp if stage.sequence else 1))
@@ -496,6 +498,7 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
             stored += optim_step.stage_params(sub, tune, first, last, stored=True)
             gather, reduce = fsdp.staged(fsdp.FullyShard(stage.dp, False), optim_step.stage_groups(sub, first, last),
                                          unit, rp.blocks, below)  # fmt: skip
+            gather = () if stage.reshard else gather  # resharding after forward: gathered in each micro-batch
             held += sum(e.bytes for e in reduce if e.category == "gradients")  # the shards for the unsharded
         elif stage.dp > 1:  # DDP around the stage's module: its buckets (calc.engines.pipeline)
             b = ddp.DataParallel(stage.dp).buckets(mine, unit, rp.block)
@@ -503,7 +506,7 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
         after = [Event("backward", f"free {t.label}", t.category, rp.blocks(-t.nbytes), "the stage's backward returns: "
                        "the micro-batch's graph goes") for t in rp.after]  # fmt: skip
         parts[s] = pipeline.Part(forward, backward, 0 if last else act, rp.blocks(rp.sent.nbytes) if rp.sent else 0,
-                                 after, tuple(gather), tuple(reduce))  # fmt: skip
+                                 after, tuple(gather), tuple(reduce), whole)  # fmt: skip
         held += phases.gradients_held(backward[0])
     start = resident_state(sum(p.numel for p in params), recipe)
     if stage.zero1:  # ZeroRedundancyOptimizer: the rank's share of the stage's parameters (calc.engines.ddp)
@@ -521,6 +524,21 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
     end = _optimizer_end(params, recipe, device, tune, loop, rp.block)
     end.append(phases.zero_grad(held))
     return [Segment(tuple(start)), *stage.step(parts, logits), Segment(tuple(end))]
+
+
+def _stage_fsdp(stage: pipeline.PipelineStage, grouped: list, unit: int) -> tuple:
+    """The two ways FSDP2 resharding after forward wraps a stage's micro-batch (calc.engines.fsdp.in_stage): its
+    groups gathered as it runs, then found whole."""
+    engine = fsdp.FullyShard(stage.dp, True)
+    return tuple(lambda chunks, rp, gathering=g: fsdp.in_stage(chunks, engine, grouped, unit, rp.blocks, gathering)
+                 for g in (True, False))  # fmt: skip
+
+
+def _stage_runs(replayed: list[Segment], later: list[Segment], below: int) -> tuple[list, tuple[list, list]]:
+    """(a micro-batch's forward, (the first backward, a later one)) of a stage's replays, numbered as in the model."""
+    forward = [_shifted(g, below) for g in replayed if g.events[0].phase == "forward"]
+    return forward, ([_shifted(g, below) for g in replayed if g.events[0].phase != "forward"],
+                     [_shifted(g, below) for g in later if g.events[0].phase != "forward"])  # fmt: skip
 
 
 def _shifted(seg: Segment, below: int) -> Segment:
@@ -590,16 +608,18 @@ def _graph_goes(rp: Replay) -> list[Event]:
 
 
 @lru_cache(maxsize=4)  # the ranks of ZeRO 1 or FSDP2 differ in their optimizer only: one replay for all (calc.api)
-def _replayed(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None, **how):
+def _replayed(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None, wrap=None, **how):
     """(replay, step, segments) of one micro-batch: a few periods of each run of layers replayed, stretched to the
     model's depth (layer_spans, _stretch), or the whole model where the stretch cannot be checked. `how`: replay's
-    accumulate and loss_kind; `gathered`: FSDP2's groups gathered and reduced around the layers (calc.engines.fsdp)."""
+    accumulate and loss_kind; `gathered`: FSDP2's groups gathered and reduced around the layers (calc.engines.fsdp);
+    `wrap`: (chunks, replay) -> chunks, an engine's events put around a pipeline stage's (_stage_fsdp)."""
     spans = layer_spans(shape, args[-1])
+    around = wrap or (lambda chunks, rp: _sharded(chunks, shape, args[2], rp, gathered, args[-1]))
     rp, st = replay(shape, *args, **how, layers=[lo for lo, _ in spans])
-    replayed = _stretch(_sharded(_chunks(rp.events), shape, args[2], rp, gathered, args[-1]), spans)
+    replayed = _stretch(around(_chunks(rp.events), rp), spans)
     if replayed is None:
         rp, st = replay(shape, *args, **how)
-        replayed = _merge(_sharded(_chunks(rp.events), shape, args[2], rp, gathered, args[-1]))
+        replayed = _merge(around(_chunks(rp.events), rp))
     return rp, st, replayed
 
 

@@ -542,11 +542,6 @@ def engine_field_problem(engine: str, par: Parallel) -> tuple[str, str] | None:
     if (par.pp > 1 or par.tp > 1) and par.dp == 1:
         return "engine", ("names the engine over data-parallel processes: give --dp 2 or more (DDP or FSDP2 beside "
                           "--pp, FSDP2 beside --tp)")  # fmt: skip
-    if par.pp > 1 and str(par.zero) not in {"ddp": "01", "fsdp2": "2"}.get(engine, str(par.zero)):
-        return "engine", {"ddp": "DDP beside a pipeline's stages runs ZeRO 0, or 1 (ZeroRedundancyOptimizer beside "
-                                 "it): --zero 0 or 1 (ZeRO 2 is FSDP2's)",
-                          "fsdp2": "FSDP2 beside a pipeline's stages runs with reshard_after_forward=False: --zero 2 "
-                                   "(ZeRO 0 is DDP's)"}[engine]  # fmt: skip
     if par.dp == 1:
         return "engine", "names the engine over data-parallel processes: give --dp 2 or more"
     if str(par.zero) not in ENGINES[engine]:
@@ -642,7 +637,7 @@ def engine_problem(shape: Shape, par: Parallel, recipe: str, device: str, tune: 
         return "finetune", ("LoRA on a mixture of experts is measured on one device only: no walk answers it over "
                             "several processes yet")  # fmt: skip
     if par.pp > 1:  # beside tensor parallelism, the layers plan's checks too
-        if par.zero == 2 and par.dp * par.tp > FSDP2_RANKS:
+        if par.zero > 1 and par.dp * par.tp > FSDP2_RANKS:
             return "dp", f"the eager walk's FSDP2 beside a pipeline walks each rank's rows: at most {FSDP2_RANKS:,} "\
                 "data- and tensor-parallel processes a stage"
         return pipeline_problem(shape, par, recipe, device, tune, loop) or (  # a pipeline's micro-batches

@@ -116,7 +116,8 @@ ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel":
                 "pipeline": "torch's pipelining"}
 
 
-BESIDE_STAGES = {0: "DDP", 1: "DDP with ZeroRedundancyOptimizer", 2: "FSDP2 (reshard_after_forward=False)"}
+BESIDE_STAGES = {0: "DDP", 1: "DDP with ZeroRedundancyOptimizer", 2: "FSDP2 (reshard_after_forward=False)",
+                 3: "FSDP2 (reshard_after_forward=True)"}
 # DDP under interleaved 1F1B: with torch 2.13's defaults its reducer fails at the second step (calc.engines.pipeline)
 STATIC_GRAPH = " (static_graph=True, which runs where torch's defaults fail)"
 
@@ -237,8 +238,8 @@ def engine_band(step: dict, tune) -> str:
     tp-eager: the layers plan under eager attention; FSDP2's over tensor parallelism, fsdp2-tp and fsdp2-zero2-tp,
     and fsdp2-tp-sp with sequence parallelism; FSDP2's with peft's LoRA; a pipeline's schedule, pp-1f1b, with -ddp
     -fsdp2 or -tp where DDP, FSDP2 or the layers plan runs beside its stages, -ddp-zero1 where DDP does with
-    ZeroRedundancyOptimizer, -fsdp2-tp where FSDP2 over the layers plan does, -tp-sp where the layers plan does
-    with its sequence parallelism)."""
+    ZeroRedundancyOptimizer, -fsdp2-zero3 where FSDP2 does resharding after forward, -fsdp2-tp where FSDP2 over the
+    layers plan does, -tp-sp where the layers plan does with its sequence parallelism)."""
     par, name = step["config"]["parallel"], step["engine"]
     two = ("-tp" + "-sp" * par["sequence_parallel"]) if par["tp"] > 1 else ""  # FSDP2 x TP
     band = {"ddp": "ddp-zero1" if par["zero"] == 1 else "ddp",
@@ -246,9 +247,9 @@ def engine_band(step: dict, tune) -> str:
             "tensor-parallel": "tp-hf" if par["tp_plan"] == "transformers" else
                                "tp-sp" if par["sequence_parallel"] else
                                "tp-eager" if step["config"]["attention"] == "eager" else "tp",
-            "pipeline": f"pp-{par['pp_schedule']}" + ("-fsdp2" if par["zero"] == 2 else "-ddp" if par["dp"] > 1 else
+            "pipeline": f"pp-{par['pp_schedule']}" + ("-fsdp2" if par["zero"] > 1 else "-ddp" if par["dp"] > 1 else
                                                       "") + ("-tp" if par["tp"] > 1 else "")
-                        + ("-zero1" if par["zero"] == 1 else "") + ("-sp" if par["sequence_parallel"] else "")
+                        + {1: "-zero1", 3: "-zero3"}.get(par["zero"], "") + ("-sp" if par["sequence_parallel"] else "")
             }[name]  # fmt: skip
     return band if tune.mode == "full" else f"{band}-{tune.mode}"  # fsdp2-lora measured; ddp-freeze... not
 

@@ -1158,8 +1158,10 @@ and under `pp-1f1b-ddp-zero1` the stage's parameters are stepped by `ZeroRedunda
 over the same dimension beside that DDP;
 under `pp-1f1b-fsdp2` `fully_shard` runs on each of the stage's layers and then on the stage's module over "dp" with
 `reshard_after_forward=False` (torchtitan's default beside a pipeline; the stage runs every backward without
-resharding or reducing, and reduce-scatters every group once its backwards end); under both each process of a stage
-has its own batch; under `pp-1f1b-tp` the `tp` plan splits each decoder layer over the "tp" dimension before the
+resharding or reducing, and reduce-scatters every group once its backwards end), and under `pp-1f1b-fsdp2-zero3`
+and `pp-gpipe-fsdp2-zero3` (1F1B and GPipe) with `reshard_after_forward=True` (torch's default: each forward
+reshards every group as it returns, and a backward after a forward gathers them again); under both each process of
+a stage has its own batch; under `pp-1f1b-tp` the `tp` plan splits each decoder layer over the "tp" dimension before the
 stages are cut, both processes of a stage on one batch, and under `pp-1f1b-tp-sp` with its sequence parallelism
 (as `tp-sp`: the model's first layer cuts the sequence on the first stage, the stages send and receive s / 2
 positions, each stage module's rotary tables made for the whole sequence). `pp-1f1b-fsdp2-tp` is torchtitan's
@@ -1180,7 +1182,8 @@ The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, 
 `--walk eager --pp N --pp-schedule 1f1b|gpipe|interleaved-1f1b --grad-accum M` (with `--dp 2 --engine ddp` for
 `pp-1f1b-ddp` and `pp-interleaved-1f1b-ddp`, `--dp 2 --zero 1 --engine ddp` for `pp-1f1b-ddp-zero1` and
 `pp-interleaved-1f1b-ddp-zero1`, `--dp 2 --zero 2 --engine fsdp2` for
-`pp-1f1b-fsdp2`, `--tp 2` for `pp-1f1b-tp` (and `--sequence-parallel` for `pp-1f1b-tp-sp`), all three of
+`pp-1f1b-fsdp2` (`--zero 3` for `pp-1f1b-fsdp2-zero3` and `pp-gpipe-fsdp2-zero3`), `--tp 2` for `pp-1f1b-tp`
+(and `--sequence-parallel` for `pp-1f1b-tp-sp`), all three of
 `--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`), from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
@@ -1222,7 +1225,9 @@ merged (`calc/engines/pipeline.py`); beside DDP, each stage's buckets (a second 
 DDP wraps the stage's module), and with ZeroRedundancyOptimizer the rank's share of the stage's AdamW (its
 moments and its step's temporaries, `calc/engines/ddp.py` `partition`); beside FSDP2, the rank's rows of the stage's
 weights and of AdamW's state, every
-group all-gathered and copied out before the first micro-batch and kept whole all step, the gradients accumulated
+group all-gathered and copied out before the first micro-batch and kept whole all step (under `-zero3` gathered in
+each forward, unless a backward just before left it whole, and let go as the forward returns; gathered again by
+each backward that follows a forward, and kept: `calc/engines/fsdp.py` `in_stage`), the gradients accumulated
 whole, and each group resharded and reduce-scattered in turn, root first, once the backwards end
 (`calc/engines/fsdp.py`, `staged`), over the layers plan's tensors where both run beside it; beside the layers
 plan, each stage's step of the narrower model one rank runs (as
@@ -1282,11 +1287,10 @@ PyTorch's allocator and not counted; on CUDA the buckets' rounding is from sourc
 
 def peers(row: dict, rank: int) -> list[dict]:
     """The ranks whose step is a rank's own, itself among them: every rank of the case, or beside a pipeline's
-    stages (pp-1f1b-ddp, pp-1f1b-ddp-zero1, pp-1f1b-fsdp2, pp-1f1b-tp and the interleaved ones beside DDP: a (pp, 2)
-    mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2))
-    those of its
-    stage."""
-    if row["engine"].endswith(("-ddp", "-fsdp2", "-tp", "-ddp-zero1", "-tp-sp")) and row["engine"].startswith("pp-"):
+    stages (pp-1f1b-ddp, pp-1f1b-ddp-zero1, pp-1f1b-fsdp2 and its -zero3, pp-1f1b-tp and the interleaved ones
+    beside DDP: a (pp, 2) mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2)) those of its stage."""
+    beside = ("-ddp", "-fsdp2", "-tp", "-ddp-zero1", "-tp-sp", "-fsdp2-zero3")
+    if row["engine"].endswith(beside) and row["engine"].startswith("pp-"):
         size = row["world"] // (row["micro_batches"] // 2)  # a stage's processes: micro-batches are twice the stages
         return row["ranks"][rank - rank % size : rank - rank % size + size]
     return row["ranks"]

@@ -205,12 +205,84 @@ def around(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped: l
     return out
 
 
+def in_stage(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]],
+             unit: int, blocks, gathering: bool) -> list[tuple[int, list[Event]]]:  # fmt: skip
+    """One micro-batch's chunks through a pipeline stage (calc.engines.pipeline) under FSDP2 with
+    reshard_after_forward=True, with its events put around them: `grouped` the stage's groups (its root, maybe
+    nothing, then its layers: optim_step.stage_groups), `unit` and `blocks` as `around` takes them; `gathering`:
+    whether the stage's groups are sharded when the micro-batch's forward begins, and again when its backward
+    does (the stage ran a forward just before it), or whole (it ran a backward just before).
+
+    - Forward: sharded, each group is gathered in its pre-forward hook as `around` gathers it (the root before
+      the stage's first op); whole, none is. Either way each layer reshards in its post-forward, and the root
+      (with the last all-gather output, where one was made) once the stage's forward returns: on the last stage
+      as its output, the logits, is made (the schedule's loss_fn runs outside the module), on the others after
+      its last op.
+    - Backward, sharded: the root's pre-backward hook (on the stage's output) gathers it and prefetches the last
+      layer, as `around`'s does, when the logits' gradient is made on the last stage; on the others the last
+      layer's hook, registered on the same output first, gathers that layer and prefetches the one below, then
+      the root's gathers the root. Each layer's pre-backward then copies out what was prefetched and prefetches
+      the layer below. Whole: nothing is gathered. No group reshards or reduces: PipelineStage runs every
+      backward under set_reshard_after_backward(False) and set_requires_gradient_sync(False), and `staged`'s
+      reductions follow the step's last one."""
+    gs, root, last = _Groups(engine, grouped, unit, blocks), bool(grouped[0][0]), len(grouped) - 1
+
+    def whole(g: int, at: int, phase: str = "forward") -> list[Event]:  # group g gathered and copied out
+        out = gs.gather(phase, g, at) + gs.copy_out(phase, g)
+        return out + (gs.drop_gathered(phase, g, at) if phase == "backward" else [])
+
+    def ahead(layer: int) -> list[Event]:  # the layer below `layer` prefetched in its pre-backward
+        return gs.gather("backward", layer - 1, layer, True) if layer > 1 else []
+
+    fwd = [i for i, (_, evs) in enumerate(chunks) if evs[0].phase == "forward"]
+    returned = _after(chunks[fwd[-1]][1], lambda e: e.category == "logits" and e.bytes > 0)  # the stage's output
+    out: list[tuple[int, list[Event]]] = []
+    seen: set[int] = set()  # the layers whose forward has run (autocast's cache is freed in later chunks of them)
+    for i, (layer, evs) in enumerate(chunks):
+        before, after = [], []
+        if i in fwd:
+            before = whole(0, 0) if gathering and root and i == 0 else []
+            if layer and layer not in seen:
+                seen.add(layer)
+                below = gs.drop_gathered("forward", layer - 1, layer) if layer > 1 or root else []
+                before += whole(layer, layer) + below if gathering else []
+                after = gs.reshard("forward", layer)
+            if i == fwd[-1]:  # the stage's forward returns: after its output, or after its last op
+                ends = (gs.reshard("forward", 0) if root else []) + (
+                    gs.drop_gathered("forward", last, 0) if gathering else [])  # fmt: skip
+                evs, after = (evs[:returned] + ends + evs[returned:], after) if returned else (evs, after + ends)
+        elif gathering and layer:
+            held = i == len(fwd)  # the stage's backward begins with this layer: its hook runs first
+            before = whole(layer, layer, "backward") if held else gs.copy_out("backward", layer) + gs.drop_gathered(
+                "backward", layer, layer)  # fmt: skip
+            before += ahead(layer) + (whole(0, layer, "backward") if held and root else [])
+        elif gathering and i == len(fwd):  # the head's backward: the root's hook at the logits' gradient
+            hook = whole(0, 0, "backward") + gs.gather("backward", last, 0, True)
+            at = _after(evs, lambda e: e.label == "gradient of logits") or 0
+            evs = evs[:at] + hook + evs[at:]
+        out.append((layer, before + evs + after))
+    return out
+
+
+def _after(evs: list[Event], made) -> int | None:
+    """Where in `evs` the op has returned that made the first event `made` accepts: after that event and the frees
+    that follow it (the op's inputs let go); None where no event is such."""
+    at = next((i for i, e in enumerate(evs) if made(e)), None)
+    if at is None:
+        return None
+    at += 1
+    while at < len(evs) and evs[at].bytes < 0:
+        at += 1
+    return at
+
+
 def staged(engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]], unit: int, blocks,
            below: int = 0) -> tuple[list[Event], list[Event]]:  # fmt: skip
     """FSDP2 on one pipeline stage's layers and module (calc.engines.pipeline), reshard_after_forward=False as
     torchtitan runs it beside a pipeline: `grouped` the stage's groups (its root: what of the embedding, final
     norm and head it holds, maybe nothing; then its layers, the model's layers `below` + 1 on), `unit` and
-    `blocks` as `around` takes them. Two lists of events:
+    `blocks` as `around` takes them. Two lists of events (with reshard_after_forward=True the second only, the
+    groups gathered in the micro-batches instead: in_stage):
 
     - Before the stage's first micro-batch: each group all-gathered and copied out in forward order (root first),
       each all-gather's output freed at the next copy-out (the last one at once, where torch keeps it until the

@@ -50,10 +50,15 @@ outermost: rank stage x dp + d, or stage x tp + t):
   bucket rebuild counting each parameter twice (reducer.cpp's INTERNAL ASSERT, in torch 2.13 on gloo). It holds
   the same buckets.
 - FSDP2 (`dp`, `shard`): fully_shard on each of the stage's layers and on its module over its data-parallel
-  group, reshard_after_forward=False (torchtitan's default beside a pipeline): every group is gathered in the
-  first micro-batch's forward and stays whole for the step, the gradients accumulate unsharded, and the stage
-  reduce-scatters them group by group once its backwards end (calc.engines.fsdp.staged). 1F1B and GPipe only:
-  interleaved 1F1B's runtime reduces each stage at its own point of the order, not modelled.
+  group. With reshard_after_forward=False (ZeRO 2, torchtitan's default beside a pipeline) every group is
+  gathered in the first micro-batch's forward and stays whole for the step. With True (`reshard`, ZeRO 3,
+  torch's default and torchtitan's "always") every forward reshards each group as it returns; a backward finds
+  them sharded after a forward and gathers them again, and leaves them whole (the stage's backwards run under
+  set_reshard_after_backward(False)), so a forward after a backward gathers nothing and a backward after a
+  backward nothing either (calc.engines.fsdp.in_stage). Either way the gradients accumulate unsharded, and the
+  stage reduce-scatters them group by group once its backwards end (perform_reduce_grad,
+  calc.engines.fsdp.staged). 1F1B and GPipe only: interleaved 1F1B's runtime reduces each stage at its own
+  point of the order, not modelled.
 - The layers plan (`tp`): every decoder layer's linears split over the stage's tensor-parallel group as one
   device's are (calc.engines.tensor); the embedding, the final norm and the head stay whole, so the activations
   a stage sends and receives are whole too. With its sequence parallelism (`sequence`, applied to the model
@@ -99,6 +104,9 @@ class Part(NamedTuple):
     after: list[Event]
     gather: tuple[Event, ...] = ()  # FSDP2 beside the stage: before its first micro-batch
     reduce: tuple[Event, ...] = ()  # and once its backwards end (perform_reduce_grad)
+    whole: tuple[list[Segment], list[Segment]] | None = None  # FSDP2 resharding after forward: a forward and a
+    # later backward run where the stage's last op was a backward, its groups whole (calc.engines.fsdp.in_stage);
+    # `forward` and `backward` are then the runs that gather them
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,7 @@ class PipelineStage:
     dp_rank: int = 0  # which of them: FSDP2's rows of a parameter may differ by rank, ZeRO-1's share
     zero1: bool = False  # ZeroRedundancyOptimizer beside DDP: the rank's share of the stage's AdamW (calc.engines.ddp)
     sequence: bool = False  # the layers plan's sequence parallelism: a stage sends and receives s / tp positions
+    reshard: bool = False  # FSDP2's reshard_after_forward (shard): True (ZeRO 3) or False (ZeRO 2)
 
     @property
     def count(self) -> int:
@@ -209,13 +218,16 @@ class PipelineStage:
                     frees.setdefault((s, k), []).append(Event("backward", f"free the stage's {what} ({self._of(s, i)})",
                                                                "activations", -nbytes, f"{SOURCE}: its send let go"))
         done: dict[int, int] = {}  # backwards run, by stage
+        after_b: set[int] = set()  # the stages whose last op was a backward (FSDP2's groups left whole)
         for s, kind, i in self.order():
             part, tag = parts[s], f" ({self._of(s, i)})"
+            whole = part.whole if s in after_b else None
+            (after_b.add if kind == "B" else after_b.discard)(s)
             if kind == "F":
                 segs += [Segment(part.gather)] if part.gather and not i else []
-                segs += _labelled(part.forward, tag)
+                segs += _labelled(whole[0] if whole else part.forward, tag)
                 continue
-            segs += _labelled(part.backward[0] if not done.get(s) else part.backward[1], tag)
+            segs += _labelled(part.backward[0] if not done.get(s) else whole[1] if whole else part.backward[1], tag)
             done[s] = done.get(s, 0) + 1
             tail = [e._replace(label=e.label + tag) for e in part.after] + frees.get((s, i), [])
             if tail:
@@ -281,19 +293,13 @@ def _interleaved(pp: int, rank: int, m: int) -> list[tuple[int, str, int]]:
 
 def beside_problem(par: Parallel) -> tuple[str, str] | None:
     """(field, message) where what runs beside a pipeline's stages is not what the eager walk replays (DDP, with
-    ZeroRedundancyOptimizer or not, or FSDP2 with reshard_after_forward=False over each stage's module, the layers
-    plan over each stage's layers, or FSDP2 over it), or None: the one rule the CLI, the page (calc.inputs) and
-    calc.step (calc.api) read."""
-    if par.zero == 3:
-        return "zero", ("the eager walk's pipeline runs beside DDP (ZeRO 0, or 1 with ZeroRedundancyOptimizer) or "
-                        "FSDP2 with reshard_after_forward=False (ZeRO 2, torchtitan's default beside a pipeline): "
-                        "FSDP2 resharding after each forward beside its stages is not modelled yet: --zero 0, 1 or 2, "
-                        "or the deck walk")  # fmt: skip
-    if par.dp > 1 and par.tp > 1 and par.zero != 2:
+    ZeroRedundancyOptimizer or not, or FSDP2 over each stage's module, the layers plan over each stage's layers,
+    or FSDP2 over it), or None: the one rule the CLI, the page (calc.inputs) and calc.step (calc.api) read."""
+    if par.dp > 1 and par.tp > 1 and par.zero < 2:
         return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
-                      "FSDP2 over tensor parallelism's ranks (--zero 2), not DDP and tensor parallelism together: "
-                      "--dp 1, --tp 1 or --zero 2, or the deck walk")  # fmt: skip
-    if par.zero == 2 and stages_a_rank(par.pp_schedule) > 1:
+                      "FSDP2 over tensor parallelism's ranks (--zero 2 or 3), not DDP and tensor parallelism together: "
+                      "--dp 1, --tp 1 or --zero 2 or 3, or the deck walk")  # fmt: skip
+    if par.zero > 1 and stages_a_rank(par.pp_schedule) > 1:
         return "pp-schedule", ("the eager walk's FSDP2 beside a pipeline runs one stage a rank (under interleaved "
                                "1F1B FSDP2 reduces each stage at its own point of the order, not modelled): "
                                "--pp-schedule 1f1b or gpipe, or --zero 0 or 1")  # fmt: skip

@@ -86,24 +86,27 @@ ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-
            "fsdp2-tp": 3, "fsdp2-zero2-tp": 2, "fsdp2-tp-sp": 3, "fsdp2-lora": 3, "fsdp2-zero2-lora": 2,
            "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0, "pp-1f1b-ddp": 0, "pp-1f1b-tp": 0,
            "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2, "pp-1f1b-ddp-zero1": 1, "pp-interleaved-1f1b-ddp": 0,
-           "pp-interleaved-1f1b-ddp-zero1": 1, "pp-1f1b-tp-sp": 0}  # its ZeRO
+           "pp-interleaved-1f1b-ddp-zero1": 1, "pp-1f1b-tp-sp": 0, "pp-1f1b-fsdp2-zero3": 3,
+           "pp-gpipe-fsdp2-zero3": 3}  # its ZeRO
 # pp-1f1b-ddp, pp-1f1b-tp: 1F1B over 2 stages beside DDP over each stage's module, or the layers plan over each
 # stage's layers, on a (pp, dp) or (pp, tp) mesh of 4 processes (torchtitan's order: the pipeline's outermost)
 BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",), "pp-1f1b-fsdp2-tp": ("dp", "tp"),
           "pp-1f1b-ddp-zero1": ("dp",), "pp-interleaved-1f1b-ddp": ("dp",), "pp-interleaved-1f1b-ddp-zero1": ("dp",),
-          "pp-1f1b-tp-sp": ("tp",)}
+          "pp-1f1b-tp-sp": ("tp",), "pp-1f1b-fsdp2-zero3": ("dp",), "pp-gpipe-fsdp2-zero3": ("dp",)}
 # the mesh's dimensions beside the pipeline's, 2 processes each; pp-1f1b-fsdp2: fully_shard on each
 # stage's layers and on the stage's module over "dp", reshard_after_forward=False (torchtitan's default beside a
 # pipeline); pp-1f1b-ddp-zero1: DDP over each stage's module and ZeroRedundancyOptimizer(optimizer_class=AdamW) over
 # the stage's parameters, both over the stage's "dp" group; pp-interleaved-1f1b-ddp(-zero1): the same under
 # interleaved 1F1B, DDP over each of the rank's two stage modules and one ZeroRedundancyOptimizer over both;
 # pp-1f1b-tp-sp: pp-1f1b-tp with torchtitan's sequence parallelism over "tp" (sequence_parallel), applied before the
-# stages are cut: the first layer cuts the sequence, the stages send and receive s / tp positions
+# stages are cut: the first layer cuts the sequence, the stages send and receive s / tp positions;
+# pp-1f1b-fsdp2-zero3, pp-gpipe-fsdp2-zero3: pp-1f1b-fsdp2 with reshard_after_forward=True (torch's default, and
+# torchtitan's under its "always" policy), under 1F1B or GPipe
 
 
 def schedule_of(engine: str) -> str:
     """A pipeline case's schedule, as --pp-schedule names it."""
-    for beside in ("-sp", "-zero1", "-ddp", "-tp", "-fsdp2"):
+    for beside in ("-sp", "-zero1", "-zero3", "-ddp", "-tp", "-fsdp2"):
         engine = engine.removesuffix(beside)
     return engine[3:]
 TWO_D = ("fsdp2-tp", "fsdp2-zero2-tp", "fsdp2-tp-sp")  # FSDP2 x TP: reshard_after_forward True (torch's default)
@@ -125,6 +128,7 @@ FSDP2_LORA = {"fsdp2-lora": (2, 3), "fsdp2-zero2-lora": (2,)}
 PIPELINES = {"pp-1f1b": (2, 4), "pp-gpipe": (2, 4), "pp-interleaved-1f1b": (2,)}
 # a (2, 2) mesh: 2 pipeline ranks of 2 stages each (4 stages), each beside DDP over its data-parallel pair
 INTERLEAVED_DDP = {"pp-interleaved-1f1b-ddp": (4,), "pp-interleaved-1f1b-ddp-zero1": (4,)}
+FSDP2_ZERO3 = {"pp-1f1b-fsdp2-zero3": (4,), "pp-gpipe-fsdp2-zero3": (4,)}  # 2 stages of 2 FSDP2 processes
 MEASURED = {
     "llama": {**WORLDS, **TP, "fsdp2-zero2-tp": (4,), **FSDP2_LORA},
     "qwen3": {**WORLDS, **TP, **FSDP2_LORA},
@@ -134,9 +138,9 @@ MEASURED = {
                   "fsdp2-tp-sp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,), "pp-1f1b-ddp": (4,),
                 "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,), "pp-1f1b-ddp-zero1": (4,),
-                "pp-1f1b-tp-sp": (4,), **INTERLEAVED_DDP},
+                "pp-1f1b-tp-sp": (4,), **INTERLEAVED_DDP, **FSDP2_ZERO3},
     "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-tp-sp": (4,),
-                "pp-1f1b-ddp-zero1": (4,), **INTERLEAVED_DDP},
+                "pp-1f1b-ddp-zero1": (4,), **INTERLEAVED_DDP, **FSDP2_ZERO3},
     "llama-6": {"pp-interleaved-1f1b": (2, 3), **INTERLEAVED_DDP},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
 }
 
@@ -210,12 +214,13 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                     # bucket rebuild counting every parameter twice (INTERNAL ASSERT, reducer.cpp)
                     modules[-1] = torch.nn.parallel.DistributedDataParallel(
                         modules[-1], process_group=mesh["dp"].get_group(), static_graph=local > 1)
-                if engine.startswith("pp-1f1b-fsdp2"):  # FSDP2 over it: each layer a group, then the stage's module
+                if "-fsdp2" in engine:  # FSDP2 over it: each layer a group, then the stage's module
                     from torch.distributed.fsdp import fully_shard
 
+                    reshard = ENGINES[engine] == 3
                     for layer in modules[-1].layers:
-                        fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=False)
-                    fully_shard(modules[-1], mesh=mesh["dp"], reshard_after_forward=False)
+                        fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=reshard)
+                    fully_shard(modules[-1], mesh=mesh["dp"], reshard_after_forward=reshard)
                 pipes.append(PipelineStage(modules[-1], s, local * pp, torch.device("cpu"), group=group))
             del net  # the stages keep their own modules; the rest of the model goes
             schedule = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe,
@@ -461,7 +466,9 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
                   "pp-1f1b-fsdp2-tp": ["--dp", 2, "--zero", 2, "--engine", "fsdp2", "--tp", 2],
                   "pp-interleaved-1f1b-ddp": ["--dp", 2, "--engine", "ddp"],
                   "pp-interleaved-1f1b-ddp-zero1": ["--dp", 2, "--engine", "ddp", "--zero", 1],
-                  "pp-1f1b-tp-sp": ["--tp", 2, "--sequence-parallel"]}.get(engine, [])
+                  "pp-1f1b-tp-sp": ["--tp", 2, "--sequence-parallel"],
+                  "pp-1f1b-fsdp2-zero3": ["--dp", 2, "--zero", 3, "--engine", "fsdp2"],
+                  "pp-gpipe-fsdp2-zero3": ["--dp", 2, "--zero", 3, "--engine", "fsdp2"]}.get(engine, [])
         return [str(a) for a in [*run, *pipe, *beside]]
     tp = engine.startswith("tp")
     run += ["--tp" if tp else "--dp", world // TP_OF_2D if engine in TWO_D else world]

@@ -204,8 +204,9 @@ def test_eager_refuses_parallelism_and_unknown_walks():
     for par in (calc.Parallel(pp=2, dp=2, tp=2), calc.Parallel(dp=2, tp=2)):
         with pytest.raises(ValueError, match=r"\(DDP, ZeRO 1, FSDP2\), tensor parallelism or a\s+pipeline alone"):
             calc.step(DECODER, 8, 16, par=par, walk="eager")
-    for par in (calc.Parallel(pp=2, dp=2, zero=3), calc.Parallel(pp=2, dp=2, tp=2, zero=2, sequence_parallel=True)):
-        with pytest.raises(ValueError, match=r"pipeline runs (beside DDP \(ZeRO 0, or 1|sequence parallelism beside)"):
+    for par in (calc.Parallel(pp=2, dp=2, zero=3, pp_schedule="interleaved-1f1b"),
+                calc.Parallel(pp=2, dp=2, tp=2, zero=2, sequence_parallel=True)):
+        with pytest.raises(ValueError, match=r"pipeline (runs one stage a rank|runs sequence parallelism beside)"):
             calc.step(DECODER, 8, 16, par=par, walk="eager")
     with pytest.raises(ValueError, match="unknown walk"):
         calc.step(DECODER, 8, 16, walk="lazy")

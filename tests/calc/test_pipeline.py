@@ -1,6 +1,7 @@
 """Pipeline parallelism as torch.distributed.pipelining runs it (calc.engines.pipeline): the schedules' order, what
 each stage keeps and lets go, the eager walk of every stage, and the flags that ask for it."""
 
+import itertools
 import json
 from dataclasses import replace
 
@@ -195,7 +196,7 @@ def test_cli_gives_every_stages_peak(capsys):
         (["--pp", "2", "--preset", "qwen3-30b-a3b"], "--walk"),  # experts
         (["--pp", "2", "--recipe", "mixed"], "--recipe"),
         (["--pp", "2", "--dp", "2", "--tp", "2"], "--pp"),  # DDP and tensor parallelism beside one pipeline
-        (["--pp", "2", "--dp", "2", "--zero", "3"], "--zero"),  # FSDP2 resharding after each forward
+        (["--pp", "2", "--dp", "2", "--zero", "3", "--pp-schedule", "interleaved-1f1b"], "--pp-schedule"),
         (["--pp", "2", "--dp", "2", "--zero", "2", "--pp-schedule", "interleaved-1f1b"], "--pp-schedule"),
         (["--pp", "2", "--dp", "2", "--zero", "2", "--engine", "ddp"], "--engine"),
         (["--pp", "2", "--dp", "2", "--engine", "fsdp2"], "--engine"),
@@ -299,6 +300,36 @@ def test_a_stage_under_fsdp2_gathers_once_reduces_once_and_ends_where_it_started
         assert alone - whole < peak(segs)[0] < alone + whole
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_a_stage_under_fsdp2_resharding_after_forward_gathers_where_its_groups_were_let_go(schedule, recompute):
+    """Beside FSDP2 with reshard_after_forward=True (ZeRO 3) a stage gathers its groups in a micro-batch's forward
+    unless its last op was a backward (which leaves them whole), and in a backward only after a forward; every
+    forward ends with them resharded, so the rank holds only its shards of the weights between a forward and the
+    next op; it reduce-scatters each group once after its last backward and ends where it started."""
+    pp, m = 4, 8
+    for s in range(pp):
+        rank = PipelineStage(pp, s, schedule, m, 2, 1, True, 0, reshard=True)
+        segs = eager_step.segments(calc.PRESETS[UNTIED], 512, 1, "fp32-full", recompute, "sdpa", "cpu", engine=rank)
+        events = [e for seg in segs for _ in range(seg.repeats) for e in seg.events]
+        groups = len(stage_layers(calc.PRESETS[UNTIED], pp, s)) + (s in (0, pp - 1))  # the root: outer tensors
+        kinds = [kind for _, kind, _ in rank.order()]
+        after = zip(kinds, [None, *kinds[:-1]], strict=True)  # each op, and the stage's op before it
+        gathering = sum((k == "F" and was != "B") or (k == "B" and was == "F") for k, was in after)
+        assert sum("flat output" in e.label for e in events) == groups * gathering, s
+        assert sum("flat input" in e.label for e in events) == groups  # one reduce-scatter a group
+        shards, weights, ends = segs[0].events[0].bytes, 0, 0
+        assert segs[0].events[0].category == "weights"
+        for e, then in itertools.pairwise(events):
+            weights += e.bytes if e.category == "weights" else 0
+            ours = e.phase == "forward" and e.label.endswith(")") and "(micro-batch" in e.label
+            if ours and (then.phase != "forward" or then.label[-4:] != e.label[-4:]):
+                ends += 1  # the last event of a micro-batch's forward (its label ends "micro-batch k)")
+                assert weights == shards, (s, e.label)
+        assert ends == m  # each forward's
+        assert sum(e.bytes for e in events) == sum(e.bytes for e in segs[0].events)
+
+
 def test_fsdp2_beside_a_pipeline_lists_each_ranks_rows(capsys):
     """--pp 2 --dp 3 --zero 2: FSDP2's last rank holds fewer rows where 3 does not divide a tensor's (a width of
     4,000 here), so a stage's ranks differ; --json lists all 6, the pipeline's dimension outermost."""
@@ -319,9 +350,9 @@ def test_fsdp2_beside_a_pipeline_lists_each_ranks_rows(capsys):
 @pytest.mark.parametrize(
     ("flags", "suggests"),
     [
-        (["--dp", "2", "--engine", "fsdp2"], "--zero 2 (ZeRO 0 is DDP's)"),  # not "--zero 3", refused beside it
-        (["--dp", "2", "--zero", "2", "--engine", "ddp"], "--zero 0 or 1 (ZeRO 2 is FSDP2's)"),
-        (["--dp", "2", "--zero", "1", "--engine", "fsdp2"], "--zero 2 (ZeRO 0 is DDP's)"),
+        (["--dp", "2", "--engine", "fsdp2"], "--zero 3 (reshard_after_forward=True, its default) or 2 (False)"),
+        (["--dp", "2", "--zero", "2", "--engine", "ddp"], "--zero 0, or 1 (ZeroRedundancyOptimizer beside it)"),
+        (["--dp", "2", "--zero", "1", "--engine", "fsdp2"], "ZeRO 0 and 1 are DDP's"),
         (["--engine", "fsdp2"], "DDP or FSDP2 beside --pp"),
     ],
 )

@@ -26,8 +26,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     with 4 key/value heads; peft's LoRA under FSDP2 at 2 and 3 (stage 3) and 2
     (stage 2) on Llama and Qwen3; torch's pipelining under 1F1B and GPipe at 2 and 4 stages of a 4-layer Llama and
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
-    at 2 (uneven) and 3 of a 6-layer Llama, and under 1F1B over 2 stages beside DDP, FSDP2 or the layers plan (with
-    its sequence parallelism too) on 4
+    at 2 (uneven) and 3 of a 6-layer Llama, and under 1F1B over 2 stages beside DDP, FSDP2 (resharding after
+    forward or not, and under GPipe too resharding) or the layers plan (with its sequence parallelism too) on 4
     processes of both (and beside DDP with ZeroRedundancyOptimizer) and beside FSDP2 over the layers plan on 8 of
     the Llama, and under interleaved 1F1B beside DDP (alone and with ZeroRedundancyOptimizer) on 4 processes of
     the 4-layer models and the 6-layer Llama, twice as many micro-batches as
@@ -54,8 +54,9 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     pipelines = {(e, w) for e in ("pp-1f1b", "pp-gpipe") for w in (2, 4)} | {("pp-interleaved-1f1b", 2)}
     interleaved = {("pp-interleaved-1f1b-ddp", 4), ("pp-interleaved-1f1b-ddp-zero1", 4)}  # 2 x 2 stages, 2 of dp
     beside = {("pp-1f1b-ddp", 4), ("pp-1f1b-fsdp2", 4), ("pp-1f1b-tp", 4), ("pp-1f1b-tp-sp", 4),
-              ("pp-1f1b-ddp-zero1", 4)} | interleaved  # a (2, 2) mesh: 2 pipeline ranks, DDP (alone or with
-    # ZeroRedundancyOptimizer), FSDP2 or the layers plan (with its sequence parallelism too) beside
+              ("pp-1f1b-ddp-zero1", 4), ("pp-1f1b-fsdp2-zero3", 4), ("pp-gpipe-fsdp2-zero3", 4)} | interleaved
+    # a (2, 2) mesh: 2 pipeline ranks, DDP (alone or with ZeroRedundancyOptimizer), FSDP2 (resharding after forward
+    # or not, under GPipe too) or the layers plan (with its sequence parallelism too) beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines | beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | beside | {
         ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8)}  # and torchtitan's three dimensions, (2, 2, 2)
@@ -67,8 +68,8 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2 + 3 * 2 + 2  # (family, engine, processes)
-    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 384
+    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2 + 3 * 2 + 2 + 2 * 2  # (family, engine, processes)
+    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 400
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
@@ -129,7 +130,8 @@ def test_recorded_cli_answers_are_todays():
     ("engine", "precision"),
     [*((e, "autocast") for e in ("ddp", "ddp-zero1", "fsdp2", "fsdp2-zero2", "tp", "tp-hf", "tp-sp", "fsdp2-tp",
                                  "fsdp2-tp-sp", "fsdp2-lora", "pp-1f1b", "pp-interleaved-1f1b", "pp-1f1b-ddp",
-                                 "pp-1f1b-fsdp2", "pp-1f1b-ddp-zero1", "pp-interleaved-1f1b-ddp-zero1")),
+                                 "pp-1f1b-fsdp2", "pp-1f1b-ddp-zero1", "pp-interleaved-1f1b-ddp-zero1",
+                                 "pp-1f1b-fsdp2-zero3")),
      ("fsdp2", "fsdp-bf16"), ("pp-gpipe", "fp32-full")],
     # not pp-1f1b-tp (nor pp-1f1b-tp-sp, run 3 times): its ranks read up to 1.6% over their record from run to run
     # (three fresh-clone runs:

@@ -176,7 +176,8 @@ def test_an_fsdp2_over_tensor_parallel_link_gives_the_clis_ranks(open_page):
 def test_a_pipeline_beside_fsdp2_link_gives_the_clis_ranks_and_ddp_on_the_form_its_own(open_page):
     """`?walk=eager&pp=2&dp=2&zero=2...` (issue 31): FSDP2 beside a pipeline's stages (ZeRO 2's engine); the peak is
     the CLI's busiest of its 4 ranks, the summary names both, and the line beside quotes the band of the
-    `pp-1f1b-fsdp2` steps measured (results §14); ZeRO 0 on the form (DDP beside the stages) gives the CLI's."""
+    `pp-1f1b-fsdp2` steps measured (results §14); ZeRO 3 on the form (FSDP2 resharding after each forward) and ZeRO
+    0 (DDP beside the stages) give the CLI's, each with its own engine's words and band."""
     settings = {"preset": "qwen3-8b", "walk": "eager", "seq": "512", "recipe": "autocast", "device": "cpu",
                 "pp": "2", "dp": "2", "zero": "2"}  # fmt: skip
     page, recorder, flags, cli = _engine_link(open_page, settings)
@@ -187,6 +188,17 @@ def test_a_pipeline_beside_fsdp2_link_gives_the_clis_ranks_and_ddp_on_the_form_i
     band = deck.band_for(deck.eager_bands(), "pp-1f1b-fsdp2", answer_for(settings)["eager"]["setting"])
     shown = calculator_tests.eager_shown(page)
     assert (shown["low"], shown["high"]) == (band["low"], band["high"]) and shown["href"].endswith("results/#sec-14")
+    page.evaluate(WATCH)
+    page.select_option('select[name="zero"]', "3")
+    assert page.evaluate(AWAIT_DRAWN) == "live"
+    settle(page)
+    zero3 = [*flags[: flags.index("--zero")], "--zero", "3", *flags[flags.index("--zero") + 2 :], "--json"]
+    assert page.evaluate(PEAK) == cli_json(zero3)["peak"] and "FSDP2 (reshard_after_forward=True) over 2 processes" \
+        " a stage" in page.text_content("[data-calc-summary]")
+    band = deck.band_for(deck.eager_bands(), "pp-1f1b-fsdp2-zero3", answer_for({**settings, "zero": "3"})["eager"][
+        "setting"])  # fmt: skip
+    shown = calculator_tests.eager_shown(page)
+    assert band and (shown["low"], shown["high"]) == (band["low"], band["high"])
     page.evaluate(WATCH)
     page.select_option('select[name="zero"]', "0")
     assert page.evaluate(AWAIT_DRAWN) == "live"
