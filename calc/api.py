@@ -10,7 +10,7 @@ from . import eager, eager_step, finetune, loops, optim_step
 from .counts import param_counts
 from .engines import ddp, fsdp, pipeline, tensor
 from .fields import ENGINES
-from .parallel import SINGLE, Parallel, device_params, stage_layers
+from .parallel import SINGLE, Parallel, device_params, lone_problem, stage_layers
 from .recipes import HOST_SOURCE, RECIPES, TABLE_ROWS
 from .run import Run
 from .shape import Shape
@@ -188,11 +188,7 @@ def _pipeline_walk(args: tuple, par: Parallel, loop: loops.Loop) -> Walked:
 def _staged_problem(par: Parallel, recipe: str, tune: finetune.Tuning) -> str | None:
     """calc.step's refusal of what the eager walk does not run beside a pipeline's stages (calc.engines.pipeline's
     rule, which calc.inputs reads too, naming the field), or None."""
-    if par.zero and par.dp == 1:  # calc.inputs refuses these two for every walk ("there is one")
-        return "ZeRO shards over data-parallel processes, and there is one process: dp 2 or more, or ZeRO 0"
-    if par.tp_plan != SINGLE.tp_plan and par.tp == 1:
-        return "a tensor-parallel plan splits the layers over tensor-parallel ranks, and there is one: tp 2 or more"
-    if problem := pipeline.beside_problem(par):
+    if problem := lone_problem(par) or pipeline.beside_problem(par):  # calc.inputs reads both too
         return problem[1]
     if RECIPES[recipe].computes or not tune.default:
         return "the eager walk's pipeline trains every fp32 parameter (fp32-full or autocast) with AdamW"

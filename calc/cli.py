@@ -320,7 +320,15 @@ def _validated(args: argparse.Namespace, raw: dict, flags: dict | None = None) -
     rows = args.plan or args.table or args.fit_card
     # the step (not --table, --plan, --fit-card) answers the loop's fields as the page does: the eager walk's
     # figure beside the deck walk's (eager_figure)
-    inputs = parse_inputs(raw, eager_beside=not rows)
+    try:
+        inputs = parse_inputs(raw, eager_beside=not rows)
+    except InputError:  # the output mode's own refusal first: a walk it does not run (--walk eager beside --table)
+        walk = str(raw.get("walk") or "deck").strip().lower()  # can fail another field's check before it is read
+        problem = rows and (mode_problem(args, raw if flags is None else flags) or (
+            (args.plan or args.table) and walk == "eager" and plan_problem(walk, None)))  # fmt: skip
+        if problem:
+            raise InputError(*problem) from None
+        raise
     problem = mode_problem(args, raw if flags is None else flags)
     problem = problem or ((args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))
     problem = problem or late_problem(inputs, args.plan)  # after the modes' own (--plan chooses --zero), before

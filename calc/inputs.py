@@ -14,7 +14,7 @@ from .engines.pipeline import SCHEDULES
 from .families import listing
 from .fields import ATTENTIONS, CARDS, DEVICES, ENGINES, FIELD, TABLE, ZERO_STAGES
 from .hf import ConfigError, compact, parse, shape_from_text
-from .parallel import OFFLOADS, SINGLE, Parallel, check
+from .parallel import OFFLOADS, SINGLE, Parallel, check, lone_problem
 from .presets import PRESETS
 from .recipes import OFFLOAD_RECIPES, RECIPES
 from .run import Run
@@ -392,11 +392,8 @@ def late_problem(run, planning: bool = False) -> tuple[str, str] | None:
     par, tune = run.par, run.tune
     if par.offload != "none" and (problem := offload_problem(par, run.recipe)):
         return problem
-    if par.zero and par.dp == 1 and par.offload == "none":
-        return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one worker: "
-                        "give --dp 2 or more, or ZeRO 0")  # fmt: skip
-    if par.tp_plan != tensor.PLANS[0] and par.tp == 1:
-        return "tp-plan", "splits the layers over tensor-parallel ranks, and there is one rank: give --tp 2 or more"
+    if problem := lone_problem(par):
+        return problem
     if par.sequence_parallel and par.tp == 1 and not planning:
         field, message = tensor.sequence_problem(None, 1, par.tp_plan)
         return field, f"{message} (--plan reads it for the layouts it picks)"
@@ -515,7 +512,11 @@ def tuning_problem(tune: finetune.Tuning, walk: str, par: Parallel, shape: Shape
     if shape is not None and shape.moe_layers:  # finetune.check let through only what the eager walk replays
         return field, DECK_MOE
     if par.tp > 1 or par.pp > 1 or par.zero or par.sequence_parallel:
-        return field, "is walked on one device (or plain dp): leave --tp, --pp, --zero and --sequence-parallel unset"
+        eager = tune.mode == "lora" and par.zero and par.tp == par.pp == 1 and not par.sequence_parallel
+        where = (", or run the CLI's --walk eager --device cpu --recipe autocast, which replays peft's LoRA beside "
+                 "ZeRO 1 (ZeroRedundancyOptimizer), 2 or 3 (FSDP2)") if eager else ""  # a walk that answers (issue 34)
+        return field, ("is walked on one device (or plain dp): leave --tp, --pp, --zero and --sequence-parallel "
+                       f"unset{where}")  # fmt: skip
     return None
 
 

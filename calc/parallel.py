@@ -119,6 +119,18 @@ def _device_params(shape: Shape, par: Parallel, stage: int, tp_rank: int) -> tup
     return tuple(out.items())
 
 
+def lone_problem(par: Parallel) -> tuple[str, str] | None:
+    """(field, message) where the layout names a split with nothing to split over (calc.inputs.late_problem, and
+    calc.api for what it walks beside a pipeline): a ZeRO stage over one data-parallel worker (with nothing
+    offloaded), or a tensor-parallel plan over one rank; or None."""
+    if par.zero and par.dp == 1 and par.offload == "none":
+        return "zero", (f"ZeRO {par.zero} shards the step's state over the --dp workers, and there is one worker: "
+                        "give --dp 2 or more, or ZeRO 0")  # fmt: skip
+    if par.tp_plan != SINGLE.tp_plan and par.tp == 1:
+        return "tp-plan", "splits the layers over tensor-parallel ranks, and there is one rank: give --tp 2 or more"
+    return None
+
+
 def check(shape: Shape, par: Parallel) -> tuple[str, str] | None:
     """Why this layout cannot split this shape, as (field, reason), or None."""
     widths = [("heads", shape.heads), ("key/value heads", shape.kv_heads), ("FFN width", shape.ffn)]

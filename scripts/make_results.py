@@ -1167,7 +1167,7 @@ stages are cut, both processes of a stage on one batch, and under `pp-1f1b-tp-sp
 positions, each stage module's rotary tables made for the whole sequence). `pp-1f1b-fsdp2-tp` is torchtitan's
 three dimensions on 8 processes of the 4-layer Llama: a (2, 2, 2) mesh ("pp", "dp", "tp"), the `tp` plan over "tp",
 then `fully_shard` over "dp" as under `pp-1f1b-fsdp2`, each data-parallel pair of tensor-parallel processes on its own
-batch.
+batch, and `pp-1f1b-fsdp2-tp-zero3` the same with `reshard_after_forward=True`.
 `pp-interleaved-1f1b-ddp` and `pp-interleaved-1f1b-ddp-zero1` are `pp-interleaved-1f1b` on the same (2, 2) mesh (4
 stages over 2 pipeline processes, each beside its data-parallel pair): each of a process's two stage modules wrapped
 in `DistributedDataParallel` over "dp", and under `-zero1` one `ZeroRedundancyOptimizer` over both stages'
@@ -1184,7 +1184,8 @@ The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, 
 `pp-interleaved-1f1b-ddp-zero1`, `--dp 2 --zero 2 --engine fsdp2` for
 `pp-1f1b-fsdp2` (`--zero 3` for `pp-1f1b-fsdp2-zero3` and `pp-gpipe-fsdp2-zero3`), `--tp 2` for `pp-1f1b-tp`
 (and `--sequence-parallel` for `pp-1f1b-tp-sp`), all three of
-`--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`), from the config.json, one per rank
+`--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`, `--zero 3` for `pp-1f1b-fsdp2-tp-zero3`), from the
+config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
 gradient buckets (a second flat copy of every gradient, `gradient_as_bucket_view=False`), with each rank's own
@@ -1289,7 +1290,7 @@ def peers(row: dict, rank: int) -> list[dict]:
     """The ranks whose step is a rank's own, itself among them: every rank of the case, or beside a pipeline's
     stages (pp-1f1b-ddp, pp-1f1b-ddp-zero1, pp-1f1b-fsdp2 and its -zero3, pp-1f1b-tp and the interleaved ones
     beside DDP: a (pp, 2) mesh; pp-1f1b-fsdp2-tp: (pp, 2, 2)) those of its stage."""
-    beside = ("-ddp", "-fsdp2", "-tp", "-ddp-zero1", "-tp-sp", "-fsdp2-zero3")
+    beside = ("-ddp", "-fsdp2", "-tp", "-ddp-zero1", "-tp-sp", "-fsdp2-zero3", "-tp-zero3")
     if row["engine"].endswith(beside) and row["engine"].startswith("pp-"):
         size = row["world"] // (row["micro_batches"] // 2)  # a stage's processes: micro-batches are twice the stages
         return row["ranks"][rank - rank % size : rank - rank % size + size]
@@ -1332,7 +1333,8 @@ def unseen_reduced(row: dict, rank: int) -> bool:
     the embedding (b x s x h in fp32), within a kilobyte, from a start equal to its lowest peer's or above it by
     that block (one of the step before): a functional collective's output whose last reference went with its
     work on gloo's thread."""
-    if row["engine"] not in ("tp", "tp-hf", "fsdp2-tp", "fsdp2-zero2-tp", "pp-1f1b-tp", "pp-1f1b-fsdp2-tp"):
+    if row["engine"] not in ("tp", "tp-hf", "fsdp2-tp", "fsdp2-zero2-tp", "pp-1f1b-tp", "pp-1f1b-fsdp2-tp",
+                             "pp-1f1b-fsdp2-tp-zero3"):
         return False
     r, m = row["ranks"][rank], row["model"]
     hidden = row["seq"] * row["micro_batch"] * m["hidden_size"]

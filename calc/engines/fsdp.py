@@ -88,14 +88,18 @@ def shares(params: list[Param], dp: int) -> list[tuple[Param, ...]]:
     return [tuple(local(p, dp, r) for p in params) for r in range(dp)]
 
 
+STAGE_ROOT = "the stage's root (the embedding, final norm and head it holds)"  # a pipeline stage's module
 ROOT = "the root (embedding, final norm, head)"  # a layer's events name layers as the replay's do, by "{layer}"
 # and relative to it, so that alike layers' chunks stay equal (calc.eager_step._stretch, _merge)
 
 
 class _Groups:
-    """FSDP2's events for one step's groups: `grouped`, `unit` and `blocks` as `around` takes them."""
+    """FSDP2's events for one step's groups: `grouped`, `unit` and `blocks` as `around` takes them; `root`: how
+    the events name the root group."""
 
-    def __init__(self, engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]], unit: int, blocks):
+    def __init__(self, engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]], unit: int, blocks,
+                 root: str = ROOT):  # fmt: skip
+        self.root = root
         groups, self.trains = [g for g, _ in grouped], [t for _, t in grouped]
         self.mixed, dp, self.last = engine.mixed, engine.dp, len(groups) - 1
         cast = 2 if engine.mixed else unit  # bytes of a gathered parameter's value and of its unsharded gradient
@@ -105,11 +109,10 @@ class _Groups:
         self.cast_in = [blocks(engine.padded(g) * cast) for g in groups]  # bf16 policy: the shards cast, flat
         self.chunked = [[blocks(dp * engine.padded([p]) * cast) for p in t] for t in self.trains]  # chunk_cat's
 
-    @staticmethod
-    def name(g: int, at: int) -> str:
+    def name(self, g: int, at: int) -> str:
         """How the events of layer `at`'s chunk (0: the root's) name group `g`."""
         if not g:
-            return ROOT
+            return self.root
         if not at:  # the root's chunks name the first layer (reduced just before it) and the last (prefetched)
             return "layer 1" if g == 1 else "the last layer"
         return {at: "layer {layer}", at - 1: "the layer below", at + 1: "the layer above"}.get(g, "layer {layer}")
@@ -225,7 +228,7 @@ def in_stage(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped:
       the layer below. Whole: nothing is gathered. No group reshards or reduces: PipelineStage runs every
       backward under set_reshard_after_backward(False) and set_requires_gradient_sync(False), and `staged`'s
       reductions follow the step's last one."""
-    gs, root, last = _Groups(engine, grouped, unit, blocks), bool(grouped[0][0]), len(grouped) - 1
+    gs, root, last = _Groups(engine, grouped, unit, blocks, STAGE_ROOT), bool(grouped[0][0]), len(grouped) - 1
 
     def whole(g: int, at: int, phase: str = "forward") -> list[Event]:  # group g gathered and copied out
         out = gs.gather(phase, g, at) + gs.copy_out(phase, g)
@@ -293,7 +296,7 @@ def staged(engine: FullyShard, grouped: list[tuple[list[Param], list[Param]]], u
       root first: its unsharded parameters freed (reshard), the previous group's reduce-scatter input freed, its
       gradients copied into a flat input and freed, the rank's reduced shard made (kept until zero_grad), gloo's
       clone of the input made and freed; the last input freed by the final callback."""
-    names = ["the stage's root (the embedding, final norm and head it holds)"] + [
+    names = [STAGE_ROOT] + [
         f"layer {below + i}" for i in range(1, len(grouped))]  # fmt: skip
     kept = [(name, g, t) for name, (g, t) in zip(names, grouped, strict=True) if g]  # a stage without the outer
     # tensors has no root group

@@ -298,11 +298,13 @@ def beside_problem(par: Parallel) -> tuple[str, str] | None:
     if par.dp > 1 and par.tp > 1 and par.zero < 2:
         return "pp", ("the eager walk runs a pipeline beside DDP (--dp) or beside tensor parallelism (--tp), or beside "
                       "FSDP2 over tensor parallelism's ranks (--zero 2 or 3), not DDP and tensor parallelism together: "
-                      "--dp 1, --tp 1 or --zero 2 or 3, or the deck walk")  # fmt: skip
+                      "--dp 1, --tp 1 or --zero 2 or 3 (FSDP2's: --engine fsdp2 or unset), or the deck "
+                      "walk")  # fmt: skip
     if par.zero > 1 and stages_a_rank(par.pp_schedule) > 1:
         return "pp-schedule", ("the eager walk's FSDP2 beside a pipeline runs one stage a rank (under interleaved "
                                "1F1B FSDP2 reduces each stage at its own point of the order, not modelled): "
-                               "--pp-schedule 1f1b or gpipe, or --zero 0 or 1")  # fmt: skip
+                               "--pp-schedule 1f1b or gpipe, or --zero 0 or 1 (DDP's: --engine ddp or "
+                               "unset)")  # fmt: skip
     if par.tp > 1 and par.tp_plan != PLANS[0]:
         return "tp-plan", ("the eager walk's pipeline runs beside the layers plan (transformers' plan splits the "
                            "embedding and head, which a stage cut by hand does not keep): --tp-plan layers, or the "

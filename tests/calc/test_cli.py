@@ -191,3 +191,19 @@ def test_the_json_text_of_an_eager_walk_is_jsons_own():
     """An eager walk's whole answer (thousands of events, each with its totals) prints as json.dumps would."""
     result = calc.step(calc.PRESETS["gpt2"], 128, 1, "mixed", "none", walk="eager")
     assert json_text(result) == json.dumps(result, indent=1)
+
+
+@pytest.mark.parametrize("layout", [[], ["--pp", "2"], ["--dp", "2", "--zero", "3"], ["--tp", "2"]])
+@pytest.mark.parametrize("mode", ["--table", "--plan"])
+def test_the_rows_refuse_the_eager_walk_before_a_field_it_would_refuse(layout, mode, capsys):
+    """--table and --plan walk the deck's step: with --walk eager they say so, whatever else the eager walk would
+    refuse first (its engines' recipes: the table's default mixed precision), so the refusal names what to change
+    and the change answers (a review found --walk eager --pp 2 --table asking for --recipe, then for none)."""
+    args = ["--preset", "llama-3.2-1b", "--walk", "eager", "--device", "cpu", *layout, mode]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    walk = "error: --walk: eager walks one step; --table and --plan use the deck walk"
+    assert err == walk or (mode == "--plan" and layout and "--plan chooses it itself" in err), err  # its layout
+    rest = [a for a in args if a not in ("--walk", "eager", "--device", "cpu")]
+    if mode == "--table":
+        assert main(rest) == 0 and "Recipe" in capsys.readouterr().out

@@ -358,3 +358,19 @@ def test_qlora_on_a_mixture_of_experts_leaves_the_experts_in_16_bits():
     shared = replace(calc.PRESETS["qwen3-30b-a3b"], shared_expert_ffn=512)  # Qwen2-MoE's layout: not measured
     problem = finetune.moe_problem(shared, qlora)
     assert problem and problem[0] == "finetune" and "--finetune lora" in problem[1]
+
+
+@pytest.mark.parametrize("zero", ["1", "2", "3"])
+def test_deck_lora_beside_zero_names_the_eager_command_that_answers_it(zero, capsys):
+    """The deck walk fine-tunes on one device (or plain dp): LoRA beside a ZeRO stage is refused naming the field,
+    and the command it names (the CLI's eager walk, which replays peft's LoRA beside ZeroRedundancyOptimizer or
+    FSDP2) answers the same layout (issue 34: no refusal that points nowhere)."""
+    args = ["--preset", "llama-3.2-1b", "--seq", "256", "--finetune", "lora", "--dp", "2", "--zero", zero]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --finetune:") and len(err.splitlines()) == 1
+    command = err.split("the CLI's ", 1)[1].split(", which", 1)[0].split()
+    assert main([*args, *command, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["config"]["finetune"]["mode"] == "lora" and step["config"]["parallel"]["zero"] == int(zero)
+    assert main([*args, "--tp", "2"]) == 2 and "the CLI's" not in capsys.readouterr().err  # the eager walk refuses

@@ -28,9 +28,9 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     Qwen3, and at 3 (uneven) of the Llama, and under interleaved 1F1B at 2 processes of both (2 stages each) and
     at 2 (uneven) and 3 of a 6-layer Llama, and under 1F1B over 2 stages beside DDP, FSDP2 (resharding after
     forward or not, and under GPipe too resharding) or the layers plan (with its sequence parallelism too) on 4
-    processes of both (and beside DDP with ZeroRedundancyOptimizer) and beside FSDP2 over the layers plan on 8 of
-    the Llama, and under interleaved 1F1B beside DDP (alone and with ZeroRedundancyOptimizer) on 4 processes of
-    the 4-layer models and the 6-layer Llama, twice as many micro-batches as
+    processes of both (and beside DDP with ZeroRedundancyOptimizer) and beside FSDP2 over the layers plan (resharding
+    after forward or not) on 8 of the Llama, and under interleaved 1F1B beside DDP (alone and with
+    ZeroRedundancyOptimizer) on 4 processes of the 4-layer models and the 6-layer Llama, twice as many micro-batches as
     stages; fp32 and autocast, and FSDP2's bf16 policy where FSDP2 trains every parameter, checkpointing off and
     on; transformers' plan on the tied Llama at 2; no refusal."""
     runs = ENGINES["runs"]
@@ -59,17 +59,18 @@ def test_every_engine_and_layout_is_recorded_and_answered():
     # or not, under GPipe too) or the layers plan (with its sequence parallelism too) beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines | beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | beside | {
-        ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8)}  # and torchtitan's three dimensions, (2, 2, 2)
+        ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8), ("pp-1f1b-fsdp2-tp-zero3", 8)}  # and torchtitan's
+    # three dimensions, (2, 2, 2), resharding after forward or not
     six = {("pp-interleaved-1f1b", 2), ("pp-interleaved-1f1b", 3)} | interleaved
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-6"} == six
     assert all(r["micro_batches"] == 2 * r["world"] // (2 if r["engine"] in {e for e, _ in beside} else
-                                                        4 if r["engine"] == "pp-1f1b-fsdp2-tp" else 1)
+                                                        4 if r["engine"].startswith("pp-1f1b-fsdp2-tp") else 1)
                for r in runs if r["engine"].startswith("pp-"))  # fmt: skip
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2 + 3 * 2 + 2 + 2 * 2  # (family, engine, processes)
-    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 400
+    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2 + 3 * 2 + 2 + 2 * 2 + 1  # (family, engine, processes)
+    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 404
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
