@@ -1167,14 +1167,17 @@ stages are cut, both processes of a stage on one batch, and under `pp-1f1b-tp-sp
 positions, each stage module's rotary tables made for the whole sequence). `pp-1f1b-fsdp2-tp` is torchtitan's
 three dimensions on 8 processes of the 4-layer Llama: a (2, 2, 2) mesh ("pp", "dp", "tp"), the `tp` plan over "tp",
 then `fully_shard` over "dp" as under `pp-1f1b-fsdp2`, each data-parallel pair of tensor-parallel processes on its own
-batch, and `pp-1f1b-fsdp2-tp-zero3` the same with `reshard_after_forward=True`.
+batch, and `pp-1f1b-fsdp2-tp-zero3` the same with `reshard_after_forward=True`. `pp-gpipe-ddp`, `pp-gpipe-fsdp2` and
+`pp-gpipe-tp` are `pp-1f1b-ddp`, `pp-1f1b-fsdp2` and `pp-1f1b-tp` under GPipe, and `pp-interleaved-1f1b-tp` is the
+`tp` plan beside `pp-interleaved-1f1b` (2 pipeline processes of 2 stages each, each beside its tensor-parallel pair),
+on the 4-layer Llama.
 `pp-interleaved-1f1b-ddp` and `pp-interleaved-1f1b-ddp-zero1` are `pp-interleaved-1f1b` on the same (2, 2) mesh (4
 stages over 2 pipeline processes, each beside its data-parallel pair): each of a process's two stage modules wrapped
 in `DistributedDataParallel` over "dp", and under `-zero1` one `ZeroRedundancyOptimizer` over both stages'
-parameters. These DDP modules are made with `static_graph=True`: with torch's defaults torch 2.13 fails at the
-second step under this schedule (the reducer's bucket rebuild counts every parameter twice, an internal assert in
-`reducer.cpp`), a failure a plain two-layer model of `nn.Linear`s shows too; `static_graph` changes no byte a
-rank holds.
+parameters. These DDP modules are made with `static_graph=True`, and so are `pp-gpipe-ddp`'s: with torch's defaults
+torch 2.13 fails at the second step under either schedule (the reducer's bucket rebuild counts every parameter
+twice, an internal assert in `reducer.cpp`), a failure a plain two-layer model of `nn.Linear`s shows too under
+interleaved 1F1B; `static_graph` changes no byte a rank holds.
 The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, `--walk eager --tp N` (with
 `--tp-plan transformers` for `tp-hf`, `--sequence-parallel` for `tp-sp`, `--attention eager` for `tp-eager`),
 `--walk eager --dp 2 --tp 2 --zero 3
@@ -1184,8 +1187,8 @@ The prediction is the CLI's, `--walk eager --dp N` with `--zero 1`, `2` or `3`, 
 `pp-interleaved-1f1b-ddp-zero1`, `--dp 2 --zero 2 --engine fsdp2` for
 `pp-1f1b-fsdp2` (`--zero 3` for `pp-1f1b-fsdp2-zero3` and `pp-gpipe-fsdp2-zero3`), `--tp 2` for `pp-1f1b-tp`
 (and `--sequence-parallel` for `pp-1f1b-tp-sp`), all three of
-`--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`, `--zero 3` for `pp-1f1b-fsdp2-tp-zero3`), from the
-config.json, one per rank
+`--dp 2 --zero 2 --engine fsdp2 --tp 2` for `pp-1f1b-fsdp2-tp`, `--zero 3` for `pp-1f1b-fsdp2-tp-zero3`; the
+GPipe and interleaved ones as their 1F1B twins), from the config.json, one per rank
 (`rank_peaks` in
 `--json`). Under DDP it is the eager walk of one device plus DDP's
 gradient buckets (a second flat copy of every gradient, `gradient_as_bucket_view=False`), with each rank's own
@@ -1275,8 +1278,8 @@ Llama's and Qwen3's dense layers, fp32 or autocast (`tp-hf` with a vocabulary th
 the layers plan; of a
 pipeline, full training of Llama's and Qwen3's dense, untied layers, fp32 or
 autocast (interleaved 1F1B with 2 stages a process, as torchtitan runs it by default; another count is not
-offered), beside DDP (with ZeroRedundancyOptimizer too; under interleaved 1F1B with `static_graph=True`), FSDP2
-(under 1F1B or GPipe) or the layers plan too, each
+offered), beside DDP (with ZeroRedundancyOptimizer too; under interleaved 1F1B and GPipe with
+`static_graph=True`), FSDP2 (under 1F1B or GPipe) or the layers plan too, each
 stage's forward its own autocast region (an autocast
 region around the schedule's whole step keeps
 each weight's cast from the first micro-batch to the last, and is not modelled); each with AdamW in a bare loop, on
@@ -1334,7 +1337,7 @@ def unseen_reduced(row: dict, rank: int) -> bool:
     that block (one of the step before): a functional collective's output whose last reference went with its
     work on gloo's thread."""
     if row["engine"] not in ("tp", "tp-hf", "fsdp2-tp", "fsdp2-zero2-tp", "pp-1f1b-tp", "pp-1f1b-fsdp2-tp",
-                             "pp-1f1b-fsdp2-tp-zero3"):
+                             "pp-1f1b-fsdp2-tp-zero3", "pp-gpipe-tp", "pp-interleaved-1f1b-tp"):
         return False
     r, m = row["ranks"][rank], row["model"]
     hidden = row["seq"] * row["micro_batch"] * m["hidden_size"]

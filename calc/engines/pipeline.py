@@ -45,10 +45,10 @@ outermost: rank stage x dp + d, or stage x tp + t):
   With ZeroRedundancyOptimizer over the same group (`zero1`, ZeRO 1) the parameters of the rank's stages (one
   optimizer over both under interleaved 1F1B, in the stages' order) are partitioned among its data-parallel ranks
   as calc.engines.ddp.partition cuts them, each rank's AdamW stepping its share (its moments and its step's
-  temporaries) and broadcasting it in place; each stage's buckets stay whole. Under interleaved 1F1B a rank's
-  two DDP modules must be made with static_graph=True: with torch's defaults the second step fails, the reducer's
-  bucket rebuild counting each parameter twice (reducer.cpp's INTERNAL ASSERT, in torch 2.13 on gloo). It holds
-  the same buckets.
+  temporaries) and broadcasting it in place; each stage's buckets stay whole. Under interleaved 1F1B and GPipe
+  a rank's DDP modules must be made with static_graph=True: with torch's defaults the second step fails, the
+  reducer's bucket rebuild counting each parameter twice (reducer.cpp's INTERNAL ASSERT, in torch 2.13 on gloo;
+  1F1B runs with them). It holds the same buckets.
 - FSDP2 (`dp`, `shard`): fully_shard on each of the stage's layers and on its module over its data-parallel
   group. With reshard_after_forward=False (ZeRO 2, torchtitan's default beside a pipeline) every group is
   gathered in the first micro-batch's forward and stays whole for the step. With True (`reshard`, ZeRO 3,

@@ -87,13 +87,15 @@ ENGINES = {"ddp": 0, "ddp-zero1": 1, "fsdp2": 3, "fsdp2-zero2": 2, "tp": 0, "tp-
            "pp-1f1b": 0, "pp-gpipe": 0, "pp-interleaved-1f1b": 0, "pp-1f1b-ddp": 0, "pp-1f1b-tp": 0,
            "pp-1f1b-fsdp2": 2, "pp-1f1b-fsdp2-tp": 2, "pp-1f1b-ddp-zero1": 1, "pp-interleaved-1f1b-ddp": 0,
            "pp-interleaved-1f1b-ddp-zero1": 1, "pp-1f1b-tp-sp": 0, "pp-1f1b-fsdp2-zero3": 3,
-           "pp-gpipe-fsdp2-zero3": 3, "pp-1f1b-fsdp2-tp-zero3": 3}  # its ZeRO
+           "pp-gpipe-fsdp2-zero3": 3, "pp-1f1b-fsdp2-tp-zero3": 3, "pp-gpipe-ddp": 0, "pp-gpipe-fsdp2": 2,
+           "pp-gpipe-tp": 0, "pp-interleaved-1f1b-tp": 0}  # its ZeRO
 # pp-1f1b-ddp, pp-1f1b-tp: 1F1B over 2 stages beside DDP over each stage's module, or the layers plan over each
 # stage's layers, on a (pp, dp) or (pp, tp) mesh of 4 processes (torchtitan's order: the pipeline's outermost)
 BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",), "pp-1f1b-fsdp2-tp": ("dp", "tp"),
           "pp-1f1b-ddp-zero1": ("dp",), "pp-interleaved-1f1b-ddp": ("dp",), "pp-interleaved-1f1b-ddp-zero1": ("dp",),
           "pp-1f1b-tp-sp": ("tp",), "pp-1f1b-fsdp2-zero3": ("dp",), "pp-gpipe-fsdp2-zero3": ("dp",),
-          "pp-1f1b-fsdp2-tp-zero3": ("dp", "tp")}
+          "pp-1f1b-fsdp2-tp-zero3": ("dp", "tp"), "pp-gpipe-ddp": ("dp",), "pp-gpipe-fsdp2": ("dp",),
+          "pp-gpipe-tp": ("tp",), "pp-interleaved-1f1b-tp": ("tp",)}
 # the mesh's dimensions beside the pipeline's, 2 processes each; pp-1f1b-fsdp2: fully_shard on each
 # stage's layers and on the stage's module over "dp", reshard_after_forward=False (torchtitan's default beside a
 # pipeline); pp-1f1b-ddp-zero1: DDP over each stage's module and ZeroRedundancyOptimizer(optimizer_class=AdamW) over
@@ -103,7 +105,8 @@ BESIDE = {"pp-1f1b-ddp": ("dp",), "pp-1f1b-tp": ("tp",), "pp-1f1b-fsdp2": ("dp",
 # stages are cut: the first layer cuts the sequence, the stages send and receive s / tp positions;
 # pp-1f1b-fsdp2-zero3, pp-gpipe-fsdp2-zero3: pp-1f1b-fsdp2 with reshard_after_forward=True (torch's default, and
 # torchtitan's under its "always" policy), under 1F1B or GPipe; pp-1f1b-fsdp2-tp-zero3: pp-1f1b-fsdp2-tp
-# resharding after forward
+# resharding after forward; pp-gpipe-ddp, pp-gpipe-fsdp2, pp-gpipe-tp: pp-1f1b-ddp, pp-1f1b-fsdp2 and pp-1f1b-tp
+# under GPipe; pp-interleaved-1f1b-tp: the layers plan beside interleaved 1F1B (2 ranks of 2 stages, 2 of tp)
 
 
 def schedule_of(engine: str) -> str:
@@ -140,7 +143,8 @@ MEASURED = {
                   "fsdp2-tp-sp": (4,)},
     "llama-4": {"pp-1f1b": (2, 3, 4), "pp-gpipe": (2, 3, 4), "pp-interleaved-1f1b": (2,), "pp-1f1b-ddp": (4,),
                 "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-fsdp2-tp": (8,), "pp-1f1b-ddp-zero1": (4,),
-                "pp-1f1b-tp-sp": (4,), **INTERLEAVED_DDP, **FSDP2_ZERO3, "pp-1f1b-fsdp2-tp-zero3": (8,)},
+                "pp-1f1b-tp-sp": (4,), **INTERLEAVED_DDP, **FSDP2_ZERO3, "pp-1f1b-fsdp2-tp-zero3": (8,),
+                "pp-gpipe-ddp": (4,), "pp-gpipe-fsdp2": (4,), "pp-gpipe-tp": (4,), "pp-interleaved-1f1b-tp": (4,)},
     "qwen3-4": {**PIPELINES, "pp-1f1b-ddp": (4,), "pp-1f1b-tp": (4,), "pp-1f1b-fsdp2": (4,), "pp-1f1b-tp-sp": (4,),
                 "pp-1f1b-ddp-zero1": (4,), **INTERLEAVED_DDP, **FSDP2_ZERO3},
     "llama-6": {"pp-interleaved-1f1b": (2, 3), **INTERLEAVED_DDP},  # 4 stages over 6 layers (2, 2, 1, 1), or 6 of one
@@ -212,10 +216,10 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                 modules.append(Stage(net, layers.start - 1, layers.stop - 1, s == 0, s == local * pp - 1,
                                      precision == "autocast", 2 if engine.endswith("-sp") and s else 1))  # fmt: skip
                 if "-ddp" in engine:  # DDP over the stage's data-parallel group, torch's defaults; under interleaved
-                    # 1F1B static_graph=True: with the defaults torch 2.13's reducer fails at the second step, its
-                    # bucket rebuild counting every parameter twice (INTERNAL ASSERT, reducer.cpp)
+                    # 1F1B and GPipe static_graph=True: with the defaults torch 2.13's reducer fails at the second
+                    # step, its bucket rebuild counting every parameter twice (INTERNAL ASSERT, reducer.cpp)
                     modules[-1] = torch.nn.parallel.DistributedDataParallel(
-                        modules[-1], process_group=mesh["dp"].get_group(), static_graph=local > 1)
+                        modules[-1], process_group=mesh["dp"].get_group(), static_graph=schedule_of(engine) != "1f1b")
                 if "-fsdp2" in engine:  # FSDP2 over it: each layer a group, then the stage's module
                     from torch.distributed.fsdp import fully_shard
 
@@ -408,7 +412,8 @@ def pipeline_step(pipe, optimizer, x, stage: int, pp: int) -> None:
 
 TIMEOUT = 600  # seconds a rank may take to report (a rank that failed leaves the others waiting)
 RUNS = 3  # each case is run this many times; each rank's lowest peak is kept (measured)
-RUNS_OF = {"pp-1f1b-tp": 6, "pp-1f1b-fsdp2-tp": 6, "pp-1f1b-fsdp2-tp-zero3": 6}  # a pipeline beside the layers
+RUNS_OF = {"pp-1f1b-tp": 6, "pp-1f1b-fsdp2-tp": 6, "pp-1f1b-fsdp2-tp-zero3": 6, "pp-gpipe-tp": 6,
+           "pp-interleaved-1f1b-tp": 6}  # a pipeline beside the layers
 # plan: every micro-batch's
 # all-reduces may leave a block freed unseen on gloo's thread (3 runs left 14 of pp-1f1b-tp's 32 ranks high by such
 # blocks, 6 runs 1)
@@ -472,7 +477,10 @@ def cli_args(name: str, engine: str, world: int, precision: str, checkpointing: 
                   "pp-1f1b-tp-sp": ["--tp", 2, "--sequence-parallel"],
                   "pp-1f1b-fsdp2-zero3": ["--dp", 2, "--zero", 3, "--engine", "fsdp2"],
                   "pp-gpipe-fsdp2-zero3": ["--dp", 2, "--zero", 3, "--engine", "fsdp2"],
-                  "pp-1f1b-fsdp2-tp-zero3": ["--dp", 2, "--zero", 3, "--engine", "fsdp2", "--tp", 2]}.get(engine, [])
+                  "pp-1f1b-fsdp2-tp-zero3": ["--dp", 2, "--zero", 3, "--engine", "fsdp2", "--tp", 2],
+                  "pp-gpipe-ddp": ["--dp", 2, "--engine", "ddp"], "pp-gpipe-tp": ["--tp", 2],
+                  "pp-gpipe-fsdp2": ["--dp", 2, "--zero", 2, "--engine", "fsdp2"],
+                  "pp-interleaved-1f1b-tp": ["--tp", 2]}.get(engine, [])
         return [str(a) for a in [*run, *pipe, *beside]]
     tp = engine.startswith("tp")
     run += ["--tp" if tp else "--dp", world // TP_OF_2D if engine in TWO_D else world]

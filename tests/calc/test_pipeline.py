@@ -406,7 +406,7 @@ def test_zero1_under_interleaved_1f1b_shares_both_of_a_ranks_stages(capsys):
     a pipeline rank's stages (stages r and r + 2 of 4), so each data-parallel process keeps Adam's moments of its
     share of their parameters together (calc.engines.ddp.partition of the two stages' parameters in order), the
     two shares adding up to what DDP alone keeps; every process is listed, and the summary says DDP is made with
-    static_graph=True (with torch 2.13's defaults the second step fails under this schedule)."""
+    static_graph=True (with torch 2.13's defaults the second step fails under this schedule, and under GPipe)."""
     from calc import optim_step
     from calc.engines import ddp as ddp_engine
 
@@ -432,6 +432,10 @@ def test_zero1_under_interleaved_1f1b_shares_both_of_a_ranks_stages(capsys):
         assert "(static_graph=True, which runs where torch's defaults fail)" in capsys.readouterr().out
     assert main([*args[:-6], "--pp-schedule", "1f1b", "--dp", "2", "--engine", "ddp"]) == 0
     assert "static_graph" not in capsys.readouterr().out  # 1F1B runs with torch's defaults
+    assert main([*args[:-6], "--pp-schedule", "gpipe", "--dp", "2", "--engine", "ddp"]) == 0  # GPipe fails with them
+    assert "(static_graph=True, which runs where torch's defaults fail)" in capsys.readouterr().out
+    assert main([*args[:-6], "--pp-schedule", "gpipe", "--dp", "2", "--zero", "2"]) == 0
+    assert "static_graph" not in capsys.readouterr().out  # FSDP2 has no such flag
 
 
 def test_sequence_parallelism_beside_a_pipeline_sends_each_ranks_positions(capsys):

@@ -57,20 +57,22 @@ def test_every_engine_and_layout_is_recorded_and_answered():
               ("pp-1f1b-ddp-zero1", 4), ("pp-1f1b-fsdp2-zero3", 4), ("pp-gpipe-fsdp2-zero3", 4)} | interleaved
     # a (2, 2) mesh: 2 pipeline ranks, DDP (alone or with ZeroRedundancyOptimizer), FSDP2 (resharding after forward
     # or not, under GPipe too) or the layers plan (with its sequence parallelism too) beside
+    schedules = {("pp-gpipe-ddp", 4), ("pp-gpipe-fsdp2", 4), ("pp-gpipe-tp", 4), ("pp-interleaved-1f1b-tp", 4)}
+    # and on the Llama under GPipe, and the layers plan beside interleaved 1F1B
     assert {(e, w) for f, e, w, _, _ in cases if f == "qwen3-4"} == pipelines | beside
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-4"} == pipelines | beside | {
-        ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8), ("pp-1f1b-fsdp2-tp-zero3", 8)}  # and torchtitan's
-    # three dimensions, (2, 2, 2), resharding after forward or not
+        ("pp-1f1b", 3), ("pp-gpipe", 3), ("pp-1f1b-fsdp2-tp", 8), ("pp-1f1b-fsdp2-tp-zero3", 8)} | schedules  # and
+    # torchtitan's three dimensions, (2, 2, 2), resharding after forward or not
     six = {("pp-interleaved-1f1b", 2), ("pp-interleaved-1f1b", 3)} | interleaved
     assert {(e, w) for f, e, w, _, _ in cases if f == "llama-6"} == six
-    assert all(r["micro_batches"] == 2 * r["world"] // (2 if r["engine"] in {e for e, _ in beside} else
+    assert all(r["micro_batches"] == 2 * r["world"] // (2 if r["engine"] in {e for e, _ in beside | schedules} else
                                                         4 if r["engine"].startswith("pp-1f1b-fsdp2-tp") else 1)
                for r in runs if r["engine"].startswith("pp-"))  # fmt: skip
     bf16 = {(f, e, w) for f, e, w, p, _ in cases if p == "fsdp-bf16"}
     assert bf16 == {(f, e, w) for f, e, w, _, _ in cases if e in ("fsdp2", "fsdp2-zero2")}  # FSDP2's policy
     # (family, engine, processes) x recipes x checkpoints, and FSDP2's full training under its bf16 policy too
-    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2 + 3 * 2 + 2 + 2 * 2 + 1  # (family, engine, processes)
-    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 404
+    pairs = 2 * 18 + 1 + 2 * 4 + 1 + 9 + 5 + 7 + 2 + 6 + 1 + 2 + 3 * 2 + 2 + 2 * 2 + 1 + 4  # (family, engine, world)
+    assert len(runs) == len(cases) == pairs * 2 * 2 + len(bf16) * 2 == 420
     assert {r["attention"] for r in runs if r["engine"] == "tp-eager"} == {"eager"}  # the others: sdpa
     assert {r["attention"] for r in runs if r["engine"] != "tp-eager"} == {"sdpa"}
     assert all("rank_peaks" in r["eager"] and len(r["ranks"]) == r["world"] for r in runs)
