@@ -238,7 +238,9 @@ def in_stage(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped:
         return gs.gather("backward", layer - 1, layer, True) if layer > 1 else []
 
     fwd = [i for i, (_, evs) in enumerate(chunks) if evs[0].phase == "forward"]
-    returned = _after(chunks[fwd[-1]][1], lambda e: e.category == "logits" and e.bytes > 0)  # the stage's output
+    logits = next((i for i in reversed(fwd) if not chunks[i][0]), fwd[-1])  # the head's, on the last stage: under
+    # checkpointed autocast the layers' cached casts are freed in chunks of theirs after it, at the region's end
+    returned = _after(chunks[logits][1], lambda e: e.category == "logits" and e.bytes > 0)  # the stage's output
     out: list[tuple[int, list[Event]]] = []
     seen: set[int] = set()  # the layers whose forward has run (autocast's cache is freed in later chunks of them)
     for i, (layer, evs) in enumerate(chunks):
@@ -250,8 +252,8 @@ def in_stage(chunks: list[tuple[int, list[Event]]], engine: FullyShard, grouped:
                 below = gs.drop_gathered("forward", layer - 1, layer) if layer > 1 or root else []
                 before += whole(layer, layer) + below if gathering else []
                 after = gs.reshard("forward", layer)
-            if i == fwd[-1]:  # the stage's forward returns: after its output, or after its last op
-                ends = (gs.reshard("forward", 0) if root else []) + (
+            if i == (logits if returned else fwd[-1]):  # the stage's forward returns: after its output (the loss
+                ends = (gs.reshard("forward", 0) if root else []) + (  # outside it), or after its last op
                     gs.drop_gathered("forward", last, 0) if gathering else [])  # fmt: skip
                 evs, after = (evs[:returned] + ends + evs[returned:], after) if returned else (evs, after + ends)
         elif gathering and layer:

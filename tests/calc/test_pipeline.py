@@ -458,3 +458,18 @@ def test_sequence_parallelism_beside_a_pipeline_sends_each_ranks_positions(capsy
     assert len(step["rank_peaks"]) == 4 and step["peak"] == max(step["rank_peaks"])
     assert main(args) == 0
     assert "the layers plan over 2 ranks a stage with sequence parallelism" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_the_last_stage_reshards_its_root_as_its_module_returns_before_the_loss(recompute):
+    """Beside FSDP2 resharding after forward, the last stage's root (its final norm and head) is let go as the
+    stage module returns its logits, before the schedule's loss_fn runs on them, in every micro-batch: under
+    checkpointed autocast too, where the layers' cached 16-bit weights are freed after the head."""
+    rank = PipelineStage(2, 1, "1f1b", 4, 2, 1, True, 0, reshard=True)
+    segs = eager_step.segments(calc.PRESETS[UNTIED], 512, 1, "autocast", recompute, "sdpa", "cpu", engine=rank)
+    labels = [e.label for seg in segs for _ in range(seg.repeats) for e in seg.events]
+    for m in range(1, 5):
+        tag = f"(micro-batch {m})"
+        reshard = labels.index(f"reshard the stage's root (the embedding, final norm and head it holds): free its "
+                               f"unsharded parameters {tag}")  # fmt: skip
+        assert labels.index(f"logits {tag}") < reshard < labels.index(f"log-probabilities (fp32) {tag}")
