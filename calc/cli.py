@@ -317,20 +317,19 @@ def validated(args: argparse.Namespace) -> tuple[Run, dict | None]:
 def _validated(args: argparse.Namespace, raw: dict, flags: dict | None = None) -> tuple[Run, dict | None]:
     """validated's work on the fields `raw` (the flags, with a trainer config's under them: `flags` are the
     flags alone, which the output mode's refusals read)."""
-    rows = args.plan or args.table or args.fit_card
+    rows, given = args.plan or args.table or args.fit_card, raw if flags is None else flags
+    # the rows' own refusals come before the fields are read: a field they choose themselves, or a walk they do not
+    # run (--walk eager beside --table, whose step refuses the table's recipes), fails another field's check first
+    walk = str(raw.get("walk") or "deck").strip().lower()  # as parse_inputs reads it; the walk alone decides here
+    problem = rows and (mode_problem(args, given) or ((args.plan or args.table) and walk == "eager"
+                                                      and plan_problem(walk, None)))  # fmt: skip
+    if problem:
+        raise InputError(*problem)
     # the step (not --table, --plan, --fit-card) answers the loop's fields as the page does: the eager walk's
     # figure beside the deck walk's (eager_figure)
-    try:
-        inputs = parse_inputs(raw, eager_beside=not rows)
-    except InputError:  # the output mode's own refusal first: a walk it does not run (--walk eager beside --table)
-        walk = str(raw.get("walk") or "deck").strip().lower()  # can fail another field's check before it is read
-        problem = rows and (mode_problem(args, raw if flags is None else flags) or (
-            (args.plan or args.table) and walk == "eager" and plan_problem(walk, None)))  # fmt: skip
-        if problem:
-            raise InputError(*problem) from None
-        raise
-    problem = mode_problem(args, raw if flags is None else flags)
-    problem = problem or ((args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))
+    inputs = parse_inputs(raw, eager_beside=not rows)
+    problem = (not rows and mode_problem(args, given)) or (
+        (args.plan or args.table) and plan_problem(inputs.walk, inputs.tune))  # fmt: skip
     problem = problem or late_problem(inputs, args.plan)  # after the modes' own (--plan chooses --zero), before
     beside, refused = (None, None) if problem or rows else eager_figure(inputs, raw)  # the figure walks the step
     problem = problem or refused

@@ -481,13 +481,7 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
         below = layers.start - 1  # the model's numbers
         split = {"tp": stage.tp, "sp": stage.sequence} if stage.tp > 1 else {}  # the layers plan's
         how = {"stage": (first, last), "below": below, **split}
-        wraps = _stage_fsdp(stage, optim_step.stage_groups(sub, first, last), unit) if stage.reshard else (None,)
-        runs = [(_replayed(sub, args, wrap=w, **how), _replayed(sub, args, accumulate=True, wrap=w, **how)[2])
-                for w in wraps]  # fmt: skip
-        (rp, st, replayed), later = runs[0]
-        forward, backward = _stage_runs(replayed, later, below)
-        whole = _stage_runs(runs[1][0][2], runs[1][1], below) if stage.reshard else None
-        whole = (whole[0], whole[1][1]) if whole else None
+        rp, st, forward, backward, whole = _stage_replays(sub, args, stage, unit, how)
         mine = optim_step.stage_params(sub, tune, first, last)
         params += mine
         act = rp.blocks(st.tokens * shape.hidden * (4 if autocast else st.act) // (stage.tp if stage.sequence else 1))
@@ -526,12 +520,23 @@ def _stage_segments(shape: Shape, args: tuple, loop: loops.Loop, stage: pipeline
     return [Segment(tuple(start)), *stage.step(parts, logits), Segment(tuple(end))]
 
 
-def _stage_fsdp(stage: pipeline.PipelineStage, grouped: list, unit: int) -> tuple:
-    """The two ways FSDP2 resharding after forward wraps a stage's micro-batch (calc.engines.fsdp.in_stage): its
-    groups gathered as it runs, then found whole."""
-    engine = fsdp.FullyShard(stage.dp, True)
-    return tuple(lambda chunks, rp, gathering=g: fsdp.in_stage(chunks, engine, grouped, unit, rp.blocks, gathering)
-                 for g in (True, False))  # fmt: skip
+def _stage_replays(sub: Shape, args: tuple, stage: pipeline.PipelineStage, unit: int, how: dict) -> tuple:
+    """(replay, step, a micro-batch's forward, (the first backward, a later one), Part.whole) of one stage whose
+    layers are `sub`'s, numbered as in the model: one replay of the first micro-batch and one of a later one.
+    Beside FSDP2 resharding after forward each is wrapped twice (calc.engines.fsdp.in_stage): the stage's groups
+    gathered as the micro-batch runs (forward, backward), or found whole after a backward (whole); else None."""
+    first, last = how["stage"]
+    if not stage.reshard:
+        rp, st, replayed = _replayed(sub, args, **how)
+        return rp, st, *_stage_runs(replayed, _replayed(sub, args, accumulate=True, **how)[2], how["below"]), None
+    engine, grouped = fsdp.FullyShard(stage.dp, True), optim_step.stage_groups(sub, first, last)
+    wraps = tuple(lambda chunks, rp, gathering=g: fsdp.in_stage(chunks, engine, grouped, unit, rp.blocks, gathering)
+                  for g in (True, False))  # fmt: skip
+    rp, st, (replayed, found) = _replayed(sub, args, wraps=wraps, **how)
+    later, later_found = _replayed(sub, args, accumulate=True, wraps=wraps, **how)[2]
+    forward, backward = _stage_runs(replayed, later, how["below"])
+    whole, (_, whole_later) = _stage_runs(found, later_found, how["below"])
+    return rp, st, forward, backward, (whole, whole_later)
 
 
 def _stage_runs(replayed: list[Segment], later: list[Segment], below: int) -> tuple[list, tuple[list, list]]:
@@ -608,19 +613,22 @@ def _graph_goes(rp: Replay) -> list[Event]:
 
 
 @lru_cache(maxsize=4)  # the ranks of ZeRO 1 or FSDP2 differ in their optimizer only: one replay for all (calc.api)
-def _replayed(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None, wrap=None, **how):
+def _replayed(shape: Shape, args: tuple, gathered: fsdp.FullyShard | None = None, wraps: tuple | None = None, **how):
     """(replay, step, segments) of one micro-batch: a few periods of each run of layers replayed, stretched to the
     model's depth (layer_spans, _stretch), or the whole model where the stretch cannot be checked. `how`: replay's
     accumulate and loss_kind; `gathered`: FSDP2's groups gathered and reduced around the layers (calc.engines.fsdp);
-    `wrap`: (chunks, replay) -> chunks, an engine's events put around a pipeline stage's (_stage_fsdp)."""
+    `wraps`: (chunks, replay) -> chunks functions, each an engine's events put around a pipeline stage's
+    (_stage_replays): the segments are then a list for each, all of the one replay."""
     spans = layer_spans(shape, args[-1])
-    around = wrap or (lambda chunks, rp: _sharded(chunks, shape, args[2], rp, gathered, args[-1]))
+    arounds = wraps or (lambda chunks, rp: _sharded(chunks, shape, args[2], rp, gathered, args[-1]),)
     rp, st = replay(shape, *args, **how, layers=[lo for lo, _ in spans])
-    replayed = _stretch(around(_chunks(rp.events), rp), spans)
-    if replayed is None:
+    chunks = _chunks(rp.events)
+    replayed = [_stretch(around(chunks, rp), spans) for around in arounds]
+    if None in replayed:
         rp, st = replay(shape, *args, **how)
-        replayed = _merge(around(_chunks(rp.events), rp))
-    return rp, st, replayed
+        chunks = _chunks(rp.events)
+        replayed = [_merge(around(chunks, rp)) for around in arounds]
+    return rp, st, replayed if wraps else replayed[0]
 
 
 def _sharded(chunks: list, shape: Shape, recipe: str, rp: Replay, gathered: fsdp.FullyShard | None,

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from . import trainers
 from .api import eager_peak, run_step, sweep, table
+from .engines import pipeline
 from .engines.pipeline import SCHEDULE_NAMES, layer_passes, stages_a_rank
 from .fields import FIELD, page_unread
 from .finetune import segments as finetune_segments
@@ -118,8 +119,7 @@ ENGINE_WORDS = {"ddp": "DDP", "fsdp2": "FSDP2's fully_shard", "tensor-parallel":
 
 BESIDE_STAGES = {0: "DDP", 1: "DDP with ZeroRedundancyOptimizer", 2: "FSDP2 (reshard_after_forward=False)",
                  3: "FSDP2 (reshard_after_forward=True)"}
-# DDP under interleaved 1F1B or GPipe: with torch 2.13's defaults its reducer fails at the second step
-# (calc.engines.pipeline)
+# DDP beside the schedules calc.engines.pipeline.STATIC_GRAPH names
 STATIC_GRAPH = " (static_graph=True, which runs where torch's defaults fail)"
 
 
@@ -137,7 +137,8 @@ def engine_text(step: dict) -> str:
                                   "pipeline": f" under {SCHEDULE_NAMES[par['pp_schedule']]}"
                                   + (f" with {stages} stages a rank" if stages > 1 else "")
                                   + (f", {BESIDE_STAGES.get(par['zero'])}"
-                                     + (STATIC_GRAPH if par["pp_schedule"] != "1f1b" and par["zero"] < 2 else "")
+                                     + (STATIC_GRAPH if par["pp_schedule"] in pipeline.STATIC_GRAPH and par["zero"] < 2
+                                        else "")
                                      + f" over {par['dp']} processes a stage" if par["dp"] > 1 else "")
                                   + (f", the layers plan over {par['tp']} ranks a stage{sp}" if par["tp"] > 1 else ""),
                                   "tensor-parallel": f" {par['tp_plan']} plan{sp}",

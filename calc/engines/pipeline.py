@@ -83,6 +83,8 @@ from .tensor import PLANS
 SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b")  # --pp-schedule (the default first)
 SCHEDULE_NAMES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe", "interleaved-1f1b": "ScheduleInterleaved1F1B"}
 LOCAL_STAGES = 2  # the stages a rank runs under interleaved 1F1B (torchtitan's default for a looped schedule)
+STATIC_GRAPH = ("gpipe", "interleaved-1f1b")  # the schedules beside which DDP runs only with static_graph=True
+# (torch 2.13's reducer fails at the second step with its defaults; the harness makes DDP so, the summary says so)
 FAMILIES = ("llama", "qwen3")  # the families whose stages have been measured
 SOURCE = "torch 2.13: distributed/pipelining/stage.py, schedules.py"
 

@@ -60,6 +60,7 @@ import profile_step  # noqa: E402
 import torch  # noqa: E402
 from transformers.loss.loss_utils import ForCausalLMLoss  # noqa: E402
 
+from calc.engines.pipeline import STATIC_GRAPH  # noqa: E402
 from calc.hf import shape_from_config  # noqa: E402
 from calc.parallel import stage_layers  # noqa: E402
 
@@ -219,7 +220,8 @@ def _rank(rank: int, world: int, port: int, case: tuple, out) -> None:
                     # 1F1B and GPipe static_graph=True: with the defaults torch 2.13's reducer fails at the second
                     # step, its bucket rebuild counting every parameter twice (INTERNAL ASSERT, reducer.cpp)
                     modules[-1] = torch.nn.parallel.DistributedDataParallel(
-                        modules[-1], process_group=mesh["dp"].get_group(), static_graph=schedule_of(engine) != "1f1b")
+                        modules[-1], process_group=mesh["dp"].get_group(),
+                        static_graph=schedule_of(engine) in STATIC_GRAPH)
                 if "-fsdp2" in engine:  # FSDP2 over it: each layer a group, then the stage's module
                     from torch.distributed.fsdp import fully_shard
 
